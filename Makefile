@@ -1,0 +1,29 @@
+# Keel: `make run` starts the server, `make test` runs the tests (both install and build first).
+.PHONY: install build run example test bench clean
+
+NPM_STAMP := node_modules/.package-lock.json
+
+install: $(NPM_STAMP)
+$(NPM_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund
+	@touch $(NPM_STAMP)
+
+build: install
+	npm run build
+
+# The server runs on whatever `node` is first on PATH (Node 20 works).
+run: build
+	node dist/main.js $(ARGS)
+
+# The Greeter example needs Node >= 22: npm scripts put the pinned Node 24 first on PATH.
+example: install
+	npm exec -- node examples/greeter/greeter.mjs
+
+test: build
+	npm test
+
+bench: build
+	npm run bench
+
+clean:
+	rm -rf dist keel-data .tap

@@ -1,0 +1,266 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parse as parseToml, TomlError } from 'smol-toml';
+import { KeelError } from '../errors/index.js';
+import { parseDuration_ms, parseSize_bytes } from './units.js';
+
+export interface RetryPolicy {
+  initial_interval_ms: number;
+  exponentiation_factor: number;
+  max_interval_ms: number;
+  /** Attempts in all, the first one included; undefined is unlimited. */
+  max_attempts: number | undefined;
+  on_max_attempts: 'pause' | 'kill';
+}
+
+export interface Config {
+  base_dir: string;
+  ingress: { bind_address: string };
+  admin: { bind_address: string };
+  meta: { storage_path: string };
+  worker: {
+    partitions: number;
+    storage_db: { path: string; fsync: boolean };
+    invoker: {
+      inactivity_timeout_ms: number;
+      abort_timeout_ms: number;
+      message_size_limit_bytes: number;
+      concurrent_invocations_limit: number;
+    };
+    cleanup_interval_ms: number;
+  };
+  default_retry_policy: RetryPolicy;
+  default_journal_retention_ms: number;
+  default_idempotency_retention_ms: number;
+  default_workflow_completion_retention_ms: number;
+  log: { level: string; format: 'pretty' | 'json' | 'auto' };
+}
+
+type Kind = 'string' | 'address' | 'duration' | 'size' | 'int' | 'number' | 'bool' | 'attempts' | 'on_max' | 'log_format';
+
+/** Every key the file and the KEEL_ variables may set: path, kind, where it lands, default. */
+const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
+  { path: 'base_dir', kind: 'string', dflt: './keel-data' },
+  { path: 'ingress.bind_address', kind: 'address', dflt: '0.0.0.0:8080' },
+  { path: 'admin.bind_address', kind: 'address', dflt: '0.0.0.0:9070' },
+  { path: 'meta.storage_path', kind: 'string', dflt: undefined },
+  { path: 'worker.partitions', kind: 'int', dflt: 8 },
+  { path: 'worker.storage_db.path', kind: 'string', dflt: undefined },
+  { path: 'worker.storage_db.fsync', kind: 'bool', dflt: false },
+  { path: 'worker.invoker.inactivity_timeout', kind: 'duration', dflt: 60_000 },
+  { path: 'worker.invoker.abort_timeout', kind: 'duration', dflt: 600_000 },
+  { path: 'worker.invoker.message_size_limit', kind: 'size', dflt: 32 * 1024 * 1024 },
+  { path: 'worker.invoker.concurrent_invocations_limit', kind: 'int', dflt: 1000 },
+  { path: 'worker.cleanup_interval', kind: 'duration', dflt: 3_600_000 },
+  { path: 'default_retry_policy.initial_interval', kind: 'duration', dflt: 500 },
+  { path: 'default_retry_policy.exponentiation_factor', kind: 'number', dflt: 2 },
+  { path: 'default_retry_policy.max_interval', kind: 'duration', dflt: 60_000 },
+  { path: 'default_retry_policy.max_attempts', kind: 'attempts', dflt: 70 },
+  { path: 'default_retry_policy.on_max_attempts', kind: 'on_max', dflt: 'pause' },
+  { path: 'default_journal_retention', kind: 'duration', dflt: 86_400_000 },
+  { path: 'default_idempotency_retention', kind: 'duration', dflt: 86_400_000 },
+  { path: 'default_workflow_completion_retention', kind: 'duration', dflt: 86_400_000 },
+  { path: 'log.level', kind: 'string', dflt: 'info' },
+  { path: 'log.format', kind: 'log_format', dflt: 'auto' },
+];
+
+const ENV_PREFIX = 'KEEL_';
+
+function envName(path: string): string {
+  return ENV_PREFIX + path.split('.').map((p) => p.toUpperCase()).join('__');
+}
+
+function coerce(kind: Kind, raw: unknown): { ok: true; value: unknown } | { ok: false; why: string } {
+  const text = typeof raw === 'string' ? raw : undefined;
+  switch (kind) {
+    case 'string':
+      return text !== undefined && text.length > 0 ? { ok: true, value: text } : { ok: false, why: 'expected a non-empty string' };
+    case 'address': {
+      if (text === undefined || !/^(\[[0-9a-fA-F:]+\]|[^:\s]+):\d{1,5}$/.test(text)) return { ok: false, why: 'expected "host:port"' };
+      const port = Number(text.slice(text.lastIndexOf(':') + 1));
+      return port <= 65535 ? { ok: true, value: text } : { ok: false, why: 'port out of range' };
+    }
+    case 'duration': {
+      const ms = typeof raw === 'number' ? raw : text !== undefined ? parseDuration_ms(text) : undefined;
+      return ms !== undefined && ms >= 0 && Number.isFinite(ms)
+        ? { ok: true, value: ms }
+        : { ok: false, why: 'expected a duration such as "10s", "1m" or "500ms"' };
+    }
+    case 'size': {
+      const n = typeof raw === 'number' ? raw : text !== undefined ? parseSize_bytes(text) : undefined;
+      return n !== undefined && n > 0 ? { ok: true, value: n } : { ok: false, why: 'expected a size such as "32MiB"' };
+    }
+    case 'int': {
+      const n = typeof raw === 'number' ? raw : typeof raw === 'bigint' ? Number(raw) : text !== undefined && /^\d+$/.test(text) ? Number(text) : NaN;
+      return Number.isInteger(n) && n > 0 ? { ok: true, value: n } : { ok: false, why: 'expected a positive integer' };
+    }
+    case 'number': {
+      const n = typeof raw === 'number' ? raw : typeof raw === 'bigint' ? Number(raw) : text !== undefined ? Number(text) : NaN;
+      return Number.isFinite(n) && n >= 1 ? { ok: true, value: n } : { ok: false, why: 'expected a number >= 1' };
+    }
+    case 'bool': {
+      if (typeof raw === 'boolean') return { ok: true, value: raw };
+      if (text === 'true' || text === 'false') return { ok: true, value: text === 'true' };
+      return { ok: false, why: 'expected true or false' };
+    }
+    case 'attempts': {
+      if (text === 'unlimited') return { ok: true, value: undefined };
+      const n = typeof raw === 'number' ? raw : typeof raw === 'bigint' ? Number(raw) : text !== undefined && /^\d+$/.test(text) ? Number(text) : NaN;
+      return Number.isInteger(n) && n >= 1 ? { ok: true, value: n } : { ok: false, why: 'expected a positive integer or "unlimited"' };
+    }
+    case 'on_max':
+      return text === 'pause' || text === 'kill' ? { ok: true, value: text } : { ok: false, why: 'expected "pause" or "kill"' };
+    case 'log_format':
+      return text === 'pretty' || text === 'json' || text === 'auto' ? { ok: true, value: text } : { ok: false, why: 'expected "pretty", "json" or "auto"' };
+  }
+}
+
+function lookup(obj: Record<string, unknown>, path: string): unknown {
+  let cur: unknown = obj;
+  for (const part of path.split('.')) {
+    if (cur === null || typeof cur !== 'object') return undefined;
+    cur = (cur as Record<string, unknown>)[part];
+  }
+  return cur;
+}
+
+/** Line of `key` (its last path segment) inside its table, for error messages; best effort. */
+function lineOf(text: string, path: string): number | undefined {
+  const parts = path.split('.');
+  const leaf = parts[parts.length - 1]!;
+  const table = parts.slice(0, -1).join('.');
+  const lines = text.split('\n');
+  let current = '';
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i]!.trim();
+    const header = /^\[([^\]]+)\]/.exec(line);
+    if (header) {
+      current = header[1]!.trim();
+      continue;
+    }
+    const key = /^([A-Za-z0-9_.-]+)\s*=/.exec(line)?.[1];
+    if (key === undefined) continue;
+    const full = current ? `${current}.${key}` : key;
+    if (full === path || (current === table && key === leaf)) return i + 1;
+  }
+  return undefined;
+}
+
+function knownPaths(): Set<string> {
+  return new Set(schema.map((s) => s.path));
+}
+
+function flatten(obj: Record<string, unknown>, prefix = ''): string[] {
+  const out: string[] = [];
+  for (const [k, v] of Object.entries(obj)) {
+    const p = prefix ? `${prefix}.${k}` : k;
+    if (v !== null && typeof v === 'object' && !Array.isArray(v) && !(v instanceof Date)) out.push(...flatten(v as Record<string, unknown>, p));
+    else out.push(p);
+  }
+  return out;
+}
+
+function setPath(target: Record<string, unknown>, path: string, value: unknown): void {
+  const parts = path.split('.');
+  let cur = target;
+  for (const p of parts.slice(0, -1)) {
+    cur[p] ??= {};
+    cur = cur[p] as Record<string, unknown>;
+  }
+  cur[parts[parts.length - 1]!] = value;
+}
+
+/**
+ * Reads the TOML file (when given) and the KEEL_ environment into one typed config.
+ * Every problem is an RT0002 that names the file, line and key, or the variable.
+ */
+export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = process.env): Config {
+  let fileValues: Record<string, unknown> = {};
+  let text = '';
+  if (file !== undefined) {
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch (err) {
+      throw new KeelError('RT0002', `cannot read configuration file ${file}: ${(err as Error).message}`);
+    }
+    try {
+      fileValues = parseToml(text) as Record<string, unknown>;
+    } catch (err) {
+      const line = err instanceof TomlError ? err.line : undefined;
+      const first = (err as Error).message.split('\n')[0];
+      throw new KeelError('RT0002', `cannot parse ${file}${line ? `:${line}` : ''}: ${first}`);
+    }
+    const known = knownPaths();
+    for (const p of flatten(fileValues)) {
+      if (!known.has(p)) {
+        const line = lineOf(text, p);
+        throw new KeelError('RT0002', `${file}${line ? `:${line}` : ''}: unknown key '${p}'`);
+      }
+    }
+  }
+
+  const raw: Record<string, unknown> = {};
+  for (const { path, kind, dflt } of schema) {
+    const name = envName(path);
+    let value: unknown = dflt;
+    const fromFile = lookup(fileValues, path);
+    if (fromFile !== undefined) {
+      const r = coerce(kind, fromFile);
+      if (!r.ok) {
+        const line = lineOf(text, path);
+        throw new KeelError('RT0002', `${file}${line ? `:${line}` : ''}: key '${path}': ${r.why}, got ${JSON.stringify(fromFile)}`);
+      }
+      value = r.value;
+    }
+    const fromEnv = env[name];
+    if (fromEnv !== undefined) {
+      const r = coerce(kind, fromEnv);
+      if (!r.ok) throw new KeelError('RT0002', `environment variable ${name} (key '${path}'): ${r.why}, got ${JSON.stringify(fromEnv)}`);
+      value = r.value;
+    }
+    setPath(raw, path, value);
+  }
+  for (const name of Object.keys(env)) {
+    if (name.startsWith(ENV_PREFIX) && !schema.some((s) => envName(s.path) === name)) {
+      throw new KeelError('RT0002', `unknown environment variable ${name}`);
+    }
+  }
+
+  const r = raw as any;
+  const baseDir: string = r.base_dir;
+  return {
+    base_dir: baseDir,
+    ingress: { bind_address: r.ingress.bind_address },
+    admin: { bind_address: r.admin.bind_address },
+    meta: { storage_path: r.meta.storage_path ?? join(baseDir, 'meta') },
+    worker: {
+      partitions: r.worker.partitions,
+      storage_db: { path: r.worker.storage_db.path ?? join(baseDir, 'worker'), fsync: r.worker.storage_db.fsync },
+      invoker: {
+        inactivity_timeout_ms: r.worker.invoker.inactivity_timeout,
+        abort_timeout_ms: r.worker.invoker.abort_timeout,
+        message_size_limit_bytes: r.worker.invoker.message_size_limit,
+        concurrent_invocations_limit: r.worker.invoker.concurrent_invocations_limit,
+      },
+      cleanup_interval_ms: r.worker.cleanup_interval,
+    },
+    default_retry_policy: {
+      initial_interval_ms: r.default_retry_policy.initial_interval,
+      exponentiation_factor: r.default_retry_policy.exponentiation_factor,
+      max_interval_ms: r.default_retry_policy.max_interval,
+      max_attempts: r.default_retry_policy.max_attempts,
+      on_max_attempts: r.default_retry_policy.on_max_attempts,
+    },
+    default_journal_retention_ms: r.default_journal_retention,
+    default_idempotency_retention_ms: r.default_idempotency_retention,
+    default_workflow_completion_retention_ms: r.default_workflow_completion_retention,
+    log: { level: r.log.level, format: r.log.format },
+  };
+}
+
+/** Splits "host:port" (IPv6 in brackets) for node's listen(). */
+export function splitAddress(address: string): { host: string; port: number } {
+  const i = address.lastIndexOf(':');
+  const host = address.slice(0, i).replace(/^\[|\]$/g, '');
+  return { host, port: Number(address.slice(i + 1)) };
+}
