@@ -1,0 +1,408 @@
+// Discovery client: GET <uri>/discover, manifest v1–v4, transport HTTP/2 (prior knowledge) or HTTP/1.1.
+
+import http from 'node:http';
+import https from 'node:https';
+import http2 from 'node:http2';
+import { KeelError } from '../errors/index.js';
+import type {
+  DiscoveredEndpoint,
+  DiscoveredService,
+  HandlerSchema,
+  HandlerType,
+  ProtocolType,
+  RetryPolicyOverride,
+  ServiceType,
+} from './types.js';
+
+export const MIN_SERVICE_PROTOCOL_VERSION = 5;
+export const MAX_SERVICE_PROTOCOL_VERSION = 7;
+export const DISCOVERY_TIMEOUT_MS = 10_000;
+
+export const MANIFEST_ACCEPT = [4, 3, 2, 1].map((v) => `application/vnd.restate.endpointmanifest.v${v}+json`).join(', ');
+
+const SERVICE_NAME = /^([a-zA-Z]|_[a-zA-Z0-9])[a-zA-Z0-9._-]*$/;
+const HANDLER_NAME = /^([a-zA-Z]|_[a-zA-Z0-9])[a-zA-Z0-9_]*$/;
+
+export interface DiscoveryTarget {
+  uri: string;
+  additional_headers?: Record<string, string>;
+  use_http_11?: boolean;
+}
+
+export interface RawResponse {
+  status: number;
+  headers: Record<string, string | undefined>;
+  body: Buffer;
+}
+
+/** One way of fetching a discovery response (HTTP/2, HTTP/1.1; later a function platform). */
+export interface DiscoveryTransport {
+  /** Fetches the manifest; throws KeelError META0003/META0014 on transport failures. */
+  fetch(url: URL, headers: Record<string, string>, timeoutMs: number): Promise<RawResponse>;
+  readonly name: 'HTTP/2.0' | 'HTTP/1.1';
+}
+
+function causeOf(err: unknown): string {
+  const e = err as NodeJS.ErrnoException;
+  if (e?.code && e.message && !e.message.includes(e.code)) return `${e.message} (${e.code})`;
+  return e?.message ?? String(err);
+}
+
+function unreachable(url: URL, why: string, cause?: unknown): KeelError {
+  return new KeelError('META0003', `error when calling '${url.toString()}': ${why}`, 500, { cause });
+}
+
+/** HTTP/2 with prior knowledge for http:, ALPN for https:. */
+export const http2Transport: DiscoveryTransport = {
+  name: 'HTTP/2.0',
+  fetch(url, headers, timeoutMs) {
+    return new Promise<RawResponse>((resolve, reject) => {
+      let connected = false;
+      let gotFrame = false;
+      let done = false;
+      const session = http2.connect(url.origin);
+      const finish = (err: KeelError | undefined, res?: RawResponse) => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        session.destroy();
+        if (err) reject(err);
+        else resolve(res!);
+      };
+      const looksLikeHttp11 = (cause: string, err?: unknown) =>
+        new KeelError(
+          'META0014',
+          `error when calling '${url.toString()}' over HTTP/2: ${cause}. The endpoint may only speak HTTP/1.1: ` +
+            `register it with "use_http_11": true (restate CLI: --use-http1.1)`,
+          500,
+          { cause: err },
+        );
+      const timer = setTimeout(() => {
+        finish(
+          connected && !gotFrame
+            ? looksLikeHttp11(`no HTTP/2 frame received within ${timeoutMs} ms`)
+            : unreachable(url, `timed out after ${timeoutMs} ms`),
+        );
+      }, timeoutMs);
+      session.on('connect', () => {
+        connected = true;
+      });
+      session.on('remoteSettings', () => {
+        gotFrame = true;
+      });
+      session.on('error', (err) => {
+        if (connected && !gotFrame) finish(looksLikeHttp11(causeOf(err), err));
+        else finish(unreachable(url, `h2 connection error: ${causeOf(err)}`, err));
+      });
+      session.on('close', () => {
+        if (connected && !gotFrame) finish(looksLikeHttp11('connection closed before any HTTP/2 frame'));
+        else finish(unreachable(url, 'connection closed before a response'));
+      });
+      const req = session.request({
+        ':method': 'GET',
+        ':path': url.pathname + url.search,
+        ...headers,
+      });
+      req.on('error', (err) => {
+        if (connected && !gotFrame) finish(looksLikeHttp11(causeOf(err), err));
+        else finish(unreachable(url, causeOf(err), err));
+      });
+      req.on('response', (h) => {
+        gotFrame = true;
+        const chunks: Buffer[] = [];
+        req.on('data', (c: Buffer) => chunks.push(c));
+        req.on('end', () => {
+          const out: Record<string, string | undefined> = {};
+          for (const [k, v] of Object.entries(h)) if (!k.startsWith(':')) out[k] = Array.isArray(v) ? v.join(', ') : v === undefined ? undefined : String(v);
+          finish(undefined, { status: Number(h[':status']), headers: out, body: Buffer.concat(chunks) });
+        });
+      });
+      req.end();
+    });
+  },
+};
+
+export const http11Transport: DiscoveryTransport = {
+  name: 'HTTP/1.1',
+  fetch(url, headers, timeoutMs) {
+    return new Promise<RawResponse>((resolve, reject) => {
+      const mod = url.protocol === 'https:' ? https : http;
+      let done = false;
+      const finish = (err: KeelError | undefined, res?: RawResponse) => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        if (err) {
+          req.destroy();
+          reject(err);
+        } else resolve(res!);
+      };
+      const timer = setTimeout(() => finish(unreachable(url, `timed out after ${timeoutMs} ms`)), timeoutMs);
+      const req = mod.request(url, { method: 'GET', headers, agent: false }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('error', (err) => finish(unreachable(url, causeOf(err), err)));
+        res.on('end', () => {
+          const out: Record<string, string | undefined> = {};
+          for (const [k, v] of Object.entries(res.headers)) out[k] = Array.isArray(v) ? v.join(', ') : v;
+          finish(undefined, { status: res.statusCode ?? 0, headers: out, body: Buffer.concat(chunks) });
+        });
+      });
+      req.on('error', (err) => finish(unreachable(url, causeOf(err), err)));
+      req.end();
+    });
+  },
+};
+
+/** Normalises a deployment URI the way the CLI does (`http://h:1` → `http://h:1/`, path kept). */
+export function normaliseUri(uri: string): string {
+  let url: URL;
+  try {
+    url = new URL(uri);
+  } catch {
+    throw new KeelError(undefined, `invalid deployment uri '${uri}'`, 400);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new KeelError(undefined, `invalid deployment uri '${uri}': the scheme must be http or https`, 400);
+  }
+  url.hash = '';
+  return url.toString();
+}
+
+export function discoverUrl(uri: string): URL {
+  const url = new URL(normaliseUri(uri));
+  url.pathname = url.pathname.replace(/\/+$/, '') + '/discover';
+  return url;
+}
+
+export interface DiscoverOptions {
+  timeoutMs?: number;
+  transport?: DiscoveryTransport;
+}
+
+/** Runs discovery against one endpoint and returns its validated metadata. */
+export async function discover(target: DiscoveryTarget, opts: DiscoverOptions = {}): Promise<DiscoveredEndpoint> {
+  const url = discoverUrl(target.uri);
+  const transport = opts.transport ?? (target.use_http_11 ? http11Transport : http2Transport);
+  const headers: Record<string, string> = { ...(target.additional_headers ?? {}), accept: MANIFEST_ACCEPT };
+  const res = await transport.fetch(url, headers, opts.timeoutMs ?? DISCOVERY_TIMEOUT_MS);
+  if (res.status < 200 || res.status >= 300) {
+    const text = res.body.toString('utf8').slice(0, 200).trim();
+    throw unreachable(url, `the endpoint answered with status ${res.status}${text ? `: ${text}` : ''}`);
+  }
+  const contentType = (res.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+  const m = /^application\/vnd\.restate\.endpointmanifest\.v(\d+)\+json$/.exec(contentType);
+  if (!m || Number(m[1]) < 1 || Number(m[1]) > 4) {
+    throw new KeelError(
+      'META0013',
+      `bad discovery response from '${url.toString()}': unsupported content-type '${contentType || '(none)'}'; ` +
+        `expected one of ${MANIFEST_ACCEPT}`,
+      500,
+    );
+  }
+  let manifest: unknown;
+  try {
+    manifest = JSON.parse(res.body.toString('utf8'));
+  } catch (err) {
+    throw new KeelError('META0013', `bad discovery response from '${url.toString()}': manifest is not JSON: ${(err as Error).message}`, 500);
+  }
+  const sdk = res.headers['x-restate-server'];
+  return parseManifest(manifest, { url: url.toString(), transport: transport.name, sdk_version: sdk || undefined });
+}
+
+function bad(where: string, why: string): KeelError {
+  return new KeelError('META0013', `bad discovery response from '${where}': ${why}`, 500);
+}
+
+const SERVICE_TY: Record<string, ServiceType> = { SERVICE: 'Service', VIRTUAL_OBJECT: 'VirtualObject', WORKFLOW: 'Workflow' };
+const HANDLER_TY: Record<string, HandlerType> = { EXCLUSIVE: 'Exclusive', SHARED: 'Shared', WORKFLOW: 'Workflow' };
+
+function isObj(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
+/** Validates a manifest and maps it to Keel's schema shapes. */
+export function parseManifest(
+  manifest: unknown,
+  ctx: { url: string; transport: 'HTTP/2.0' | 'HTTP/1.1'; sdk_version?: string | undefined },
+): DiscoveredEndpoint {
+  const where = ctx.url;
+  if (!isObj(manifest)) throw bad(where, 'manifest is not a JSON object');
+  const minV = manifest.minProtocolVersion;
+  const maxV = manifest.maxProtocolVersion;
+  if (!Number.isInteger(minV) || !Number.isInteger(maxV) || (minV as number) < 1 || (maxV as number) < (minV as number)) {
+    throw bad(where, 'minProtocolVersion/maxProtocolVersion missing or invalid');
+  }
+  if ((minV as number) > MAX_SERVICE_PROTOCOL_VERSION || (maxV as number) < MIN_SERVICE_PROTOCOL_VERSION) {
+    throw new KeelError(
+      'META0012',
+      `the endpoint at '${where}' supports service protocol versions [${minV}, ${maxV}], ` +
+        `which do not overlap the versions this server supports [${MIN_SERVICE_PROTOCOL_VERSION}, ${MAX_SERVICE_PROTOCOL_VERSION}]`,
+      400,
+    );
+  }
+  let protocol_type: ProtocolType;
+  const mode = manifest.protocolMode;
+  if (mode === undefined) protocol_type = ctx.transport === 'HTTP/1.1' ? 'RequestResponse' : 'BidiStream';
+  else if (mode === 'BIDI_STREAM') protocol_type = 'BidiStream';
+  else if (mode === 'REQUEST_RESPONSE') protocol_type = 'RequestResponse';
+  else throw bad(where, `unknown protocolMode ${JSON.stringify(mode)}`);
+  if (protocol_type === 'BidiStream' && ctx.transport === 'HTTP/1.1') {
+    throw new KeelError(
+      'META0015',
+      `the endpoint at '${where}' announced BIDI_STREAM protocol mode, but it is reached over HTTP/1.1, which cannot carry it; ` +
+        `configure the endpoint to announce REQUEST_RESPONSE`,
+      400,
+    );
+  }
+  if (!Array.isArray(manifest.services)) throw bad(where, 'manifest has no services array');
+  const seen = new Set<string>();
+  const services = manifest.services.map((s, i) => {
+    const svc = parseService(s, `${where} services[${i}]`);
+    if (seen.has(svc.name)) throw bad(where, `service '${svc.name}' appears twice`);
+    seen.add(svc.name);
+    return svc;
+  });
+  return {
+    protocol_type,
+    min_protocol_version: minV as number,
+    max_protocol_version: maxV as number,
+    ...(ctx.sdk_version ? { sdk_version: ctx.sdk_version } : {}),
+    services,
+  };
+}
+
+function optMs(o: Record<string, unknown>, key: string, where: string): number | undefined {
+  const v = o[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) throw bad(where, `${key} must be a non-negative number of milliseconds`);
+  return Math.round(v);
+}
+
+function optBool(o: Record<string, unknown>, key: string, where: string): boolean | undefined {
+  const v = o[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'boolean') throw bad(where, `${key} must be a boolean`);
+  return v;
+}
+
+function optString(o: Record<string, unknown>, key: string, where: string): string | undefined {
+  const v = o[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'string') throw bad(where, `${key} must be a string`);
+  return v;
+}
+
+function optMetadata(o: Record<string, unknown>, where: string): Record<string, string> | undefined {
+  const v = o.metadata;
+  if (v === undefined || v === null) return undefined;
+  if (!isObj(v) || Object.values(v).some((x) => typeof x !== 'string')) throw bad(where, 'metadata must map strings to strings');
+  return { ...(v as Record<string, string>) };
+}
+
+function retryPolicy(o: Record<string, unknown>, where: string): RetryPolicyOverride | undefined {
+  const out: RetryPolicyOverride = {};
+  const initial = optMs(o, 'retryPolicyInitialInterval', where);
+  const max = optMs(o, 'retryPolicyMaxInterval', where);
+  if (initial !== undefined) out.initial_interval_ms = initial;
+  if (max !== undefined) out.max_interval_ms = max;
+  const attempts = o.retryPolicyMaxAttempts;
+  if (attempts !== undefined && attempts !== null) {
+    if (!Number.isInteger(attempts) || (attempts as number) < 1) throw bad(where, 'retryPolicyMaxAttempts must be a positive integer');
+    out.max_attempts = attempts as number;
+  }
+  const factor = o.retryPolicyExponentiationFactor;
+  if (factor !== undefined && factor !== null) {
+    if (typeof factor !== 'number' || !Number.isFinite(factor) || factor <= 0) throw bad(where, 'retryPolicyExponentiationFactor must be a positive number');
+    out.exponentiation_factor = factor;
+  }
+  const onMax = o.retryPolicyOnMaxAttempts;
+  if (onMax !== undefined && onMax !== null) {
+    if (onMax !== 'PAUSE' && onMax !== 'KILL') throw bad(where, 'retryPolicyOnMaxAttempts must be PAUSE or KILL');
+    out.on_max_attempts = onMax === 'PAUSE' ? 'pause' : 'kill';
+  }
+  return Object.keys(out).length > 0 ? out : undefined;
+}
+
+function assign<T extends object, K extends keyof T>(target: T, key: K, value: T[K] | undefined): void {
+  if (value !== undefined) target[key] = value;
+}
+
+function parseService(s: unknown, where: string): DiscoveredService {
+  if (!isObj(s)) throw bad(where, 'service entry is not an object');
+  const name = s.name;
+  if (typeof name !== 'string' || !SERVICE_NAME.test(name)) throw bad(where, `invalid service name ${JSON.stringify(name)}`);
+  const ty = typeof s.ty === 'string' ? SERVICE_TY[s.ty] : undefined;
+  if (!ty) throw bad(where, `service '${name}' has an invalid ty ${JSON.stringify(s.ty)}`);
+  if (!Array.isArray(s.handlers)) throw bad(where, `service '${name}' has no handlers array`);
+  const ingressPrivate = optBool(s, 'ingressPrivate', where) ?? false;
+  const seen = new Set<string>();
+  const handlers = s.handlers.map((h, i) => {
+    const handler = parseHandler(h, ty, ingressPrivate, `${where} (${name}) handlers[${i}]`);
+    if (seen.has(handler.name)) throw bad(where, `handler '${name}/${handler.name}' appears twice`);
+    seen.add(handler.name);
+    return handler;
+  });
+  if (ty === 'Workflow' && handlers.filter((h) => h.ty === 'Workflow').length !== 1) {
+    throw bad(where, `workflow '${name}' must have exactly one handler of type WORKFLOW`);
+  }
+  const svc: DiscoveredService = { name, ty, public: !ingressPrivate, handlers };
+  assign(svc, 'inactivity_timeout_ms', optMs(s, 'inactivityTimeout', where));
+  assign(svc, 'abort_timeout_ms', optMs(s, 'abortTimeout', where));
+  assign(svc, 'journal_retention_ms', optMs(s, 'journalRetention', where));
+  assign(svc, 'idempotency_retention_ms', optMs(s, 'idempotencyRetention', where));
+  assign(svc, 'enable_lazy_state', optBool(s, 'enableLazyState', where));
+  assign(svc, 'retry_policy', retryPolicy(s, where));
+  assign(svc, 'documentation', optString(s, 'documentation', where));
+  assign(svc, 'metadata', optMetadata(s, where));
+  return svc;
+}
+
+function parseHandler(h: unknown, serviceTy: ServiceType, servicePrivate: boolean, where: string): HandlerSchema {
+  if (!isObj(h)) throw bad(where, 'handler entry is not an object');
+  const name = h.name;
+  if (typeof name !== 'string' || !HANDLER_NAME.test(name)) throw bad(where, `invalid handler name ${JSON.stringify(name)}`);
+  let ty: HandlerType | undefined;
+  if (h.ty !== undefined && h.ty !== null) {
+    ty = typeof h.ty === 'string' ? HANDLER_TY[h.ty] : undefined;
+    if (!ty) throw bad(where, `handler '${name}' has an invalid ty ${JSON.stringify(h.ty)}`);
+  }
+  if (serviceTy === 'Service') {
+    if (ty !== undefined) throw bad(where, `handler '${name}' of a plain service must not have a ty`);
+  } else if (serviceTy === 'VirtualObject') {
+    ty ??= 'Exclusive';
+    if (ty === 'Workflow') throw bad(where, `handler '${name}' of a virtual object cannot be of type WORKFLOW`);
+  } else {
+    ty ??= 'Workflow';
+    if (ty === 'Exclusive') throw bad(where, `handler '${name}' of a workflow cannot be EXCLUSIVE`);
+  }
+  let input_content_type: string | undefined = '*/*';
+  let input_required = false;
+  if (h.input !== undefined && h.input !== null) {
+    if (!isObj(h.input)) throw bad(where, `handler '${name}' input must be an object`);
+    input_content_type = optString(h.input, 'contentType', where);
+    input_required = optBool(h.input, 'required', where) ?? false;
+  }
+  let output_content_type: string | undefined = 'application/json';
+  let output_set_content_type_if_empty = false;
+  if (h.output !== undefined && h.output !== null) {
+    if (!isObj(h.output)) throw bad(where, `handler '${name}' output must be an object`);
+    output_content_type = optString(h.output, 'contentType', where);
+    output_set_content_type_if_empty = optBool(h.output, 'setContentTypeIfEmpty', where) ?? false;
+  }
+  const isPrivate = optBool(h, 'ingressPrivate', where) ?? servicePrivate;
+  const out: HandlerSchema = { name, input_required, output_set_content_type_if_empty, public: !isPrivate };
+  assign(out, 'ty', ty);
+  assign(out, 'input_content_type', input_content_type);
+  assign(out, 'output_content_type', output_content_type);
+  assign(out, 'inactivity_timeout_ms', optMs(h, 'inactivityTimeout', where));
+  assign(out, 'abort_timeout_ms', optMs(h, 'abortTimeout', where));
+  assign(out, 'journal_retention_ms', optMs(h, 'journalRetention', where));
+  assign(out, 'idempotency_retention_ms', optMs(h, 'idempotencyRetention', where));
+  assign(out, 'workflow_completion_retention_ms', optMs(h, 'workflowCompletionRetention', where));
+  assign(out, 'enable_lazy_state', optBool(h, 'enableLazyState', where));
+  assign(out, 'retry_policy', retryPolicy(h, where));
+  assign(out, 'documentation', optString(h, 'documentation', where));
+  assign(out, 'metadata', optMetadata(h, where));
+  return out;
+}

@@ -1,0 +1,355 @@
+// The schema registry: deployments, services with revisions and handlers, folded from the
+// metadata log; registration rules META0004–META0017.
+
+import type { Config } from '../config/index.js';
+import type { Logger } from '../common/logger.js';
+import { newDeploymentId } from '../common/ids.js';
+import { KeelError } from '../errors/index.js';
+import { discover as defaultDiscover, normaliseUri, type DiscoveryTarget } from './discovery.js';
+import { MetaLog, type MetaRecord } from './store.js';
+import type {
+  DeploymentSchema,
+  DiscoveredEndpoint,
+  DiscoveredService,
+  HandlerSchema,
+  RegisterRequest,
+  ServiceSchema,
+  UpdateRequest,
+} from './types.js';
+
+export type {
+  DeploymentSchema,
+  DiscoveredEndpoint,
+  DiscoveredService,
+  HandlerSchema,
+  HandlerType,
+  ProtocolType,
+  RegisterRequest,
+  RetryPolicyOverride,
+  ServiceSchema,
+  ServiceType,
+  UpdateRequest,
+} from './types.js';
+
+export interface RegistryOptions {
+  /** Replaces the discovery client (tests, function platforms later). */
+  discover?: (target: DiscoveryTarget) => Promise<DiscoveredEndpoint>;
+  discoveryTimeoutMs?: number;
+}
+
+/** Reserved service names: `restate…` (any case) and `openapi`. */
+export function isReservedServiceName(name: string): boolean {
+  return /^restate/i.test(name) || name.toLowerCase() === 'openapi';
+}
+
+function stable(value: unknown): string {
+  return JSON.stringify(value, (_k, v: unknown) =>
+    v !== null && typeof v === 'object' && !Array.isArray(v)
+      ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+      : v,
+  );
+}
+
+function strip(s: ServiceSchema | DiscoveredService): DiscoveredService {
+  const { revision: _r, deployment_id: _d, ...rest } = s as ServiceSchema;
+  return rest;
+}
+
+function sameDiscovered(d: DeploymentSchema, e: DiscoveredEndpoint): boolean {
+  return (
+    d.protocol_type === e.protocol_type &&
+    d.min_protocol_version === e.min_protocol_version &&
+    d.max_protocol_version === e.max_protocol_version &&
+    stable(d.services.map(strip)) === stable(e.services.map(strip))
+  );
+}
+
+function notFound(id: string): KeelError {
+  return new KeelError(undefined, `The requested deployment '${id}' does not exist`, 404);
+}
+
+function checkHeaders(h: unknown): Record<string, string> | undefined {
+  if (h === undefined || h === null) return undefined;
+  if (typeof h !== 'object' || Array.isArray(h) || Object.values(h).some((v) => typeof v !== 'string')) {
+    throw new KeelError(undefined, 'additional_headers must be an object mapping header names to string values', 400);
+  }
+  for (const name of Object.keys(h)) {
+    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) throw new KeelError(undefined, `invalid header name '${name}' in additional_headers`, 400);
+  }
+  return { ...(h as Record<string, string>) };
+}
+
+export class Registry {
+  private readonly byId = new Map<string, DeploymentSchema>();
+  private readonly maxRevision = new Map<string, number>();
+  private latest = new Map<string, ServiceSchema>();
+  private queue: Promise<unknown> = Promise.resolve();
+  private closed = false;
+
+  private constructor(
+    private readonly log: MetaLog,
+    private readonly logger: Logger,
+    private readonly discoverFn: (target: DiscoveryTarget) => Promise<DiscoveredEndpoint>,
+  ) {}
+
+  static async open(config: Config, logger: Logger, opts: RegistryOptions = {}): Promise<Registry> {
+    const { log, records } = await MetaLog.open(config.meta.storage_path);
+    const timeoutMs = opts.discoveryTimeoutMs;
+    const discoverFn = opts.discover ?? ((t: DiscoveryTarget) => defaultDiscover(t, timeoutMs !== undefined ? { timeoutMs } : {}));
+    const reg = new Registry(log, logger, discoverFn);
+    try {
+      for (const r of records) reg.apply(r);
+    } catch (err) {
+      await log.close().catch(() => {});
+      throw new KeelError(
+        'META0005',
+        `meta storage at ${config.meta.storage_path} cannot be applied (${(err as Error).message}); ` +
+          `wipe meta.storage_path and register the deployments again, in their earlier order`,
+        500,
+      );
+    }
+    reg.recompute();
+    logger.info({ deployments: reg.byId.size, services: reg.latest.size }, 'schema registry opened');
+    return reg;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.queue.catch(() => {});
+    await this.log.close();
+  }
+
+  service(name: string): ServiceSchema | undefined {
+    return this.latest.get(name);
+  }
+
+  handler(service: string, handler: string): { service: ServiceSchema; handler: HandlerSchema } | undefined {
+    const svc = this.latest.get(service);
+    const h = svc?.handlers.find((x) => x.name === handler);
+    return svc && h ? { service: svc, handler: h } : undefined;
+  }
+
+  deployment(id: string): DeploymentSchema | undefined {
+    return this.byId.get(id);
+  }
+
+  deployments(): DeploymentSchema[] {
+    return [...this.byId.values()];
+  }
+
+  services(): ServiceSchema[] {
+    return [...this.latest.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
+  register(req: RegisterRequest): Promise<{ created: boolean; deployment: DeploymentSchema }> {
+    return this.serial(() => this.doRegister(req));
+  }
+
+  updateInPlace(id: string, req: UpdateRequest): Promise<DeploymentSchema> {
+    return this.serial(() => this.doUpdate(id, req));
+  }
+
+  remove(id: string): Promise<boolean> {
+    return this.serial(async () => {
+      if (!this.byId.has(id)) return false;
+      await this.commit({ kind: 'deployment_removed', id });
+      this.logger.info({ deployment: id }, 'deployment removed');
+      return true;
+    });
+  }
+
+  // ---- internals ----
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.closed) return Promise.reject(new KeelError(undefined, 'the schema registry is closed', 503));
+    const run = this.queue.then(fn, fn);
+    this.queue = run.catch(() => {});
+    return run;
+  }
+
+  private async commit(rec: MetaRecord): Promise<void> {
+    await this.log.append(rec);
+    this.apply(rec);
+    this.recompute();
+  }
+
+  private apply(rec: MetaRecord): void {
+    if (rec.kind === 'deployment_removed') {
+      this.byId.delete(rec.id);
+      return;
+    }
+    const d = rec.deployment;
+    if (rec.kind === 'deployment_added' && this.byId.has(d.id)) throw new Error(`deployment ${d.id} added twice`);
+    if (rec.kind !== 'deployment_added' && !this.byId.has(d.id)) throw new Error(`deployment ${d.id} changed before it was added`);
+    for (const s of d.services) {
+      if (typeof s.name !== 'string' || !Number.isInteger(s.revision) || !Array.isArray(s.handlers)) throw new Error(`malformed service in deployment ${d.id}`);
+      this.maxRevision.set(s.name, Math.max(this.maxRevision.get(s.name) ?? 0, s.revision));
+    }
+    this.byId.set(d.id, d);
+  }
+
+  /** Latest revision of each service across the existing deployments. */
+  private recompute(): void {
+    const latest = new Map<string, ServiceSchema>();
+    for (const d of this.byId.values()) {
+      for (const s of d.services) {
+        const cur = latest.get(s.name);
+        if (!cur || s.revision > cur.revision) latest.set(s.name, s);
+      }
+    }
+    this.latest = latest;
+  }
+
+  private async runDiscovery(target: DiscoveryTarget): Promise<DiscoveredEndpoint> {
+    const found = await this.discoverFn(target);
+    for (const s of found.services) {
+      if (isReservedServiceName(s.name)) {
+        throw new KeelError(
+          'META0005',
+          `the service name '${s.name}' is reserved: names starting with 'restate' (any case) and 'openapi' cannot be registered`,
+          400,
+        );
+      }
+    }
+    return found;
+  }
+
+  private nextRevision(name: string): number {
+    return (this.maxRevision.get(name) ?? 0) + 1;
+  }
+
+  private async doRegister(req: RegisterRequest): Promise<{ created: boolean; deployment: DeploymentSchema }> {
+    if (typeof req.uri !== 'string') throw new KeelError(undefined, 'the field uri is required and must be a string', 400);
+    const uri = normaliseUri(req.uri);
+    const additional_headers = checkHeaders(req.additional_headers) ?? {};
+    const use_http_11 = req.use_http_11 === true;
+    const force = req.force === true;
+    const found = await this.runDiscovery({ uri, additional_headers, use_http_11 });
+
+    const atUri = this.deployments().filter((d) => d.uri === uri);
+    if (force && atUri.length >= 2) {
+      throw new KeelError(
+        'META0017',
+        `cannot force-add '${uri}': ${atUri.length} deployments use it (${atUri.map((d) => d.id).join(', ')}); ` +
+          `delete one of them with DELETE /deployments/{deployment_id}, then force-register`,
+        409,
+      );
+    }
+    const same = atUri.find((d) => sameDiscovered(d, found));
+    if (same) return { created: false, deployment: same };
+    if (!force && atUri.length > 0) {
+      throw new KeelError(
+        'META0004',
+        `the deployment '${atUri[0]!.id}' already uses '${uri}' and discovery returned different metadata; ` +
+          `deployments have a unique, immutable URI: register the changed code at a new one, or send "force": true ` +
+          `(in-flight invocations may become unrecoverable)`,
+        409,
+      );
+    }
+    const replacing = force ? atUri[0] : undefined;
+    if (!force && req.breaking !== true) this.checkRevisionCompatible(found.services);
+
+    const id = replacing?.id ?? newDeploymentId();
+    const metadata = req.metadata && typeof req.metadata === 'object' ? checkHeaders(req.metadata) : undefined;
+    const deployment: DeploymentSchema = {
+      id,
+      uri,
+      additional_headers,
+      use_http_11,
+      protocol_type: found.protocol_type,
+      min_protocol_version: found.min_protocol_version,
+      max_protocol_version: found.max_protocol_version,
+      ...(found.sdk_version ? { sdk_version: found.sdk_version } : {}),
+      ...(metadata ? { metadata } : {}),
+      created_at_ms: Date.now(),
+      services: found.services.map((s) => ({ ...s, revision: this.nextRevision(s.name), deployment_id: id })),
+    };
+    if (req.dry_run === true) return { created: !replacing, deployment };
+    await this.commit(replacing ? { kind: 'deployment_replaced', deployment } : { kind: 'deployment_added', deployment });
+    this.logger.info(
+      { deployment: id, uri, services: deployment.services.map((s) => `${s.name}@${s.revision}`), replaced: !!replacing },
+      replacing ? 'deployment replaced (force)' : 'deployment registered',
+    );
+    return { created: !replacing, deployment };
+  }
+
+  private checkRevisionCompatible(services: DiscoveredService[]): void {
+    for (const s of services) {
+      const prev = this.latest.get(s.name);
+      if (!prev) continue;
+      if (prev.ty !== s.ty) {
+        throw new KeelError(
+          'META0006',
+          `detected a new service revision for '${s.name}' changing the service type from ${prev.ty} (revision ${prev.revision}) to ${s.ty}. ` +
+            `Service type cannot be changed across revisions; register with "force": true to override`,
+          409,
+        );
+      }
+      const removed = prev.handlers.filter((h) => !s.handlers.some((n) => n.name === h.name)).map((h) => h.name);
+      if (removed.length > 0) {
+        throw new KeelError(
+          'META0006',
+          `detected a new service revision for '${s.name}' removing the handlers ${removed.map((h) => `'${h}'`).join(', ')} ` +
+            `of revision ${prev.revision}. Keep all previous handlers, or register with "force": true to override`,
+          409,
+        );
+      }
+    }
+  }
+
+  private async doUpdate(id: string, req: UpdateRequest): Promise<DeploymentSchema> {
+    const old = this.byId.get(id);
+    if (!old) throw notFound(id);
+    if (req.uri !== undefined && req.uri !== null && typeof req.uri !== 'string') throw new KeelError(undefined, 'uri must be a string', 400);
+    const uri = normaliseUri(req.uri ?? old.uri);
+    const additional_headers = checkHeaders(req.additional_headers) ?? old.additional_headers;
+    const use_http_11 = typeof req.use_http_11 === 'boolean' ? req.use_http_11 : old.use_http_11;
+    const found = await this.runDiscovery({ uri, additional_headers, use_http_11 });
+
+    const problems: string[] = [];
+    if (found.min_protocol_version !== old.min_protocol_version || found.max_protocol_version !== old.max_protocol_version) {
+      problems.push(
+        `the supported protocol versions change from [${old.min_protocol_version}, ${old.max_protocol_version}] ` +
+          `to [${found.min_protocol_version}, ${found.max_protocol_version}]`,
+      );
+    }
+    for (const prev of old.services) {
+      const next = found.services.find((s) => s.name === prev.name);
+      if (!next) {
+        problems.push(`service '${prev.name}' is removed`);
+        continue;
+      }
+      if (next.ty !== prev.ty) problems.push(`service '${prev.name}' changes type from ${prev.ty} to ${next.ty}`);
+      const removed = prev.handlers.filter((h) => !next.handlers.some((n) => n.name === h.name)).map((h) => h.name);
+      if (removed.length > 0) problems.push(`service '${prev.name}' loses handlers ${removed.map((h) => `'${h}'`).join(', ')}`);
+    }
+    if (problems.length > 0) {
+      throw new KeelError(
+        'META0016',
+        `cannot update deployment '${id}' in place: ${problems.join('; ')}. Every service must keep its type and handlers, ` +
+          `the deployment all its services and exactly the same protocol versions`,
+        409,
+      );
+    }
+    const updated: DeploymentSchema = {
+      ...old,
+      uri,
+      additional_headers,
+      use_http_11,
+      protocol_type: found.protocol_type,
+      min_protocol_version: found.min_protocol_version,
+      max_protocol_version: found.max_protocol_version,
+      services: found.services.map((s) => {
+        const prev = old.services.find((p) => p.name === s.name);
+        return { ...s, revision: prev ? prev.revision : this.nextRevision(s.name), deployment_id: id };
+      }),
+    };
+    if (found.sdk_version) updated.sdk_version = found.sdk_version;
+    else delete updated.sdk_version;
+    if (req.dry_run === true) return updated;
+    await this.commit({ kind: 'deployment_updated', deployment: updated });
+    this.logger.info({ deployment: id, uri }, 'deployment updated in place');
+    return updated;
+  }
+}

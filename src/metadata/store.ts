@@ -1,0 +1,127 @@
+// The metadata log: an append-only sequence of JSON records in its own classic-level DB under
+// meta.storage_path, plus a format version file written on first use.
+
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { ClassicLevel } from 'classic-level';
+import { KeelError } from '../errors/index.js';
+import type { DeploymentSchema } from './types.js';
+
+export const META_FORMAT_VERSION = 1;
+export const VERSION_FILE = 'KEEL_META_FORMAT_VERSION';
+const DB_DIR = 'log';
+
+export type MetaRecord =
+  | { kind: 'deployment_added'; deployment: DeploymentSchema }
+  | { kind: 'deployment_replaced'; deployment: DeploymentSchema }
+  | { kind: 'deployment_updated'; deployment: DeploymentSchema }
+  | { kind: 'deployment_removed'; id: string };
+
+const KINDS = new Set(['deployment_added', 'deployment_replaced', 'deployment_updated', 'deployment_removed']);
+
+function key(seq: number): string {
+  return `r/${seq.toString().padStart(16, '0')}`;
+}
+
+function corrupt(path: string, why: string): KeelError {
+  return new KeelError(
+    'META0005',
+    `meta storage at ${path} is corrupted (${why}); wipe meta.storage_path and register the deployments again, in their earlier order`,
+    500,
+  );
+}
+
+export class MetaLog {
+  private constructor(
+    private readonly db: ClassicLevel<string, string>,
+    readonly path: string,
+    private nextSeq: number,
+  ) {}
+
+  /** Checks the version file, opens the DB and reads every record, in order. */
+  static async open(path: string): Promise<{ log: MetaLog; records: MetaRecord[] }> {
+    const versionFile = join(path, VERSION_FILE);
+    if (existsSync(path)) {
+      let entries: string[];
+      try {
+        entries = readdirSync(path);
+      } catch (err) {
+        throw new KeelError(undefined, `cannot read meta storage directory ${path}: ${(err as Error).message}`, 500, { cause: err });
+      }
+      if (!entries.includes(VERSION_FILE)) {
+        if (entries.length > 0) {
+          throw new KeelError(
+            'META0011',
+            `meta storage directory ${path} is not empty but has no format version file ${VERSION_FILE}; wipe it or set another meta.storage_path`,
+            500,
+          );
+        }
+      } else {
+        const text = readFileSync(versionFile, 'utf8').trim();
+        if (text !== String(META_FORMAT_VERSION)) {
+          throw new KeelError(
+            'META0010',
+            `meta storage directory ${path} holds format version '${text}', this server reads version ${META_FORMAT_VERSION}; ` +
+              `use the server version that wrote it, wipe the directory or set another meta.storage_path`,
+            500,
+          );
+        }
+      }
+    }
+    mkdirSync(path, { recursive: true });
+    if (!existsSync(versionFile)) writeFileSync(versionFile, `${META_FORMAT_VERSION}\n`);
+
+    const db = new ClassicLevel<string, string>(join(path, DB_DIR), { keyEncoding: 'utf8', valueEncoding: 'utf8' });
+    try {
+      await db.open();
+    } catch (err) {
+      const cause = (err as { cause?: { code?: string } }).cause;
+      if (cause?.code === 'LEVEL_LOCKED') {
+        throw new KeelError(
+          undefined,
+          `meta storage at ${path} is locked by another process; stop the other Keel process or set another meta.storage_path`,
+          500,
+          { cause: err },
+        );
+      }
+      if (cause?.code === 'LEVEL_CORRUPTION') throw corrupt(path, (err as Error).message);
+      throw new KeelError(undefined, `cannot open meta storage at ${path}: ${(err as Error).message}`, 500, { cause: err });
+    }
+
+    const records: MetaRecord[] = [];
+    let nextSeq = 1;
+    try {
+      for await (const [k, v] of db.iterator({ gte: 'r/', lt: 'r0' })) {
+        const seq = Number(k.slice(2));
+        if (!Number.isInteger(seq) || seq !== nextSeq) throw corrupt(path, `unexpected record key ${k}`);
+        let rec: MetaRecord;
+        try {
+          rec = JSON.parse(v) as MetaRecord;
+        } catch {
+          throw corrupt(path, `record ${seq} is not valid JSON`);
+        }
+        if (!rec || typeof rec !== 'object' || !KINDS.has(rec.kind)) throw corrupt(path, `record ${seq} has an unknown kind`);
+        if (rec.kind === 'deployment_removed' ? typeof rec.id !== 'string' : !rec.deployment || typeof rec.deployment.id !== 'string' || !Array.isArray(rec.deployment.services)) {
+          throw corrupt(path, `record ${seq} is malformed`);
+        }
+        records.push(rec);
+        nextSeq++;
+      }
+    } catch (err) {
+      await db.close().catch(() => {});
+      if (err instanceof KeelError) throw err;
+      throw corrupt(path, (err as Error).message);
+    }
+    return { log: new MetaLog(db, path, nextSeq), records };
+  }
+
+  async append(rec: MetaRecord): Promise<void> {
+    const seq = this.nextSeq;
+    await this.db.batch().put(key(seq), JSON.stringify(rec)).write({ sync: true });
+    this.nextSeq = seq + 1;
+  }
+
+  async close(): Promise<void> {
+    await this.db.close();
+  }
+}

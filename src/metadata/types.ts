@@ -1,0 +1,94 @@
+// Schema types of the registry: deployments, services with revisions, handlers.
+
+export type ServiceType = 'Service' | 'VirtualObject' | 'Workflow';
+export type HandlerType = 'Exclusive' | 'Shared' | 'Workflow';
+export type ProtocolType = 'BidiStream' | 'RequestResponse';
+
+export interface RetryPolicyOverride {
+  initial_interval_ms?: number;
+  max_interval_ms?: number;
+  max_attempts?: number;
+  exponentiation_factor?: number;
+  on_max_attempts?: 'pause' | 'kill';
+}
+
+export interface HandlerSchema {
+  name: string;
+  ty?: HandlerType;
+  input_content_type?: string;
+  input_required: boolean;
+  output_content_type?: string;
+  output_set_content_type_if_empty: boolean;
+  public: boolean;
+  inactivity_timeout_ms?: number;
+  abort_timeout_ms?: number;
+  journal_retention_ms?: number;
+  idempotency_retention_ms?: number;
+  workflow_completion_retention_ms?: number;
+  enable_lazy_state?: boolean;
+  retry_policy?: RetryPolicyOverride;
+  documentation?: string;
+  metadata?: Record<string, string>;
+}
+
+export interface ServiceSchema {
+  name: string;
+  ty: ServiceType;
+  revision: number;
+  deployment_id: string;
+  public: boolean;
+  handlers: HandlerSchema[];
+  inactivity_timeout_ms?: number;
+  abort_timeout_ms?: number;
+  journal_retention_ms?: number;
+  idempotency_retention_ms?: number;
+  enable_lazy_state?: boolean;
+  retry_policy?: RetryPolicyOverride;
+  documentation?: string;
+  metadata?: Record<string, string>;
+}
+
+export interface DeploymentSchema {
+  id: string;
+  uri: string;
+  additional_headers: Record<string, string>;
+  use_http_11: boolean;
+  protocol_type: ProtocolType;
+  min_protocol_version: number;
+  max_protocol_version: number;
+  sdk_version?: string;
+  /** Free-form metadata given at registration (`--metadata k=v`). */
+  metadata?: Record<string, string>;
+  created_at_ms: number;
+  /** Services as discovered at this deployment, with the revision each got. */
+  services: ServiceSchema[];
+}
+
+/** A service as discovery reports it, before the registry assigns a revision and deployment. */
+export type DiscoveredService = Omit<ServiceSchema, 'revision' | 'deployment_id'>;
+
+export interface DiscoveredEndpoint {
+  protocol_type: ProtocolType;
+  min_protocol_version: number;
+  max_protocol_version: number;
+  sdk_version?: string;
+  services: DiscoveredService[];
+}
+
+export interface RegisterRequest {
+  uri: string;
+  additional_headers?: Record<string, string> | null;
+  use_http_11?: boolean;
+  force?: boolean;
+  dry_run?: boolean;
+  breaking?: boolean;
+  metadata?: Record<string, string> | null;
+}
+
+export interface UpdateRequest {
+  uri?: string;
+  additional_headers?: Record<string, string> | null;
+  use_http_11?: boolean;
+  dry_run?: boolean;
+  overwrite?: boolean;
+}
