@@ -1,0 +1,132 @@
+// Closed-loop load generator: `concurrency` workers, each sends one request, waits for the answer, sends the next.
+// Usage: node bench/loadgen.mjs '<json spec>'   → prints one JSON line with the results on stdout.
+// spec: { url, body, expect?, concurrency, warmupMs, durationMs, requestTimeoutMs, pids?: {server, service} }
+// CPU of the pids' process trees is sampled right before and right after the measured window (after the drain).
+import * as http from 'node:http';
+import { sampleCpu } from './proc.mjs';
+
+const spec = JSON.parse(process.argv[2]);
+const url = new URL(spec.url);
+const body = Buffer.from(spec.body ?? '{}');
+const concurrency = spec.concurrency;
+const agent = new http.Agent({ keepAlive: true, maxSockets: concurrency, maxFreeSockets: concurrency });
+const nowMs = () => Number(process.hrtime.bigint()) / 1e6;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function once() {
+  return new Promise((resolve) => {
+    const t0 = process.hrtime.bigint();
+    let done = false;
+    const finish = (r) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      r.ms = Number(process.hrtime.bigint() - t0) / 1e6;
+      resolve(r);
+    };
+    const req = http.request(
+      {
+        host: url.hostname,
+        port: url.port,
+        path: url.pathname + url.search,
+        method: 'POST',
+        agent,
+        headers: { 'content-type': 'application/json', 'content-length': body.length },
+      },
+      (res) => {
+        const chunks = [];
+        res.on('data', (c) => chunks.push(c));
+        res.on('error', (e) => finish({ ok: false, kind: e.code ?? 'response error', msg: e.message }));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          if (res.statusCode < 200 || res.statusCode >= 300) {
+            finish({ ok: false, kind: `HTTP ${res.statusCode}`, msg: text.slice(0, 300) });
+          } else if (spec.expect && !text.includes(spec.expect)) {
+            finish({ ok: false, kind: 'unexpected body', msg: text.slice(0, 300) });
+          } else finish({ ok: true });
+        });
+      },
+    );
+    const timer = setTimeout(() => {
+      finish({ ok: false, kind: 'timeout', msg: `no answer within ${spec.requestTimeoutMs} ms` });
+      req.destroy(new Error('timeout'));
+    }, spec.requestTimeoutMs);
+    req.on('error', (e) => finish({ ok: false, kind: e.code ?? 'request error', msg: e.message }));
+    req.end(body);
+  });
+}
+
+async function phase(durationMs, rec) {
+  const stopAt = nowMs() + durationMs;
+  const worker = async () => {
+    while (nowMs() < stopAt) {
+      const r = await once();
+      if (rec) rec(r);
+      // Do not spin on a dead server: back off a little after each error.
+      if (!r.ok) await sleep(20);
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, worker));
+}
+
+function pct(sorted, p) {
+  if (sorted.length === 0) return null;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[i];
+}
+
+if (spec.warmupMs > 0) await phase(spec.warmupMs, null);
+
+let lat = new Float64Array(1024);
+let ok = 0;
+let errors = 0;
+const errorKinds = {};
+const errorSamples = [];
+const rec = (r) => {
+  if (r.ok) {
+    if (ok === lat.length) {
+      const n = new Float64Array(lat.length * 2);
+      n.set(lat);
+      lat = n;
+    }
+    lat[ok++] = r.ms;
+  } else {
+    errors++;
+    errorKinds[r.kind] = (errorKinds[r.kind] ?? 0) + 1;
+    if (errorSamples.length < 3) errorSamples.push(`${r.kind}: ${r.msg}`);
+  }
+};
+
+const pids = spec.pids ?? {};
+const cpu0 = sampleCpu(pids);
+const t0 = nowMs();
+await phase(spec.durationMs, rec);
+const t1 = nowMs();
+const cpu1 = sampleCpu(pids);
+agent.destroy();
+
+const sorted = lat.subarray(0, ok).sort();
+const elapsedMs = t1 - t0;
+const cpuMs = {};
+for (const k of Object.keys(pids)) cpuMs[k] = cpu0[k] != null && cpu1[k] != null ? cpu1[k] - cpu0[k] : null;
+let sum = 0;
+for (const v of sorted) sum += v;
+process.stdout.write(
+  JSON.stringify({
+    ok,
+    errors,
+    errorKinds,
+    errorSamples,
+    elapsedMs,
+    rps: ok / (elapsedMs / 1000),
+    latencyMs: {
+      mean: ok ? sum / ok : null,
+      p50: pct(sorted, 50),
+      p90: pct(sorted, 90),
+      p99: pct(sorted, 99),
+      max: ok ? sorted[ok - 1] : null,
+    },
+    cpuMs,
+    cpuMsPerInvocation: Object.fromEntries(Object.entries(cpuMs).map(([k, v]) => [k, v != null && ok ? v / ok : null])),
+  }) + '\n',
+);

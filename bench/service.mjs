@@ -1,0 +1,42 @@
+// The SDK service endpoint both servers call during the benchmark.
+//   Bench/noop   – returns at once (no journal entries besides input/output)
+//   Bench/steps  – three ctx.run steps
+//   Greeter/greet – the seed's Greeter (uuid, run, durable 1 s sleep, run)
+// Run: node bench/service.mjs [port]   (PORT env works too; BENCH_SERVICE_HOST, default 127.0.0.1)
+//
+// Same as `restate.serve({services, port})` (which is http2.createServer(<endpoint handler>).listen(port)),
+// except that we bind to 127.0.0.1 only instead of all interfaces.
+import * as http2 from 'node:http2';
+import * as restate from '@restatedev/restate-sdk';
+import { greeter } from '../examples/greeter/greeter.mjs';
+
+export const bench = restate.service({
+  name: 'Bench',
+  handlers: {
+    noop: async (_ctx, req) => ({ ok: true, name: req?.name ?? null }),
+    steps: async (ctx, req) => {
+      const a = await ctx.run('step-1', () => 1);
+      const b = await ctx.run('step-2', () => a + 1);
+      const c = await ctx.run('step-3', () => b + 1);
+      return { steps: [a, b, c], name: req?.name ?? null };
+    },
+  },
+});
+
+export const services = [bench, greeter];
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const port = Number(process.argv[2] ?? process.env.PORT ?? 9080);
+  const host = process.env.BENCH_SERVICE_HOST ?? '127.0.0.1';
+  const server = http2.createServer(restate.createEndpointHandler({ services }));
+  server.on('error', (e) => {
+    console.error(`bench service: ${e.message}`);
+    process.exit(1);
+  });
+  server.listen(port, host, () => {
+    const addr = server.address();
+    // run.mjs waits for this line.
+    console.error(`bench service listening on ${host}:${addr.port}`);
+  });
+  for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => process.exit(0));
+}
