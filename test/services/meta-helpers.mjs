@@ -169,3 +169,21 @@ export function manifest(overrides = {}) {
     ...overrides,
   };
 }
+
+/** An HTTP/2 endpoint whose served SDK services can be swapped: `use(services)`. */
+export async function serveSwitchH2(t, services) {
+  let handler = restate.createEndpointHandler({ services });
+  const server = http2.createServer((req, res) => handler(req, res));
+  server.__sessions = new Set();
+  server.on('session', (s) => {
+    server.__sessions.add(s);
+    s.on('close', () => server.__sessions.delete(s));
+  });
+  const port = await listen(t, server);
+  return {
+    uri: `http://127.0.0.1:${port}/`,
+    use(next) {
+      handler = restate.createEndpointHandler({ services: next });
+    },
+  };
+}
