@@ -1,0 +1,328 @@
+import { createHash } from 'node:crypto';
+import { InvocationId } from '../common/ids.js';
+import type { Logger } from '../common/logger.js';
+import { KeelError } from '../errors/index.js';
+import { Outcome, type AttemptEnded, type CommandKind } from '../log/commands.js';
+import type { InvocationStatus, JournalEntry } from '../partition/state.js';
+import { FrameDecoder, encodeFrame } from './framing.js';
+import { MessageType, REQUESTED_ACK_FLAG, decode, encode, isCommand, isCustomEntry, pb } from './messages.js';
+import { openStream, type InvocationStream } from './transport.js';
+
+export interface AttemptDeployment {
+  id: string;
+  uri: string;
+  use_http_11: boolean;
+  additional_headers: Record<string, string>;
+  protocol_type: 'BidiStream' | 'RequestResponse';
+}
+
+export interface AttemptOptions {
+  status: InvocationStatus;
+  journal: JournalEntry[];
+  deployment: AttemptDeployment;
+  protocol_version: number;
+  inactivity_timeout_ms: number;
+  abort_timeout_ms: number;
+  message_size_limit_bytes: number;
+  /** Appends a command to the invocation's partition. */
+  append: (kind: CommandKind) => Promise<void>;
+  /** Called once the attempt is over, whatever the outcome. */
+  onClose: () => void;
+  /** Turns a failure into the AttemptEnded command (adds the retry decision). */
+  failed: (f: AttemptFailure) => AttemptEnded;
+  logger: Logger;
+}
+
+export interface AttemptFailure {
+  error_code: string;
+  failure_code: number;
+  message: string;
+  related_entry_index?: number;
+  related_entry_name?: string;
+  related_entry_type?: number;
+  next_retry_delay_ms?: number;
+  /** 1 = pause, 2 = fail (ErrorMessage.behavior of protocol v7). */
+  behavior?: number;
+}
+
+/**
+ * One attempt of an invocation: sends StartMessage and the journal, then turns every message
+ * of the endpoint into a log command. In bidirectional mode it stays open to receive
+ * notifications (`forward`) until the endpoint ends, suspends or fails.
+ */
+export class Attempt {
+  readonly id: string;
+  readonly epoch: number;
+  private stream: InvocationStream | undefined;
+  private decoder: FrameDecoder;
+  private finished = false;
+  private responded = false;
+  private sdk_version: string | undefined;
+  private inactivity: NodeJS.Timeout | undefined;
+  private abortTimer: NodeJS.Timeout | undefined;
+  private readonly bidi: boolean;
+  /** Appends are chained so that the log sees the endpoint's messages in their order. */
+  private chain: Promise<void> = Promise.resolve();
+
+  constructor(private readonly o: AttemptOptions) {
+    this.id = o.status.id;
+    this.epoch = o.status.epoch;
+    this.decoder = new FrameDecoder(o.message_size_limit_bytes);
+    this.bidi = o.deployment.protocol_type === 'BidiStream' && !o.deployment.use_http_11;
+  }
+
+  start(): void {
+    const { status, journal, deployment, protocol_version } = this.o;
+    const contentType = `application/vnd.restate.invocation.v${protocol_version}`;
+    this.stream = openStream(
+      {
+        uri: deployment.uri,
+        use_http_11: deployment.use_http_11,
+        path: `/invoke/${encodeURIComponent(status.service)}/${encodeURIComponent(status.handler)}`,
+        headers: {
+          ...deployment.additional_headers,
+          'content-type': contentType,
+          accept: contentType,
+          'x-restate-invocation-id': status.id,
+          ...(status.key ? { 'x-restate-service-key': encodeURIComponent(status.key) } : {}),
+        },
+      },
+      {
+        onResponse: (code, headers) => this.onResponse(code, headers, contentType),
+        onData: (chunk) => this.onData(chunk),
+        onEnd: () => this.onStreamEnd(),
+        onError: (err) => this.fail({ error_code: 'RT0010', failure_code: 500, message: `network error talking to ${deployment.uri}: ${err.message}` }),
+      },
+    );
+    const id = InvocationId.parse(status.id)!;
+    const start = encode(pb.Start, {
+      id: id.bytes,
+      debug_id: status.id,
+      known_entries: journal.length,
+      key: status.key,
+      partial_state: false,
+      retry_count_since_last_stored_entry: status.retry_count,
+      duration_since_last_stored_entry: Math.max(0, Date.now() - status.modified_at_ms),
+      random_seed: randomSeed(id),
+    });
+    const frames = [encodeFrame(MessageType.Start, start)];
+    for (const e of journal) frames.push(encodeFrame(e.type, e.payload));
+    this.stream.write(Buffer.concat(frames));
+    if (this.bidi) this.armInactivity();
+    else this.stream.end();
+  }
+
+  /** Delivers a notification or ack to the endpoint, when the stream can still take it. */
+  forward(type: number, payload: Uint8Array): void {
+    if (this.finished || !this.bidi || this.stream === undefined) return;
+    this.stream.write(encodeFrame(type, payload));
+    this.armInactivity();
+  }
+
+  /** Stops the attempt without recording anything (kill, shutdown). */
+  abort(): void {
+    if (this.finished) return;
+    this.close();
+  }
+
+  private onResponse(code: number, headers: Record<string, string | string[] | undefined>, contentType: string): void {
+    this.responded = true;
+    const server = headers['x-restate-server'];
+    if (typeof server === 'string') this.sdk_version = server;
+    if (code === 200) {
+      const ct = headers['content-type'];
+      if (typeof ct === 'string' && ct.split(';')[0]!.trim() !== contentType) {
+        this.fail({ error_code: 'RT0012', failure_code: 571, message: `endpoint answered with content-type '${ct}', expected '${contentType}'` });
+      }
+      return;
+    }
+    const byStatus: Record<number, [string, string]> = {
+      413: ['RT0019', 'the endpoint answered 413 Payload Too Large'],
+      415: ['RT0015', `the endpoint answered 415: it does not support protocol ${contentType}`],
+      502: ['RT0010', 'the endpoint answered 502 Bad Gateway'],
+      503: ['RT0010', 'the endpoint answered 503 Service Unavailable'],
+      504: ['RT0010', 'the endpoint answered 504 Gateway Timeout'],
+    };
+    const [error_code, message] = byStatus[code] ?? ['RT0012', `the endpoint answered HTTP ${code} to the invocation request`];
+    this.fail({ error_code, failure_code: code, message });
+  }
+
+  private onData(chunk: Buffer): void {
+    if (this.finished) return;
+    this.armInactivity();
+    let frames;
+    try {
+      frames = this.decoder.push(chunk);
+    } catch (err) {
+      const e = err as KeelError;
+      this.fail({ error_code: e.code ?? 'RT0012', failure_code: 571, message: e.message });
+      return;
+    }
+    for (const f of frames) {
+      if (this.finished) {
+        this.o.logger.warn({ code: 'RT0012', invocation: this.id }, `message 0x${f.type.toString(16)} after the end of the attempt ignored`);
+        return;
+      }
+      this.onMessage(f.type, f.flags, f.payload);
+    }
+  }
+
+  private onMessage(type: number, flags: number, payload: Uint8Array): void {
+    const entry = Buffer.from(payload);
+    if (isCommand(type) || isCustomEntry(type)) {
+      this.record({ journal_append: this.entry(type, entry) });
+      return;
+    }
+    switch (type) {
+      case MessageType.ProposeRunCompletion: {
+        const p = decode(pb.ProposeRunCompletion, payload);
+        const result = p.failure ? { failure: p.failure } : { value: { content: p.value ?? Buffer.alloc(0) } };
+        const notification = Buffer.from(encode(pb.Notification, { completion_id: p.result_completion_id ?? 0, ...result }));
+        this.record({
+          journal_append: { ...this.entry(MessageType.RunCompletion, notification), requested_ack: (flags & REQUESTED_ACK_FLAG) !== 0 },
+        });
+        return;
+      }
+      case MessageType.End:
+        this.end({ outcome: Outcome.END });
+        return;
+      case MessageType.Suspension: {
+        const s = decode(pb.Suspension, payload);
+        const waiting = { completions: s.waiting_completions ?? [], signals: s.waiting_signals ?? [], named: s.waiting_named_signals ?? [] };
+        if (s.awaiting_on) flattenFuture(s.awaiting_on, waiting);
+        if (waiting.completions.length + waiting.signals.length + waiting.named.length === 0) {
+          this.fail({ error_code: 'RT0012', failure_code: 571, message: 'suspension without anything to wait for' });
+          return;
+        }
+        this.end({
+          outcome: Outcome.SUSPENDED,
+          waiting_completions: waiting.completions,
+          waiting_signals: waiting.signals,
+          waiting_named_signals: waiting.named,
+        });
+        return;
+      }
+      case MessageType.Error: {
+        const e = decode(pb.Error, payload);
+        const code = e.code ?? 500;
+        const failure: AttemptFailure = {
+          error_code: code === 570 ? 'RT0016' : code === 571 ? 'RT0012' : 'RT0007',
+          failure_code: code,
+          message: e.message ?? '',
+        };
+        if (e.related_command_index !== undefined) failure.related_entry_index = e.related_command_index;
+        if (e.related_command_name) failure.related_entry_name = e.related_command_name;
+        if (e.related_command_type !== undefined) failure.related_entry_type = e.related_command_type;
+        if (e.next_retry_delay !== undefined) failure.next_retry_delay_ms = Number(e.next_retry_delay);
+        if (e.behavior) failure.behavior = e.behavior;
+        this.fail(failure);
+        return;
+      }
+      case MessageType.AwaitingOn:
+        return;
+      default:
+        this.fail({ error_code: 'RT0012', failure_code: 571, message: `unexpected message type 0x${type.toString(16)} from the endpoint` });
+    }
+  }
+
+  private entry(type: number, entry: Buffer) {
+    return {
+      invocation_id: InvocationId.parse(this.id)!.bytes,
+      epoch: this.epoch,
+      entry_type: type,
+      entry,
+      deployment_id: this.o.deployment.id,
+      protocol_version: this.o.protocol_version,
+    };
+  }
+
+  private onStreamEnd(): void {
+    if (this.finished) return;
+    this.fail({
+      error_code: this.responded ? 'RT0012' : 'RT0010',
+      failure_code: 571,
+      message: 'the endpoint closed the invocation stream without End, Suspension or Error',
+    });
+  }
+
+  private end(ended: Omit<AttemptEnded, 'invocation_id' | 'epoch'>): void {
+    const cmd: AttemptEnded = {
+      invocation_id: InvocationId.parse(this.id)!.bytes,
+      epoch: this.epoch,
+      deployment_id: this.o.deployment.id,
+      protocol_version: this.o.protocol_version,
+      ...(this.sdk_version ? { sdk_version: this.sdk_version } : {}),
+      ...ended,
+    };
+    this.record({ attempt_ended: cmd });
+    this.close();
+  }
+
+  private fail(f: AttemptFailure): void {
+    if (this.finished) return;
+    const level = f.error_code === 'RT0007' ? 'warn' : 'error';
+    this.o.logger[level]({ code: f.error_code, invocation: this.id, epoch: this.epoch, failure_code: f.failure_code }, f.message);
+    const cmd = this.o.failed(f);
+    cmd.deployment_id = this.o.deployment.id;
+    cmd.protocol_version = this.o.protocol_version;
+    if (this.sdk_version) cmd.sdk_version = this.sdk_version;
+    this.record({ attempt_ended: cmd });
+    this.close();
+  }
+
+  private record(kind: CommandKind): void {
+    this.chain = this.chain.then(
+      () => this.o.append(kind),
+      () => this.o.append(kind),
+    );
+    this.chain.catch((err) => this.o.logger.error({ err, invocation: this.id }, 'cannot record a message of the attempt'));
+  }
+
+  private close(): void {
+    this.finished = true;
+    clearTimeout(this.inactivity);
+    clearTimeout(this.abortTimer);
+    this.stream?.abort();
+    this.o.onClose();
+  }
+
+  /**
+   * Bidirectional mode: after `inactivity_timeout` without any message, ask the endpoint to
+   * suspend by closing our side; if it then stays silent for `abort_timeout`, abort (RT0001).
+   */
+  private armInactivity(): void {
+    if (!this.bidi || this.finished) return;
+    clearTimeout(this.inactivity);
+    if (this.abortTimer !== undefined) {
+      clearTimeout(this.abortTimer);
+      this.abortTimer = setTimeout(() => this.abortSilent(), this.o.abort_timeout_ms);
+      return;
+    }
+    this.inactivity = setTimeout(() => {
+      this.stream?.end();
+      this.abortTimer = setTimeout(() => this.abortSilent(), this.o.abort_timeout_ms);
+    }, this.o.inactivity_timeout_ms);
+  }
+
+  private abortSilent(): void {
+    this.fail({
+      error_code: 'RT0001',
+      failure_code: 500,
+      message: `no message from the endpoint within the abort timeout (${this.o.abort_timeout_ms} ms)`,
+    });
+  }
+}
+
+function flattenFuture(f: any, into: { completions: number[]; signals: number[]; named: string[] }): void {
+  into.completions.push(...(f.waiting_completions ?? []));
+  into.signals.push(...(f.waiting_signals ?? []));
+  into.named.push(...(f.waiting_named_signals ?? []));
+  for (const n of f.nested_futures ?? []) flattenFuture(n, into);
+}
+
+/** Stable across retries and restarts: derived from the invocation id (53 bits, exact in JS). */
+function randomSeed(id: InvocationId): number {
+  const h = createHash('sha256').update(id.bytes).digest();
+  return h.readUIntBE(0, 6) * 32 + (h[6]! >> 3);
+}
+

@@ -1,0 +1,178 @@
+import type { Config, RetryPolicy } from '../config/index.js';
+import { InvocationId } from '../common/ids.js';
+import type { Logger } from '../common/logger.js';
+import { Outcome, Then, type AttemptEnded } from '../log/commands.js';
+import type { PartitionProcessor } from '../partition/processor.js';
+import { Attempt, type AttemptDeployment, type AttemptFailure } from './attempt.js';
+import { decideRetry } from './retry.js';
+
+export const MIN_PROTOCOL_VERSION = 5;
+export const MAX_PROTOCOL_VERSION = 7;
+
+interface RetryOverride {
+  initial_interval_ms?: number;
+  max_interval_ms?: number;
+  max_attempts?: number;
+  exponentiation_factor?: number;
+  on_max_attempts?: 'pause' | 'kill';
+}
+
+interface HandlerOptions {
+  name: string;
+  inactivity_timeout_ms?: number;
+  abort_timeout_ms?: number;
+  retry_policy?: RetryOverride;
+}
+
+/** What the invoker needs of the schema registry. */
+export interface DeploymentLookup {
+  deployment(id: string): (AttemptDeployment & { min_protocol_version: number; max_protocol_version: number }) | undefined;
+  service(name: string):
+    | { deployment_id: string; inactivity_timeout_ms?: number; abort_timeout_ms?: number; retry_policy?: RetryOverride; handlers: HandlerOptions[] }
+    | undefined;
+}
+
+interface Queued {
+  processor: PartitionProcessor;
+  id: string;
+  epoch: number;
+}
+
+const MAX_WAITING_ATTEMPTS = 1_000_000;
+
+/**
+ * Runs invocation attempts against service endpoints, at most
+ * `concurrent_invocations_limit` at once; the others wait their turn in arrival order.
+ */
+export class Invoker {
+  private readonly live = new Map<string, Attempt>();
+  private readonly waiting: Queued[] = [];
+  private running = 0;
+  private stopped = false;
+
+  constructor(
+    private readonly config: Config,
+    private readonly registry: DeploymentLookup,
+    private readonly logger: Logger,
+  ) {}
+
+  start(processor: PartitionProcessor, id: string, epoch: number): void {
+    if (this.stopped) return;
+    if (this.waiting.length >= MAX_WAITING_ATTEMPTS) {
+      this.logger.error({ invocation: id }, 'too many attempts waiting; this one starts after a restart');
+      return;
+    }
+    this.waiting.push({ processor, id, epoch });
+    this.drain();
+  }
+
+  private drain(): void {
+    while (this.running < this.config.worker.invoker.concurrent_invocations_limit && this.waiting.length > 0) {
+      const next = this.waiting.shift()!;
+      this.launch(next.processor, next.id, next.epoch);
+    }
+  }
+
+  forward(id: string, epoch: number, type: number, payload: Uint8Array): void {
+    const attempt = this.live.get(id);
+    if (attempt !== undefined && attempt.epoch === epoch) attempt.forward(type, payload);
+  }
+
+  abort(id: string): void {
+    this.live.get(id)?.abort();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    this.waiting.length = 0;
+    for (const a of [...this.live.values()]) a.abort();
+  }
+
+  private launch(processor: PartitionProcessor, id: string, epoch: number): void {
+    const status = processor.invocation(id);
+    // The snapshot is taken now: notifications folded before this point are in the journal,
+    // later ones are forwarded to the live attempt.
+    if (status === undefined || status.status !== 'running' || status.epoch !== epoch) return;
+    const journal = processor.state.journals.get(id) ?? [];
+    const service = this.registry.service(status.service);
+    const handler = service?.handlers.find((h) => h.name === status.handler);
+    const policy = retryPolicy(this.config.default_retry_policy, service?.retry_policy, handler?.retry_policy);
+    const invocationBytes = InvocationId.parse(id)!.bytes;
+    const failed = (f: AttemptFailure): AttemptEnded => {
+      const decision = f.behavior === 1 ? { then: Then.PAUSE, retry_at_ms: 0 }
+        : f.behavior === 2 ? { then: Then.FAIL, retry_at_ms: 0 }
+        : decideRetry(policy, (processor.invocation(id)?.retry_count ?? 0) + 1, Date.now(), f.next_retry_delay_ms);
+      const cmd: AttemptEnded = {
+        invocation_id: invocationBytes,
+        epoch,
+        outcome: Outcome.FAILED,
+        error_code: f.error_code,
+        failure_code: f.failure_code,
+        failure_message: f.message,
+        retry_at_ms: decision.retry_at_ms,
+        then: decision.then,
+      };
+      if (f.related_entry_index !== undefined) cmd.related_entry_index = f.related_entry_index;
+      if (f.related_entry_name !== undefined) cmd.related_entry_name = f.related_entry_name;
+      if (f.related_entry_type !== undefined) cmd.related_entry_type = f.related_entry_type;
+      return cmd;
+    };
+    const deploymentId = status.deployment_id ?? service?.deployment_id;
+    const deployment = deploymentId === undefined ? undefined : this.registry.deployment(deploymentId);
+    if (deployment === undefined) {
+      const message = status.deployment_id
+        ? `deployment ${status.deployment_id} that the invocation is pinned to no longer exists`
+        : `no deployment found for service ${status.service}`;
+      this.logger.error({ code: 'RT0011', invocation: id }, message);
+      void processor
+        .append({ attempt_ended: failed({ error_code: 'RT0011', failure_code: 500, message }) })
+        .catch(() => {});
+      return;
+    }
+    const version = Math.min(deployment.max_protocol_version, MAX_PROTOCOL_VERSION);
+    const pinned = status.protocol_version;
+    const protocol_version = pinned ?? version;
+    if (protocol_version < Math.max(MIN_PROTOCOL_VERSION, deployment.min_protocol_version) || protocol_version > MAX_PROTOCOL_VERSION) {
+      const [code, message] = pinned !== undefined
+        ? ['RT0014', `the invocation was started with protocol version ${pinned}, which cannot be resumed here`]
+        : ['RT0013', `deployment ${deployment.id} supports none of the protocol versions ${MIN_PROTOCOL_VERSION}-${MAX_PROTOCOL_VERSION}`];
+      this.logger.error({ code, invocation: id }, message);
+      void processor.append({ attempt_ended: failed({ error_code: code!, failure_code: 500, message: message! }) }).catch(() => {});
+      return;
+    }
+    this.running += 1;
+    const attempt = new Attempt({
+      status,
+      journal,
+      deployment,
+      protocol_version,
+      inactivity_timeout_ms: handler?.inactivity_timeout_ms ?? service?.inactivity_timeout_ms ?? this.config.worker.invoker.inactivity_timeout_ms,
+      abort_timeout_ms: handler?.abort_timeout_ms ?? service?.abort_timeout_ms ?? this.config.worker.invoker.abort_timeout_ms,
+      message_size_limit_bytes: this.config.worker.invoker.message_size_limit_bytes,
+      append: (kind) => processor.append(kind),
+      failed,
+      onClose: () => {
+        if (this.live.get(id) === attempt) this.live.delete(id);
+        this.running -= 1;
+        this.drain();
+      },
+      logger: this.logger,
+    });
+    this.live.get(id)?.abort();
+    this.live.set(id, attempt);
+    attempt.start();
+  }
+}
+
+function retryPolicy(base: RetryPolicy, ...overrides: Array<RetryOverride | undefined>): RetryPolicy {
+  const p = { ...base };
+  for (const o of overrides) {
+    if (o === undefined) continue;
+    if (o.initial_interval_ms !== undefined) p.initial_interval_ms = o.initial_interval_ms;
+    if (o.max_interval_ms !== undefined) p.max_interval_ms = o.max_interval_ms;
+    if (o.max_attempts !== undefined) p.max_attempts = o.max_attempts;
+    if (o.exponentiation_factor !== undefined) p.exponentiation_factor = o.exponentiation_factor;
+    if (o.on_max_attempts !== undefined) p.on_max_attempts = o.on_max_attempts;
+  }
+  return p;
+}

@@ -1,0 +1,24 @@
+import type { RetryPolicy } from '../config/index.js';
+import { Then } from '../log/commands.js';
+
+export interface RetryDecision {
+  then: number;
+  retry_at_ms: number;
+}
+
+/**
+ * What to do after the `failed_attempts`-th failed attempt (1 for the first failure):
+ * retry after an exponential backoff, or, once the attempts are used up, pause or fail.
+ */
+export function decideRetry(policy: RetryPolicy, failed_attempts: number, now_ms: number, override_delay_ms?: number): RetryDecision {
+  if (policy.max_attempts !== undefined && failed_attempts >= policy.max_attempts) {
+    return { then: policy.on_max_attempts === 'kill' ? Then.FAIL : Then.PAUSE, retry_at_ms: 0 };
+  }
+  return { then: Then.RETRY, retry_at_ms: now_ms + (override_delay_ms ?? backoff_ms(policy, failed_attempts)) };
+}
+
+/** Delay before the attempt after the `failed_attempts`-th failure. */
+export function backoff_ms(policy: RetryPolicy, failed_attempts: number): number {
+  const exp = policy.initial_interval_ms * policy.exponentiation_factor ** Math.max(0, failed_attempts - 1);
+  return Math.min(Math.round(exp), policy.max_interval_ms);
+}

@@ -1,0 +1,135 @@
+import http from 'node:http';
+import http2 from 'node:http2';
+
+/** What an attempt hears from its HTTP exchange with the endpoint. */
+export interface StreamHandlers {
+  onResponse(status: number, headers: Record<string, string | string[] | undefined>): void;
+  onData(chunk: Buffer): void;
+  /** The response ended cleanly. */
+  onEnd(): void;
+  /** The exchange broke: connection refused, reset, aborted. */
+  onError(err: Error): void;
+}
+
+/** One invocation stream: bidirectional over HTTP/2, or request-response over either version. */
+export interface InvocationStream {
+  write(bytes: Buffer): void;
+  /** Ends the request body (in bidirectional mode: asks the SDK to suspend). */
+  end(): void;
+  abort(): void;
+}
+
+export interface StreamTarget {
+  /** Base URI of the deployment; `/invoke/{service}/{handler}` is appended to its path. */
+  uri: string;
+  use_http_11: boolean;
+  path: string;
+  headers: Record<string, string>;
+}
+
+const sessions = new Map<string, http2.ClientHttp2Session>();
+const agent = new http.Agent({ keepAlive: true, maxSockets: 256 });
+
+function session(origin: string): http2.ClientHttp2Session {
+  const existing = sessions.get(origin);
+  if (existing !== undefined && !existing.closed && !existing.destroyed) return existing;
+  const s = http2.connect(origin, { peerMaxConcurrentStreams: 1000 });
+  // An idle cached session must not keep the process alive.
+  s.unref();
+  s.on('error', () => sessions.delete(origin));
+  s.on('close', () => {
+    if (sessions.get(origin) === s) sessions.delete(origin);
+  });
+  s.on('goaway', () => {
+    if (sessions.get(origin) === s) sessions.delete(origin);
+  });
+  sessions.set(origin, s);
+  return s;
+}
+
+export function joinPath(uri: string, path: string): URL {
+  const url = new URL(uri);
+  url.pathname = url.pathname.replace(/\/+$/, '') + path;
+  return url;
+}
+
+export function openStream(target: StreamTarget, h: StreamHandlers): InvocationStream {
+  const url = joinPath(target.uri, target.path);
+  return target.use_http_11 ? openHttp1(url, target.headers, h) : openHttp2(url, target.headers, h);
+}
+
+function openHttp2(url: URL, headers: Record<string, string>, h: StreamHandlers): InvocationStream {
+  let done = false;
+  const finish = (f: () => void) => {
+    if (done) return;
+    done = true;
+    f();
+  };
+  let req: http2.ClientHttp2Stream;
+  try {
+    req = session(url.origin).request({ ':method': 'POST', ':path': url.pathname + url.search, ...headers }, { endStream: false });
+  } catch (err) {
+    setImmediate(() => finish(() => h.onError(err as Error)));
+    return { write() {}, end() {}, abort() {} };
+  }
+  req.on('response', (hdrs) => h.onResponse(Number(hdrs[':status']), hdrs as Record<string, string>));
+  req.on('data', (chunk: Buffer) => {
+    if (!done) h.onData(chunk);
+  });
+  req.on('end', () => finish(() => h.onEnd()));
+  req.on('error', (err) => finish(() => h.onError(err)));
+  req.on('close', () => finish(() => h.onError(new Error(`stream closed (code ${req.rstCode})`))));
+  return {
+    write(bytes) {
+      if (!req.writableEnded && !req.destroyed) req.write(bytes);
+    },
+    end() {
+      if (!req.writableEnded && !req.destroyed) req.end();
+    },
+    abort() {
+      done = true;
+      if (!req.destroyed) req.close(http2.constants.NGHTTP2_CANCEL);
+    },
+  };
+}
+
+function openHttp1(url: URL, headers: Record<string, string>, h: StreamHandlers): InvocationStream {
+  let done = false;
+  const finish = (f: () => void) => {
+    if (done) return;
+    done = true;
+    f();
+  };
+  const chunks: Buffer[] = [];
+  let req: http.ClientRequest | undefined;
+  return {
+    write(bytes) {
+      if (req === undefined) chunks.push(bytes);
+    },
+    end() {
+      if (req !== undefined) return;
+      const body = Buffer.concat(chunks);
+      req = http.request(url, { method: 'POST', agent, headers: { ...headers, 'content-length': String(body.length) } }, (res) => {
+        h.onResponse(res.statusCode ?? 0, res.headers);
+        res.on('data', (chunk: Buffer) => {
+          if (!done) h.onData(chunk);
+        });
+        res.on('end', () => finish(() => h.onEnd()));
+        res.on('error', (err) => finish(() => h.onError(err)));
+        res.on('aborted', () => finish(() => h.onError(new Error('response aborted'))));
+      });
+      req.on('error', (err) => finish(() => h.onError(err)));
+      req.end(body);
+    },
+    abort() {
+      done = true;
+      req?.destroy();
+    },
+  };
+}
+
+export function closeAllSessions(): void {
+  for (const s of sessions.values()) s.close();
+  sessions.clear();
+  agent.destroy();
+}

@@ -1,0 +1,85 @@
+import { fileURLToPath } from 'node:url';
+import protobuf from 'protobufjs';
+
+const root = new protobuf.Root().loadSync(fileURLToPath(new URL('../../proto/keel.proto', import.meta.url)), { keepCase: true });
+const CommandType = root.lookupType('keel.log.Command');
+
+export interface Header {
+  key: string;
+  value: string;
+}
+
+export interface Invoke {
+  invocation_id: Buffer;
+  service: string;
+  handler: string;
+  key?: string;
+  input?: Buffer;
+  headers?: Header[];
+  idempotency_key?: string;
+  execute_at_ms?: number;
+  service_type?: string;
+}
+
+export interface JournalAppend {
+  invocation_id: Buffer;
+  epoch: number;
+  entry_type: number;
+  entry: Buffer;
+  requested_ack?: boolean;
+  deployment_id?: string;
+  protocol_version?: number;
+}
+
+export const Outcome = { END: 0, SUSPENDED: 1, FAILED: 2 } as const;
+export const Then = { RETRY: 0, PAUSE: 1, FAIL: 2 } as const;
+
+export interface AttemptEnded {
+  invocation_id: Buffer;
+  epoch: number;
+  outcome: number;
+  waiting_completions?: number[];
+  waiting_signals?: number[];
+  waiting_named_signals?: string[];
+  error_code?: string;
+  failure_code?: number;
+  failure_message?: string;
+  related_entry_index?: number;
+  related_entry_name?: string;
+  related_entry_type?: number;
+  retry_at_ms?: number;
+  then?: number;
+  deployment_id?: string;
+  protocol_version?: number;
+  sdk_version?: string;
+}
+
+export interface TimerFired {
+  invocation_id: Buffer;
+  completion_id: number;
+  wake_up_ms: number;
+}
+
+export interface RetryAttempt {
+  invocation_id: Buffer;
+  epoch: number;
+}
+
+export type CommandKind =
+  | { invoke: Invoke }
+  | { journal_append: JournalAppend }
+  | { attempt_ended: AttemptEnded }
+  | { timer_fired: TimerFired }
+  | { retry_attempt: RetryAttempt };
+
+export type Command = CommandKind & { timestamp_ms: number };
+
+export function encodeCommand(cmd: Command): Buffer {
+  const bytes = CommandType.encode(CommandType.fromObject(cmd)).finish();
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+/** Decodes a log record; absent fields stay undefined (uint64 as number, bytes as Buffer). */
+export function decodeCommand(bytes: Uint8Array): Command {
+  return CommandType.toObject(CommandType.decode(bytes), { longs: Number, bytes: Buffer, defaults: false }) as Command;
+}

@@ -1,0 +1,76 @@
+import { InvocationId } from '../../common/ids.js';
+import { Outcome, Then, type AttemptEnded } from '../../log/commands.js';
+import type { LastFailure } from '../state.js';
+import { anyArrived, resume, type FoldContext } from './context.js';
+
+/** The live attempt ended: the invocation completed, suspended, or failed. */
+export function foldAttemptEnded(ctx: FoldContext, cmd: AttemptEnded): void {
+  const id = InvocationId.fromBytes(cmd.invocation_id)?.text;
+  const s = id === undefined ? undefined : ctx.state.invocations.get(id);
+  if (s === undefined || s.status !== 'running' || s.epoch !== cmd.epoch) return;
+  if (s.deployment_id === undefined && cmd.deployment_id) {
+    s.deployment_id = cmd.deployment_id;
+    s.protocol_version = cmd.protocol_version;
+  }
+  if (cmd.sdk_version) s.sdk_version = cmd.sdk_version;
+  s.modified_at_ms = ctx.now_ms;
+  switch (cmd.outcome ?? Outcome.END) {
+    case Outcome.END: {
+      complete(ctx, s, s.output ?? { failure: { code: 500, message: 'the handler ended without an output' } });
+      break;
+    }
+    case Outcome.SUSPENDED: {
+      const waiting = {
+        completions: cmd.waiting_completions ?? [],
+        signals: cmd.waiting_signals ?? [],
+        named_signals: cmd.waiting_named_signals ?? [],
+      };
+      const journal = ctx.state.journals.get(s.id) ?? [];
+      if (anyArrived(journal, waiting)) {
+        resume(ctx, s);
+      } else {
+        s.status = 'suspended';
+        s.waiting = waiting;
+      }
+      break;
+    }
+    case Outcome.FAILED: {
+      const failure: LastFailure = {
+        error_code: cmd.error_code ?? 'RT0006',
+        failure_code: cmd.failure_code ?? 500,
+        message: cmd.failure_message ?? '',
+      };
+      if (cmd.related_entry_index !== undefined) failure.related_entry_index = cmd.related_entry_index;
+      if (cmd.related_entry_name) failure.related_entry_name = cmd.related_entry_name;
+      if (cmd.related_entry_type !== undefined) failure.related_entry_type = cmd.related_entry_type;
+      s.last_failure = failure;
+      s.retry_count += 1;
+      switch (cmd.then ?? Then.RETRY) {
+        case Then.RETRY:
+          s.status = 'backing-off';
+          s.next_retry_at_ms = cmd.retry_at_ms ?? ctx.now_ms;
+          ctx.actions.push({ kind: 'retry', id: s.id, epoch: s.epoch, at_ms: s.next_retry_at_ms });
+          break;
+        case Then.PAUSE:
+          s.status = 'paused';
+          break;
+        case Then.FAIL:
+          complete(ctx, s, { failure: { code: failure.failure_code, message: failure.message } });
+          break;
+      }
+      break;
+    }
+  }
+  ctx.state.putStatus(s);
+}
+
+function complete(ctx: FoldContext, s: import('../state.js').InvocationStatus, result: import('../state.js').InvocationResult): void {
+  s.status = 'completed';
+  s.result = result;
+  s.completed_at_ms = ctx.now_ms;
+  delete s.output;
+  delete s.waiting;
+  delete s.next_retry_at_ms;
+  ctx.state.forgetJournal(s.id);
+  ctx.actions.push({ kind: 'completed', id: s.id });
+}

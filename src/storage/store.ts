@@ -1,0 +1,45 @@
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { ClassicLevel } from 'classic-level';
+import { KeelError } from '../errors/index.js';
+
+export type Db = ClassicLevel<string, Buffer>;
+
+export const WORKER_FORMAT_VERSION = 1;
+const VERSION_FILE = 'KEEL_STORAGE_VERSION';
+
+/**
+ * Opens the worker store at `path`: one LevelDB for every partition (keys are prefixed with
+ * the partition). A fresh directory gets a format version file; a non-empty one without it is
+ * refused (RT0009), and so is a directory another process has open (RT0005).
+ */
+export async function openWorkerStore(path: string): Promise<Db> {
+  mkdirSync(path, { recursive: true });
+  const versionFile = join(path, VERSION_FILE);
+  if (!existsSync(versionFile)) {
+    if (readdirSync(path).length > 0) {
+      throw new KeelError('RT0009', `worker storage ${path} is not empty but has no ${VERSION_FILE} file: wipe it or set another worker.storage_db.path`);
+    }
+    writeFileSync(versionFile, `${WORKER_FORMAT_VERSION}\n`);
+  } else {
+    const version = readFileSync(versionFile, 'utf8').trim();
+    if (version !== String(WORKER_FORMAT_VERSION)) {
+      throw new KeelError('RT0009', `worker storage ${path} has format version '${version}', this server reads version ${WORKER_FORMAT_VERSION}`);
+    }
+  }
+  const db: Db = new ClassicLevel<string, Buffer>(join(path, 'db'), { keyEncoding: 'utf8', valueEncoding: 'buffer' });
+  try {
+    await db.open();
+  } catch (err) {
+    if ((err as any)?.cause?.code === 'LEVEL_LOCKED' || (err as any)?.code === 'LEVEL_LOCKED') {
+      throw new KeelError('RT0005', `worker storage ${path} is locked by another process: stop it, or set another worker.storage_db.path`, 500, { cause: err });
+    }
+    throw new KeelError('RT0006', `cannot open worker storage ${path}: ${(err as Error).message}`, 500, { cause: err });
+  }
+  return db;
+}
+
+/** Zero-padded decimal so that keys sort numerically. */
+export function pad(n: number | bigint, width = 16): string {
+  return n.toString().padStart(width, '0');
+}
