@@ -1,7 +1,7 @@
 // Admin API on fastify: Restate 1.7 compatible deployment and service routes, unprefixed and
 // under /v2, /v3, /v4. Errors are {"message", "restate_code"} JSON with the right status.
 
-import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { splitAddress, type Config } from '../config/index.js';
 import type { Logger } from '../common/logger.js';
 import { isDeploymentId } from '../common/ids.js';
@@ -67,7 +67,7 @@ function checkDeploymentId(id: string): void {
 
 export async function createAdminServer(opts: AdminServerOptions): Promise<FastifyInstance> {
   const { config, registry, logger } = opts;
-  const app = Fastify({ loggerInstance: logger.child({ component: 'admin' }), disableRequestLogging: true }) as unknown as FastifyInstance;
+  const app = Fastify({ loggerInstance: logger.child({ component: 'admin' }), logController: new LogController({ disableRequestLogging: true }) }) as unknown as FastifyInstance;
 
   // Every body is read as JSON whatever its content-type; an empty body is no body.
   app.removeAllContentTypeParsers();

@@ -1,0 +1,230 @@
+import t from 'tap';
+import { newDeploymentId } from '../dist/common/ids.js';
+
+const unknownId = newDeploymentId();
+import pino from 'pino';
+import { Writable } from 'node:stream';
+import { Registry } from '../dist/metadata/registry.js';
+import { createAdminServer } from '../dist/admin/server.js';
+import { silentLogger } from '../dist/common/logger.js';
+import {
+  tempDir, testConfig, serveH2, serveH1, serveSwitchH2, deadPort,
+  greeter, greeterV2, greeterAsObject, greeterOtherHandler, counter, signup,
+} from './services/meta-helpers.mjs';
+
+async function startAdmin(t) {
+  const lines = [];
+  const sink = new Writable({ write(chunk, _enc, cb) { lines.push(JSON.parse(chunk.toString())); cb(); } });
+  const logger = pino({ level: 'info' }, sink);
+  const config = testConfig(tempDir(t));
+  const registry = await Registry.open(config, silentLogger);
+  const app = await createAdminServer({ config, registry, logger });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const base = `http://127.0.0.1:${app.server.address().port}`;
+  t.teardown(async () => { await app.close(); await registry.close(); });
+  const call = async (method, path, body, headers = {}) => {
+    const res = await fetch(base + path, {
+      method,
+      headers: body !== undefined ? { 'content-type': 'application/json', ...headers } : headers,
+      body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+    });
+    const text = await res.text();
+    let json;
+    try { json = text ? JSON.parse(text) : undefined; } catch { json = undefined; }
+    return { status: res.status, headers: res.headers, text, json };
+  };
+  return { call, base, lines, registry };
+}
+
+function cliBody(uri, extra = {}) {
+  return { uri, additional_headers: null, use_http_11: false, breaking: false, force: false, dry_run: false, ...extra };
+}
+
+t.test('version, health, api version prefixes', async (t) => {
+  const { call } = await startAdmin(t);
+  for (const p of ['/version', '/v4/version', '/v2/version']) {
+    const r = await call('GET', p);
+    t.equal(r.status, 200);
+    t.same(r.json, { version: '1.7.12', min_admin_api_version: 2, max_admin_api_version: 4, ingress_endpoint: 'http://127.0.0.1:18080/', features: {} });
+  }
+  for (const p of ['/health', '/v4/health']) {
+    const r = await call('GET', p);
+    t.equal(r.status, 200);
+    t.equal(r.text, '');
+  }
+  const v1 = await call('GET', '/v1/deployments');
+  t.equal(v1.status, 400);
+  t.equal(v1.text, 'Unsupported Admin API version V1. This server supports versions between V2 and V4.');
+  const nope = await call('GET', '/v4/nope');
+  t.equal(nope.status, 404);
+  t.same(Object.keys(nope.json).sort(), ['message', 'restate_code']);
+  t.equal(nope.json.restate_code, null);
+});
+
+t.test('register, list, describe, services, handlers', async (t) => {
+  const { call } = await startAdmin(t);
+  const uri = await serveH2(t, [greeter, counter, signup]);
+  const dry = await call('POST', '/v4/deployments', cliBody(uri, { dry_run: true }));
+  t.equal(dry.status, 201);
+  t.equal((await call('GET', '/v4/deployments')).json.deployments.length, 0, 'dry run persisted nothing');
+
+  const r = await call('POST', '/v4/deployments', cliBody(uri.replace(/\/$/, '')));
+  t.equal(r.status, 201);
+  const id = r.json.id;
+  t.match(id, /^dp_1[0-9a-zA-Z]{22}$/);
+  t.not(id, dry.json.id);
+  t.equal(r.headers.get('location'), `deployments/${id}`);
+  t.equal(r.json.min_protocol_version, 5);
+  t.match(r.json.sdk_version, /restate-sdk-typescript/);
+  const counterSvc = r.json.services.find((s) => s.name === 'Counter');
+  t.match(counterSvc, {
+    name: 'Counter', ty: 'VirtualObject', deployment_id: id, revision: 1, public: true,
+    idempotency_retention: '1d', journal_retention: '1d', inactivity_timeout: '1m', abort_timeout: '10m',
+    enable_lazy_state: false,
+    retry_policy: { initial_interval: '500ms', exponentiation_factor: 2, max_attempts: 70, max_interval: '1m', on_max_attempts: 'Pause' },
+  });
+  t.match(counterSvc.handlers.find((h) => h.name === 'add'), { name: 'add', ty: 'Exclusive', public: true, input_description: 'application/json', output_description: 'application/json' });
+  const wf = r.json.services.find((s) => s.name === 'Signup');
+  t.equal(wf.ty, 'Workflow');
+  t.equal(wf.workflow_completion_retention, '1d');
+  t.equal(r.json.services.find((s) => s.name === 'Greeter').handlers[0].ty, undefined);
+
+  const again = await call('POST', '/v4/deployments', cliBody(uri));
+  t.equal(again.status, 200);
+  t.equal(again.json.id, id);
+
+  const h1 = await serveH1(t, [greeterV2]);
+  const r2 = await call('POST', '/deployments', cliBody(h1, { use_http_11: true, additional_headers: { 'x-k': 'v' } }));
+  t.equal(r2.status, 201);
+  t.equal(r2.json.services[0].revision, 2);
+
+  const list = await call('GET', '/v4/deployments');
+  t.equal(list.status, 200);
+  const byId = Object.fromEntries(list.json.deployments.map((d) => [d.id, d]));
+  t.match(byId[id], { id, uri, protocol_type: 'BidiStream', http_version: 'HTTP/2.0', min_protocol_version: 5, max_protocol_version: 7 });
+  t.match(byId[id].created_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/);
+  t.same(byId[id].services.map((s) => [s.name, s.revision]).sort(), [['Counter', 1], ['Greeter', 1], ['Signup', 1]]);
+  t.equal(byId[id].additional_headers, undefined);
+  t.match(byId[r2.json.id], { protocol_type: 'RequestResponse', http_version: 'HTTP/1.1', additional_headers: { 'x-k': 'v' } });
+
+  const detail = await call('GET', `/v4/deployments/${id}`);
+  t.equal(detail.status, 200);
+  t.equal(detail.json.id, id);
+  t.equal(detail.json.services.find((s) => s.name === 'Greeter').revision, 1);
+  t.ok(Array.isArray(detail.json.services[0].handlers));
+
+  const svcs = await call('GET', '/v4/services');
+  t.same(svcs.json.services.map((s) => [s.name, s.revision]), [['Counter', 1], ['Greeter', 2], ['Signup', 1]]);
+  const g = await call('GET', '/v4/services/Greeter');
+  t.equal(g.json.deployment_id, r2.json.id);
+  const hs = await call('GET', '/v4/services/Greeter/handlers');
+  t.same(hs.json.handlers.map((h) => h.name).sort(), ['farewell', 'greet']);
+  const one = await call('GET', '/v4/services/Counter/handlers/get');
+  t.match(one.json, { name: 'get', ty: 'Shared' });
+  const noH = await call('GET', '/v4/services/Counter/handlers/nope');
+  t.equal(noH.status, 404);
+});
+
+t.test('error bodies and statuses', async (t) => {
+  const { call, lines } = await startAdmin(t);
+  const port = await deadPort();
+  const dead = await call('POST', '/v4/deployments', cliBody(`http://127.0.0.1:${port}/`));
+  t.equal(dead.status, 500);
+  t.equal(dead.json.restate_code, 'META0003');
+  t.match(dead.json.message, new RegExp(`^\\[META0003\\] .*127\\.0\\.0\\.1:${port}`));
+  const warn = lines.find((l) => l.code === 'META0003');
+  t.ok(warn, 'registration error logged with its code');
+  t.equal(warn.level, 40, 'at warn');
+
+  const h1only = await serveH1(t, [greeter]);
+  const e14 = await call('POST', '/v4/deployments', cliBody(h1only));
+  t.equal(e14.json.restate_code, 'META0014');
+  t.match(e14.json.message, /use-http1\.1/);
+
+  const ep = await serveSwitchH2(t, [greeter]);
+  t.equal((await call('POST', '/v4/deployments', cliBody(ep.uri))).status, 201);
+  ep.use([greeterV2]);
+  const e4 = await call('POST', '/v4/deployments', cliBody(ep.uri));
+  t.equal(e4.status, 409);
+  t.equal(e4.json.restate_code, 'META0004');
+  const forced = await call('POST', '/v4/deployments', cliBody(ep.uri, { force: true }));
+  t.equal(forced.status, 200);
+
+  const e6 = await call('POST', '/v4/deployments', cliBody(await serveH2(t, [greeterAsObject])));
+  t.equal(e6.status, 409);
+  t.equal(e6.json.restate_code, 'META0006');
+
+  const bad = await call('POST', '/v4/deployments', '{"uri": ');
+  t.equal(bad.status, 400);
+  t.equal(bad.json.restate_code, null);
+  t.match(bad.json.message, /JSON/);
+  const arr = await call('POST', '/v4/deployments', '[1,2]');
+  t.equal(arr.status, 400);
+  const missing = await call('POST', '/v4/deployments', { force: true });
+  t.equal(missing.status, 400);
+  t.match(missing.json.message, /uri/);
+  const badType = await call('POST', '/v4/deployments', { uri: ep.uri, force: 'yes' });
+  t.equal(badType.status, 400);
+  const badUri = await call('POST', '/v4/deployments', { uri: 'not a uri' });
+  t.equal(badUri.status, 400);
+
+  const malformed = await call('GET', '/v4/deployments/dp_doesnotexist');
+  t.equal(malformed.status, 400);
+  t.equal(malformed.json.restate_code, null);
+  const unknown = await call('GET', `/v4/deployments/${unknownId}`);
+  t.equal(unknown.status, 404);
+  t.same(unknown.json, { message: `The requested deployment '${unknownId}' does not exist`, restate_code: null });
+  const noSvc = await call('GET', '/v4/services/NoSuch');
+  t.equal(noSvc.status, 404);
+  t.same(noSvc.json, { message: "The requested service 'NoSuch' does not exist", restate_code: null });
+
+  const code = await call('GET', '/v4/errors/META0004');
+  t.equal(code.status, 200);
+  t.equal(code.json.code, 'META0004');
+  t.ok(code.json.remedy);
+  t.equal((await call('GET', '/errors/meta0017')).json.code, 'META0017');
+  t.equal((await call('GET', '/v4/errors/NOPE0001')).status, 404);
+});
+
+t.test('update in place (PUT, PATCH), delete, META0016, META0017', async (t) => {
+  const { call } = await startAdmin(t);
+  const a = await serveSwitchH2(t, [greeter, counter]);
+  const b = await serveSwitchH2(t, [counter]);
+  const ida = (await call('POST', '/v4/deployments', cliBody(a.uri))).json.id;
+  const idb = (await call('POST', '/v4/deployments', cliBody(b.uri))).json.id;
+
+  a.use([greeterOtherHandler, counter]);
+  const e16 = await call('PUT', `/deployments/${ida}`, {});
+  t.equal(e16.status, 409);
+  t.equal(e16.json.restate_code, 'META0016');
+
+  a.use([greeterV2, counter]);
+  const ok = await call('PUT', `/v4/deployments/${ida}`, {});
+  t.equal(ok.status, 200);
+  t.equal(ok.json.id, ida);
+  t.equal(ok.json.services.find((s) => s.name === 'Greeter').handlers.length, 2);
+
+  b.use([greeterV2, counter]);
+  const e16b = await call('PATCH', `/v4/deployments/${idb}`, { uri: a.uri });
+  t.equal(e16b.status, 200, 'b gains Greeter, keeps Counter: allowed');
+  const detail = await call('GET', `/v4/deployments/${idb}`);
+  t.equal(detail.json.uri, a.uri);
+
+  a.use([counter]);
+  const e17 = await call('POST', '/v4/deployments', cliBody(a.uri, { force: true }));
+  t.equal(e17.status, 409);
+  t.equal(e17.json.restate_code, 'META0017');
+
+  const noForce = await call('DELETE', `/v4/deployments/${idb}`);
+  t.equal(noForce.status, 501);
+  t.equal(noForce.text, '');
+  const del = await call('DELETE', `/v4/deployments/${idb}?force=true`);
+  t.equal(del.status, 202);
+  t.equal(del.text, '');
+  t.equal((await call('DELETE', `/v4/deployments/${idb}?force=true`)).status, 404);
+  t.equal((await call('GET', `/v4/deployments/${idb}`)).status, 404);
+  const forced = await call('POST', '/v4/deployments', cliBody(a.uri, { force: true }));
+  t.equal(forced.status, 200);
+  t.equal(forced.json.id, ida);
+  t.equal((await call('PATCH', `/v4/deployments/${unknownId}`, {})).status, 404);
+});
