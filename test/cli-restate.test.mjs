@@ -1,0 +1,116 @@
+import t from 'tap';
+import { newDeploymentId } from '../dist/common/ids.js';
+import { execFile } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Registry } from '../dist/metadata/registry.js';
+import { createAdminServer } from '../dist/admin/server.js';
+import { silentLogger } from '../dist/common/logger.js';
+import {
+  tempDir, testConfig, serveH2, serveH1, deadPort, greeter, greeterV2, greeterAsObject, counter,
+} from './services/meta-helpers.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const CLI = path.join(here, '..', 'node_modules', '.bin', 'restate');
+
+async function startAdmin(t) {
+  const config = testConfig(tempDir(t));
+  const registry = await Registry.open(config, silentLogger);
+  const app = await createAdminServer({ config, registry, logger: silentLogger });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  t.teardown(async () => { await app.close(); await registry.close(); });
+  const adminUrl = `http://127.0.0.1:${app.server.address().port}`;
+  const home = tempDir(t, 'keel-cli-home-');
+  // Async on purpose: the admin server runs in this process.
+  const cli = (...args) => new Promise((resolve) => {
+    execFile(CLI, args, {
+      env: { PATH: process.env.PATH, HOME: home, RESTATE_ADMIN_URL: adminUrl, RESTATE_CLI_CONFIG_HOME: home, NO_COLOR: '1', TERM: 'dumb' },
+      timeout: 60_000,
+    }, (err, stdout, stderr) => {
+      resolve({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stdout: String(stdout), stderr: String(stderr), out: String(stdout) + String(stderr) });
+    });
+  });
+  return { cli, registry, adminUrl };
+}
+
+t.test('restate CLI: register (HTTP/2 and --use-http1.1), list, describe, svc ls', async (t) => {
+  const { cli, registry } = await startAdmin(t);
+  const uri = await serveH2(t, [greeter, counter]);
+
+  const reg = await cli('deployments', 'register', uri, '--yes');
+  t.equal(reg.code, 0, reg.out);
+  t.match(reg.out, /Greeter/);
+  t.match(reg.out, /Counter/);
+  t.equal(registry.deployments().length, 1);
+  const id = registry.deployments()[0].id;
+  t.match(reg.out, id);
+
+  const again = await cli('deployments', 'register', uri, '--yes');
+  t.equal(again.code, 0, again.out);
+  t.match(again.out, /already exists/);
+  t.equal(registry.deployments().length, 1);
+
+  const h1 = await serveH1(t, [greeterV2]);
+  const noFlag = await cli('deployments', 'register', h1, '--yes');
+  t.not(noFlag.code, 0);
+  t.match(noFlag.out, /META0014/);
+  const reg2 = await cli('deployments', 'register', h1, '--use-http1.1', '--yes');
+  t.equal(reg2.code, 0, reg2.out);
+  t.equal(registry.service('Greeter').revision, 2);
+  const id2 = registry.service('Greeter').deployment_id;
+  t.equal(registry.deployment(id2).use_http_11, true);
+
+  const list = await cli('deployments', 'list');
+  t.equal(list.code, 0, list.out);
+  t.match(list.out, id);
+  t.match(list.out, id2);
+  t.match(list.out, /Greeter/);
+  t.match(list.out, /Counter/);
+
+  const svc = await cli('svc', 'ls');
+  t.equal(svc.code, 0, svc.out);
+  t.match(svc.out, /Greeter/);
+  t.match(svc.out, /Counter/);
+  t.match(svc.out, /virtual object/i);
+
+  const svc2 = await cli('services', 'list');
+  t.equal(svc2.code, 0, svc2.out);
+  t.match(svc2.out, /Greeter/);
+
+  const desc = await cli('deployments', 'describe', id);
+  t.equal(desc.code, 0, desc.out);
+  t.match(desc.out, /Counter/);
+  t.match(desc.out, uri.replace(/\/$/, ''));
+
+  // Counter lives in one deployment only, so describe needs no SQL (/query is not served here).
+  const svcDesc = await cli('services', 'describe', 'Counter');
+  t.equal(svcDesc.code, 0, svcDesc.out);
+  t.match(svcDesc.out, /add/);
+  t.match(svcDesc.out, /get/);
+  t.match(svcDesc.out, id);
+});
+
+t.test('restate CLI: errors are rendered with their codes', async (t) => {
+  const { cli, registry } = await startAdmin(t);
+  const port = await deadPort();
+  const dead = await cli('deployments', 'register', `http://127.0.0.1:${port}/`, '--yes');
+  t.equal(dead.code, 1);
+  t.match(dead.out, /META0003/);
+  t.match(dead.out, /500/);
+
+  await cli('deployments', 'register', await serveH2(t, [greeter]), '--yes');
+  t.equal(registry.deployments().length, 1);
+  const breaking = await cli('deployments', 'register', await serveH2(t, [greeterAsObject]), '--yes');
+  t.equal(breaking.code, 1);
+  t.match(breaking.out, /META0006|Breaking/);
+  t.equal(registry.deployments().length, 1);
+
+  const unknownId = newDeploymentId();
+  const unknown = await cli('deployments', 'describe', unknownId);
+  t.not(unknown.code, 0);
+  t.match(unknown.out, `The requested deployment '${unknownId}' does not exist`);
+  t.match(unknown.out, /404/);
+  const malformed = await cli('deployments', 'describe', 'dp_doesnotexist');
+  t.not(malformed.code, 0);
+  t.match(malformed.out, /400/);
+});
