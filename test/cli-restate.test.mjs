@@ -7,7 +7,7 @@ import { Registry } from '../dist/metadata/registry.js';
 import { createAdminServer } from '../dist/admin/server.js';
 import { silentLogger } from '../dist/common/logger.js';
 import {
-  tempDir, testConfig, serveH2, serveH1, deadPort, greeter, greeterV2, greeterAsObject, counter,
+  tempDir, testConfig, serveH2, serveH1, serveSwitchH2, deadPort, greeter, greeterV2, greeterAsObject, counter,
 } from './services/meta-helpers.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -88,6 +88,24 @@ t.test('restate CLI: register (HTTP/2 and --use-http1.1), list, describe, svc ls
   t.match(svcDesc.out, /add/);
   t.match(svcDesc.out, /get/);
   t.match(svcDesc.out, id);
+});
+
+t.test('restate CLI: --force re-registration of changed code at the same URI', async (t) => {
+  const { cli, registry } = await startAdmin(t);
+  const ep = await serveSwitchH2(t, [greeter]);
+  const first = await cli('deployments', 'register', ep.uri, '--yes');
+  t.equal(first.code, 0, first.out);
+  const id = registry.deployments()[0].id;
+  ep.use([greeterV2]);
+  const conflict = await cli('deployments', 'register', ep.uri, '--yes');
+  t.equal(conflict.code, 1);
+  t.match(conflict.out, /META0004/);
+  const forced = await cli('deployments', 'register', ep.uri, '--force', '--yes');
+  t.equal(forced.code, 0, forced.out);
+  t.match(forced.out, id);
+  t.equal(registry.deployments().length, 1);
+  t.equal(registry.service('Greeter').revision, 2);
+  t.same(registry.service('Greeter').handlers.map((h) => h.name).sort(), ['farewell', 'greet']);
 });
 
 t.test('restate CLI: errors are rendered with their codes', async (t) => {

@@ -70,6 +70,7 @@ t.test('META0003 on timeout', async (t) => {
   t.teardown(() => { for (const s of sockets) s.destroy(); server.close(); });
   const uri = `http://127.0.0.1:${server.address().port}/`;
   await rejectsCode(t, discover({ uri, use_http_11: true }, { timeoutMs: 300 }), 'META0003', /timed out/);
+  await rejectsCode(t, discover({ uri }, { timeoutMs: 300 }), 'META0003', /timed out/);
 });
 
 t.test('META0014: HTTP/1.1-only endpoint discovered over HTTP/2', async (t) => {

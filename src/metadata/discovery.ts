@@ -77,13 +77,8 @@ export const http2Transport: DiscoveryTransport = {
           500,
           { cause: err },
         );
-      const timer = setTimeout(() => {
-        finish(
-          connected && !gotFrame
-            ? looksLikeHttp11(`no HTTP/2 frame received within ${timeoutMs} ms`)
-            : unreachable(url, `timed out after ${timeoutMs} ms`),
-        );
-      }, timeoutMs);
+      // A silent peer is unreachable, not HTTP/1.1: an HTTP/1.1 server answers the h2 preface with an error.
+      const timer = setTimeout(() => finish(unreachable(url, `timed out after ${timeoutMs} ms`)), timeoutMs);
       session.on('connect', () => {
         connected = true;
       });
