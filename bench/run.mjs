@@ -9,8 +9,10 @@
 //   --request-timeout S       per-request timeout                                   [BENCH_REQUEST_TIMEOUT] (10)
 //   --start-timeout S         server start/health/registration timeout              [BENCH_START_TIMEOUT] (30)
 //   --out FILE                JSON results                                          [BENCH_OUT] (bench/results/latest.json)
+//   --idle S                  seconds of idle CPU measured per target (baseline)    [BENCH_IDLE] (2)
 //   --keep-dirs               keep the servers' temp data dirs
 //   -h / --help
+// Other env: BENCH_KEEL_MAIN (Keel entry point, default dist/main.js), BENCH_NODE (node for service + load generator).
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, openSync, closeSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import * as net from 'node:net';
@@ -18,7 +20,7 @@ import * as http from 'node:http';
 import * as os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { groupPids } from './proc.mjs';
+import { groupPids, sampleCpu } from './proc.mjs';
 
 const BENCH_DIR = dirname(fileURLToPath(import.meta.url));
 const ROOT = resolve(BENCH_DIR, '..');
@@ -45,6 +47,7 @@ function parseArgs(argv) {
     warmup: env.BENCH_WARMUP ?? '2',
     requestTimeout: env.BENCH_REQUEST_TIMEOUT ?? '10',
     startTimeout: env.BENCH_START_TIMEOUT ?? '30',
+    idle: env.BENCH_IDLE ?? '2',
     out: env.BENCH_OUT ?? join(RESULTS_DIR, 'latest.json'),
     keepDirs: false,
   };
@@ -59,6 +62,7 @@ function parseArgs(argv) {
     '--request-timeout': 'requestTimeout',
     '--start-timeout': 'startTimeout',
     '--out': 'out',
+    '--idle': 'idle',
   };
   for (let i = 0; i < argv.length; i++) {
     let a = argv[i];
@@ -90,6 +94,7 @@ function parseArgs(argv) {
     warmupMs: num(o.warmup, 'warmup') * 1000,
     requestTimeoutMs: num(o.requestTimeout, 'request-timeout') * 1000,
     startTimeoutMs: num(o.startTimeout, 'start-timeout') * 1000,
+    idleMs: num(o.idle, 'idle') * 1000,
     out: resolve(o.out),
     keepDirs: o.keepDirs,
   };
@@ -305,7 +310,7 @@ async function startServer(target, opts) {
       },
     });
   } else {
-    const main = join(ROOT, 'dist', 'main.js');
+    const main = resolve(process.env.BENCH_KEEL_MAIN ?? join(ROOT, 'dist', 'main.js'));
     if (!existsSync(main)) throw Object.assign(new Error(`${main} not found (run \`make build\`)`), { server: s });
     s.cmd = `node ${main}`;
     // `node` from PATH: under npm scripts that is the pinned Node 24 (like `make run`).
@@ -380,6 +385,7 @@ async function probe(s, scenario, opts) {
     async () => {
       const r = await httpCall('POST', s.ingress + sc.path, { body: sc.body, timeoutMs: opts.requestTimeoutMs });
       if (r.status >= 200 && r.status < 300 && r.text.includes(sc.expect)) return { ok: true };
+      if (r.status >= 200 && r.status < 300) return { why: `unexpected body (want ${sc.expect}): ${r.text.slice(0, 200)}` };
       return { why: r.status ? `HTTP ${r.status} ${r.text.slice(0, 200)}` : r.text };
     },
     { deadline, child: s.child, intervalMs: 300 },
@@ -499,6 +505,18 @@ for (const target of opts.targets) {
     }
   }
 
+  // Idle baseline: background CPU of the server tree with no load (ms of CPU per second).
+  if (opts.idleMs > 0 && !server.child.exited) {
+    const pids = { server: server.pid, service: service.child.pid };
+    const a = sampleCpu(pids);
+    const t0 = process.hrtime.bigint();
+    await sleep(opts.idleMs);
+    const b = sampleCpu(pids);
+    const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+    if (a.server != null && b.server != null) info.idleCpuMsPerSec = (b.server - a.server) / secs;
+    log(`${target}: idle server CPU ${fmt(info.idleCpuMsPerSec, 1)} ms/s`);
+  }
+
   for (const scenario of opts.scenarios) {
     for (const c of opts.concurrency) {
       const row = { target, scenario, concurrency: c };
@@ -523,7 +541,12 @@ for (const target of opts.targets) {
           opts.runWarmupMs + opts.durationMs + 2 * opts.requestTimeoutMs + 15000,
         );
         if (r.failed) row.error = r.failed;
-        else Object.assign(row, r);
+        else {
+          Object.assign(row, r);
+          // CPU per invocation minus what the server burns when idle (timers, flushes, update checks, ...).
+          if (info.idleCpuMsPerSec != null && r.cpuMs.server != null && r.ok > 0)
+            row.cpuMsPerInvocation.serverNetOfIdle = Math.max(0, r.cpuMs.server - (info.idleCpuMsPerSec * r.elapsedMs) / 1000) / r.ok;
+        }
         if (server.child.exited) row.error = `server exited during the run (${fmtExit(server.child.exited)})`;
       }
       results.push(row);
@@ -559,8 +582,8 @@ const good = (r) => r && r.ok !== undefined && r.ok > 0;
 
 const ratios = [];
 const lines = [];
-const cols = ['target', 'req/s', 'p50 ms', 'p99 ms', 'srv CPU ms/inv', 'svc CPU ms/inv', 'ok', 'errors'];
-const widths = [12, 10, 9, 9, 15, 15, 8, 8];
+const cols = ['target', 'req/s', 'p50 ms', 'p99 ms', 'srv CPU ms/inv', '(net of idle)', 'svc CPU ms/inv', 'ok', 'errors'];
+const widths = [12, 10, 9, 9, 15, 14, 15, 8, 8];
 const row = (cells) => cells.map((c, i) => (i === 0 ? String(c).padEnd(widths[i]) : String(c).padStart(widths[i]))).join(' ');
 
 for (const scenario of opts.scenarios) {
@@ -579,6 +602,7 @@ for (const scenario of opts.scenarios) {
           fmt(r.latencyMs.p50, 2),
           fmt(r.latencyMs.p99, 2),
           fmt(r.cpuMsPerInvocation.server, 3),
+          fmt(r.cpuMsPerInvocation.serverNetOfIdle, 3),
           fmt(r.cpuMsPerInvocation.service, 3),
           r.ok,
           r.errors,
@@ -614,7 +638,8 @@ lines.push('');
 for (const t of opts.targets) {
   const i = targets[t];
   lines.push(
-    `${t}: ${i.status}${i.version ? ` (version ${i.version})` : ''}${i.error ? ` — ${i.error}` : ''}${i.logFile ? `; log ${i.logFile}` : ''}`,
+    `${t}: ${i.status}${i.version ? ` (version ${i.version})` : ''}` +
+      `${i.idleCpuMsPerSec != null ? `, idle server CPU ${fmt(i.idleCpuMsPerSec, 1)} ms/s` : ''}${i.error ? ` — ${i.error}` : ''}${i.logFile ? `; log ${i.logFile}` : ''}`,
   );
 }
 console.log(
