@@ -4,10 +4,12 @@
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { splitAddress, type Config } from '../config/index.js';
 import type { Logger } from '../common/logger.js';
-import { isDeploymentId } from '../common/ids.js';
+import { InvocationId, isDeploymentId } from '../common/ids.js';
 import { explain, KeelError } from '../errors/index.js';
 import type { Registry } from '../metadata/registry.js';
 import type { RegisterRequest, UpdateRequest } from '../metadata/types.js';
+import { emptySource, stateVersion, type IntrospectionSource, type ManageAction } from './introspection.js';
+import { QueryEngine, QueryError, toArrow, toJson } from './sql.js';
 import { deploymentDetailView, deploymentListView, handlerView, registerView, serviceView } from './views.js';
 
 export const SERVER_VERSION = '1.7.12';
@@ -19,6 +21,40 @@ export interface AdminServerOptions {
   registry: Registry;
   logger: Logger;
   extraRoutes?: (app: FastifyInstance) => void;
+  /** Live invocations, journals, state… for `/query` and the invocation routes. */
+  introspection?: IntrospectionSource;
+}
+
+const MANAGE_ACTIONS: ManageAction[] = ['cancel', 'kill', 'purge', 'pause', 'resume', 'restart-as-new'];
+
+function checkInvocationId(id: string): void {
+  if (!InvocationId.parse(id)) throw new KeelError(undefined, "The request field 'invocation_id' is invalid. Reason: bad format", 400);
+}
+
+/** The answer of a manage action, with Restate's messages where the source gave no body. */
+function manageReply(reply: FastifyReply, id: string, action: ManageAction, r: { status: number; body?: unknown }): FastifyReply {
+  let body = r.body;
+  if (r.status >= 400) {
+    if (body === undefined || body === null || body === '') {
+      const message =
+        r.status === 404
+          ? `The requested invocation '${id}' does not exist`
+          : r.status === 409 && (action === 'kill' || action === 'cancel')
+            ? `The invocation '${id}' was already completed.`
+            : `Cannot ${action} invocation '${id}'`;
+      body = errorBody(message, null);
+    } else if (typeof body === 'string') {
+      body = errorBody(body, null);
+    }
+  }
+  reply.status(r.status);
+  return body === undefined ? reply.send() : reply.send(body);
+}
+
+function byteArray(v: unknown): Buffer | undefined {
+  if (!Array.isArray(v)) return undefined;
+  if (v.some((b) => typeof b !== 'number' || !Number.isInteger(b) || b < 0 || b > 255)) return undefined;
+  return Buffer.from(v as number[]);
 }
 
 function ingressEndpoint(config: Config): string {
@@ -67,6 +103,8 @@ function checkDeploymentId(id: string): void {
 
 export async function createAdminServer(opts: AdminServerOptions): Promise<FastifyInstance> {
   const { config, registry, logger } = opts;
+  const source = (): IntrospectionSource => opts.introspection ?? emptySource;
+  const engine = new QueryEngine(registry, source);
   const app = Fastify({ loggerInstance: logger.child({ component: 'admin' }), logController: new LogController({ disableRequestLogging: true }) }) as unknown as FastifyInstance;
 
   // Every body is read as JSON whatever its content-type; an empty body is no body.
@@ -211,6 +249,81 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
       const h = s.handlers.find((x) => x.name === req.params.handler);
       if (!h) throw new KeelError(undefined, `The requested handler '${req.params.handler}' of service '${s.name}' does not exist`, 404);
       return handlerView(h);
+    });
+
+    r.post('/query', async (req, reply) => {
+      const b = req.body;
+      if (!isObject(b) || typeof b.query !== 'string') {
+        const why = isObject(b) && b.query !== undefined ? 'invalid type for field `query`, expected a string' : 'missing field `query`';
+        return reply.status(400).send(errorBody(`Failed to deserialize the JSON body into the target type: ${why}`, null));
+      }
+      const json = String(req.headers.accept ?? '').includes('application/json');
+      try {
+        const result = await engine.run(b.query);
+        if (json) return reply.status(200).type('application/json').send(toJson(result));
+        return reply.status(200).type('application/vnd.apache.arrow.stream').send(Buffer.from(toArrow(result)));
+      } catch (err) {
+        if (err instanceof QueryError) {
+          req.log.warn({ status: err.status, err: err.message }, 'query failed');
+          return reply.status(err.status).send({ message: err.message });
+        }
+        req.log.error({ err }, 'query failed');
+        return reply.status(500).send({ message: `Internal error: ${(err as Error)?.message ?? String(err)}` });
+      }
+    });
+
+    r.patch<{ Params: { id: string; action: string } }>('/invocations/:id/:action', async (req, reply) => {
+      const { id, action } = req.params;
+      if (!MANAGE_ACTIONS.includes(action as ManageAction)) {
+        return reply.status(404).send(errorBody(`No route for PATCH ${req.url.split('?')[0]}`, null));
+      }
+      checkInvocationId(id);
+      const r = await source().manage(id, action as ManageAction);
+      return manageReply(reply, id, action as ManageAction, r);
+    });
+
+    // Deprecated form: DELETE /invocations/{id}?mode=cancel|kill|purge (default cancel), 202.
+    r.delete<{ Params: { id: string }; Querystring: { mode?: string } }>('/invocations/:id', async (req, reply) => {
+      const { id } = req.params;
+      const mode = (req.query.mode ?? 'cancel').toLowerCase();
+      if (mode !== 'cancel' && mode !== 'kill' && mode !== 'purge') {
+        throw new KeelError(undefined, `Invalid URL: unknown deletion mode '${req.query.mode}', expected cancel, kill or purge`, 400);
+      }
+      checkInvocationId(id);
+      const r = await source().manage(id, mode);
+      if (r.status >= 400) return manageReply(reply, id, mode, r);
+      return reply.status(202).send();
+    });
+
+    r.post<{ Params: { name: string } }>('/services/:name/state', async (req, reply) => {
+      const s = serviceOr404(req.params.name);
+      if (s.ty === 'Service') throw new KeelError(undefined, 'Cannot modify state for service type Service', 400);
+      const b = bodyObject(req);
+      if (typeof b.object_key !== 'string') throw new KeelError(undefined, 'Failed to deserialize the JSON body into the target type: missing field `object_key`', 400);
+      if (!isObject(b.new_state)) throw new KeelError(undefined, 'Failed to deserialize the JSON body into the target type: missing field `new_state`', 400);
+      if (b.version !== undefined && b.version !== null && typeof b.version !== 'string') {
+        throw new KeelError(undefined, 'the field version must be a string', 400);
+      }
+      const entries = new Map<string, Buffer>();
+      for (const [k, v] of Object.entries(b.new_state)) {
+        const bytes = byteArray(v);
+        if (!bytes) throw new KeelError(undefined, `the value of state key '${k}' must be an array of bytes`, 400);
+        entries.set(k, bytes);
+      }
+      const src = source();
+      if (!src.setState) throw new KeelError(undefined, 'modifying state is not available on this server', 501);
+      const version = typeof b.version === 'string' ? b.version : undefined;
+      if (version !== undefined) {
+        // As Restate: a stale version is answered 202 and changes nothing.
+        const current: Array<[string, Buffer]> = [];
+        for await (const e of src.state()) if (e.service === s.name && e.key === b.object_key) current.push([e.state_key, e.value]);
+        if (stateVersion(current) !== version) {
+          req.log.warn({ service: s.name, key: b.object_key }, 'state update skipped: version does not match the current state');
+          return reply.status(202).send();
+        }
+      }
+      await src.setState(s.name, b.object_key, entries, version);
+      return reply.status(202).send();
     });
 
     r.get<{ Params: { code: string } }>('/errors/:code', async (req) => {

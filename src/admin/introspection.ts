@@ -1,0 +1,453 @@
+// What the admin API needs from the partitions to answer `/query` and manage invocations, and
+// the mapping of that live data to the introspection tables (Restate 1.7 `sys_*` schema).
+
+import { createHash } from 'node:crypto';
+import type { InvocationStatus } from '../partition/state.js';
+import type { Registry } from '../metadata/registry.js';
+import { entryTypeName } from '../invoker/messages.js';
+import type { ColumnKind } from './sql.js';
+
+export interface JournalRow {
+  index: number;
+  entry_type: string;
+  name?: string;
+  completed?: boolean;
+  invoked_id?: string;
+  invoked_target?: string;
+  sleep_wakeup_at_ms?: number;
+  promise_name?: string;
+  entry_json?: string;
+  appended_at_ms?: number;
+}
+
+export type ManageAction = 'cancel' | 'kill' | 'pause' | 'resume' | 'purge' | 'restart-as-new';
+
+export interface IntrospectionSource {
+  /** Every partition, in memory. */
+  invocations(): Iterable<InvocationStatus>;
+  /** Read from the store. */
+  journal(id: string): Promise<JournalRow[]>;
+  state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer }>;
+  inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number }>;
+  locks(): Iterable<{ service: string; key: string; id: string }>;
+  promises(): AsyncIterable<{ service: string; key: string; name: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }>;
+  manage(id: string, action: ManageAction): Promise<{ status: number; body?: unknown }>;
+  /**
+   * Replaces the whole state of one object/workflow key (`POST /services/{svc}/state`).
+   * `version` is what the CLI computed over the state it read (see `stateVersion`); apply
+   * only if it still matches.
+   */
+  setState?(service: string, key: string, entries: Map<string, Buffer>, version?: string): Promise<void>;
+}
+
+/** A source with nothing in it: `/query` still answers for the registry's tables. */
+export const emptySource: IntrospectionSource = {
+  invocations: () => [],
+  journal: async () => [],
+  state: async function* () {},
+  inbox: () => [],
+  locks: () => [],
+  promises: async function* () {},
+  manage: async () => ({ status: 503, body: { message: 'invocation management is not available on this server', restate_code: null } }),
+};
+
+/**
+ * The `version` of `restate state patch|clear`: base64url (no padding) of SHA-256 over the
+ * state sorted by key, each entry hashed as u64_be(index) 0x01 key 0x02 value 0x03.
+ */
+export function stateVersion(entries: Iterable<[string, Buffer]>): string {
+  const sorted = [...entries].sort(([a], [b]) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+  const h = createHash('sha256');
+  sorted.forEach(([k, v], i) => {
+    const idx = Buffer.alloc(8);
+    idx.writeBigUInt64BE(BigInt(i));
+    h.update(idx).update(Buffer.from([1])).update(k).update(Buffer.from([2])).update(v).update(Buffer.from([3]));
+  });
+  return h.digest('base64url');
+}
+
+// ---------------------------------------------------------------------------------------------
+// Table schemas. Kinds drive both the SQLite declaration and the output encoding.
+
+export type TableSchema = Array<[name: string, kind: ColumnKind]>;
+
+const INVOCATION_COLUMNS: TableSchema = [
+  ['id', 'utf8'],
+  ['target', 'utf8'],
+  ['target_service_name', 'utf8'],
+  ['target_service_key', 'utf8'],
+  ['target_handler_name', 'utf8'],
+  ['target_service_ty', 'utf8'],
+  ['status', 'utf8'],
+  ['completion_result', 'utf8'],
+  ['completion_failure', 'utf8'],
+  ['idempotency_key', 'utf8'],
+  ['scope', 'utf8'],
+  ['limit_key', 'utf8'],
+  ['invoked_by', 'utf8'],
+  ['invoked_by_id', 'utf8'],
+  ['invoked_by_service_name', 'utf8'],
+  ['invoked_by_target', 'utf8'],
+  ['invoked_by_subscription_id', 'utf8'],
+  ['restarted_from', 'utf8'],
+  ['pinned_deployment_id', 'utf8'],
+  ['pinned_service_protocol_version', 'uint64'],
+  ['trace_id', 'utf8'],
+  ['journal_size', 'uint64'],
+  ['journal_commands_size', 'uint64'],
+  ['created_at', 'ts'],
+  ['modified_at', 'ts'],
+  ['inboxed_at', 'ts'],
+  ['scheduled_at', 'ts'],
+  ['scheduled_start_at', 'ts'],
+  ['running_at', 'ts'],
+  ['completed_at', 'ts'],
+  ['completion_retention', 'int64'],
+  ['journal_retention', 'int64'],
+  ['retry_count', 'uint64'],
+  ['last_start_at', 'ts'],
+  ['next_retry_at', 'ts'],
+  ['last_attempt_deployment_id', 'utf8'],
+  ['last_attempt_server', 'utf8'],
+  ['last_failure', 'utf8'],
+  ['last_failure_error_code', 'utf8'],
+  ['last_failure_related_entry_index', 'uint64'],
+  ['last_failure_related_entry_name', 'utf8'],
+  ['last_failure_related_entry_type', 'utf8'],
+  ['last_failure_related_command_index', 'uint64'],
+  ['last_failure_related_command_name', 'utf8'],
+  ['last_failure_related_command_type', 'utf8'],
+  ['created_using_restate_version', 'utf8'],
+];
+
+export const TABLES: Record<string, TableSchema> = {
+  sys_invocation: INVOCATION_COLUMNS,
+  sys_invocation_status: [
+    ['id', 'utf8'],
+    ['target', 'utf8'],
+    ['target_service_name', 'utf8'],
+    ['target_service_key', 'utf8'],
+    ['target_handler_name', 'utf8'],
+    ['target_service_ty', 'utf8'],
+    ['status', 'utf8'],
+    ['completion_result', 'utf8'],
+    ['completion_failure', 'utf8'],
+    ['idempotency_key', 'utf8'],
+    ['invoked_by', 'utf8'],
+    ['invoked_by_id', 'utf8'],
+    ['invoked_by_target', 'utf8'],
+    ['pinned_deployment_id', 'utf8'],
+    ['pinned_service_protocol_version', 'uint64'],
+    ['journal_size', 'uint64'],
+    ['created_at', 'ts'],
+    ['modified_at', 'ts'],
+    ['inboxed_at', 'ts'],
+    ['scheduled_at', 'ts'],
+    ['running_at', 'ts'],
+    ['completed_at', 'ts'],
+    ['created_using_restate_version', 'utf8'],
+  ],
+  sys_journal: [
+    ['id', 'utf8'],
+    ['index', 'uint64'],
+    ['entry_type', 'utf8'],
+    ['name', 'utf8'],
+    ['completed', 'bool'],
+    ['invoked_id', 'utf8'],
+    ['invoked_target', 'utf8'],
+    ['sleep_wakeup_at', 'ts'],
+    ['promise_name', 'utf8'],
+    ['raw', 'binary'],
+    ['version', 'uint64'],
+    ['entry_json', 'utf8'],
+    ['entry_lite_json', 'utf8'],
+    ['appended_at', 'ts'],
+  ],
+  state: [
+    ['service_name', 'utf8'],
+    ['service_key', 'utf8'],
+    ['key', 'utf8'],
+    ['value_utf8', 'utf8'],
+    ['value', 'binary'],
+    ['scope', 'utf8'],
+  ],
+  sys_deployment: [
+    ['id', 'utf8'],
+    ['ty', 'utf8'],
+    ['endpoint', 'utf8'],
+    ['created_at', 'ts'],
+    ['min_service_protocol_version', 'uint64'],
+    ['max_service_protocol_version', 'uint64'],
+    ['sdk_version', 'utf8'],
+  ],
+  sys_service: [
+    ['name', 'utf8'],
+    ['revision', 'uint64'],
+    ['public', 'bool'],
+    ['ty', 'utf8'],
+    ['deployment_id', 'utf8'],
+    ['deployment_type', 'utf8'],
+  ],
+  sys_inbox: [
+    ['service_name', 'utf8'],
+    ['service_key', 'utf8'],
+    ['id', 'utf8'],
+    ['sequence_number', 'uint64'],
+    ['created_at', 'ts'],
+  ],
+  sys_keyed_service_status: [
+    ['service_name', 'utf8'],
+    ['service_key', 'utf8'],
+    ['invocation_id', 'utf8'],
+  ],
+  sys_promise: [
+    ['service_name', 'utf8'],
+    ['service_key', 'utf8'],
+    ['key', 'utf8'],
+    ['completed', 'bool'],
+    ['completion_success_value', 'binary'],
+    ['completion_success_value_utf8', 'utf8'],
+    ['completion_failure', 'utf8'],
+    ['scope', 'utf8'],
+  ],
+  sys_vqueue_meta: [
+    ['id', 'utf8'],
+    ['is_active', 'bool'],
+    ['queue_is_paused', 'bool'],
+    ['service_name', 'utf8'],
+    ['scope', 'utf8'],
+    ['limit_key', 'utf8'],
+    ['lock_name', 'utf8'],
+    ['created_at', 'ts'],
+    ['last_enqueued_at', 'ts'],
+    ['last_start_at', 'ts'],
+    ['last_attempt_at', 'ts'],
+    ['last_finish_at', 'ts'],
+    ['num_inbox', 'uint64'],
+    ['num_running', 'uint64'],
+    ['num_suspended', 'uint64'],
+    ['num_paused', 'uint64'],
+    ['num_finished', 'uint64'],
+  ],
+  sys_rules: [
+    ['pattern', 'utf8'],
+    ['concurrency', 'uint64'],
+    ['description', 'utf8'],
+    ['disabled', 'bool'],
+    ['version', 'uint64'],
+    ['last_modified', 'ts'],
+  ],
+};
+
+export const INFORMATION_SCHEMA_COLUMNS: TableSchema = [
+  ['table_catalog', 'utf8'],
+  ['table_schema', 'utf8'],
+  ['table_name', 'utf8'],
+  ['column_name', 'utf8'],
+  ['ordinal_position', 'uint64'],
+  ['data_type', 'utf8'],
+  ['is_nullable', 'utf8'],
+];
+
+export const INFORMATION_SCHEMA_TABLES: TableSchema = [
+  ['table_catalog', 'utf8'],
+  ['table_schema', 'utf8'],
+  ['table_name', 'utf8'],
+  ['table_type', 'utf8'],
+];
+
+// ---------------------------------------------------------------------------------------------
+// Row mapping. Values are SQLite values: timestamps as RFC 3339 text with ms and Z (ordered
+// correctly as text), booleans as 0/1, binary as Uint8Array.
+
+export type Row = Record<string, string | number | Uint8Array | null | undefined>;
+
+export function ts(ms: number | undefined | null): string | null {
+  if (ms === undefined || ms === null || !Number.isFinite(ms)) return null;
+  return new Date(ms).toISOString();
+}
+
+function serviceTy(t: string | undefined): string {
+  switch (t) {
+    case 'VirtualObject':
+    case 'virtual_object':
+    case 'VIRTUAL_OBJECT':
+      return 'virtual_object';
+    case 'Workflow':
+    case 'workflow':
+    case 'WORKFLOW':
+      return 'workflow';
+    default:
+      return 'service';
+  }
+}
+
+/** The fields the lead's side is adding to InvocationStatus; read loosely so both versions compile. */
+interface ExtraStatusFields {
+  handler_type?: string;
+  caller_id?: string;
+  caller_target?: string;
+  scheduled_at_ms?: number;
+  inboxed_at_ms?: number;
+  completion_retention_ms?: number;
+  journal_retention_ms?: number;
+}
+
+/** `sys_invocation` status vocabulary (derived). */
+export function derivedStatus(raw: string): string {
+  switch (raw) {
+    case 'inboxed':
+      return 'pending';
+    case 'invoked':
+      return 'running';
+    default:
+      return raw;
+  }
+}
+
+/** `sys_invocation_status` vocabulary (raw). */
+export function rawStatus(raw: string): string {
+  switch (raw) {
+    case 'running':
+    case 'backing-off':
+    case 'ready':
+      return 'invoked';
+    case 'pending':
+      return 'inboxed';
+    default:
+      return raw;
+  }
+}
+
+export function invocationRow(s: InvocationStatus): Row {
+  const x = s as InvocationStatus & ExtraStatusFields;
+  const ty = serviceTy(s.service_type);
+  const keyed = ty !== 'service';
+  const target = keyed ? `${s.service}/${s.key}/${s.handler}` : `${s.service}/${s.handler}`;
+  const status = String(s.status);
+  const result = s.status === 'completed' ? s.result : undefined;
+  const lf = s.last_failure;
+  let relatedType: string | null = null;
+  if (lf?.related_entry_type !== undefined) relatedType = entryTypeName(lf.related_entry_type);
+  return {
+    id: s.id,
+    target,
+    target_service_name: s.service,
+    target_service_key: keyed ? s.key : null,
+    target_handler_name: s.handler,
+    target_service_ty: ty,
+    status: derivedStatus(status),
+    completion_result: result ? (result.failure ? 'failure' : 'success') : null,
+    completion_failure: result?.failure ? `[${result.failure.code}] ${result.failure.message}` : null,
+    idempotency_key: s.idempotency_key ?? null,
+    invoked_by: x.caller_id ? 'service' : 'ingress',
+    invoked_by_id: x.caller_id ?? null,
+    invoked_by_service_name: x.caller_target ? x.caller_target.split('/')[0] : null,
+    invoked_by_target: x.caller_target ?? null,
+    pinned_deployment_id: s.deployment_id ?? null,
+    pinned_service_protocol_version: s.protocol_version ?? null,
+    trace_id: null,
+    journal_size: s.journal_length,
+    journal_commands_size: null,
+    created_at: ts(s.created_at_ms),
+    modified_at: ts(s.modified_at_ms),
+    inboxed_at: ts(x.inboxed_at_ms),
+    scheduled_at: ts(x.scheduled_at_ms),
+    scheduled_start_at: status === 'scheduled' ? ts(s.next_retry_at_ms) : null,
+    running_at: ts(s.last_start_at_ms),
+    completed_at: ts(s.completed_at_ms),
+    completion_retention: x.completion_retention_ms ?? null,
+    journal_retention: x.journal_retention_ms ?? null,
+    retry_count: s.retry_count,
+    last_start_at: ts(s.last_start_at_ms),
+    next_retry_at: status === 'backing-off' ? ts(s.next_retry_at_ms) : null,
+    last_attempt_deployment_id: s.deployment_id ?? null,
+    last_attempt_server: s.sdk_version ?? null,
+    last_failure: lf ? `[${lf.error_code}] ${lf.message}` : null,
+    last_failure_error_code: lf ? lf.error_code : null,
+    last_failure_related_entry_index: lf?.related_entry_index ?? null,
+    last_failure_related_entry_name: lf?.related_entry_name ?? null,
+    last_failure_related_entry_type: relatedType,
+    last_failure_related_command_index: lf?.related_entry_index ?? null,
+    last_failure_related_command_name: lf?.related_entry_name ?? null,
+    last_failure_related_command_type: relatedType,
+    created_using_restate_version: '1.7.12',
+  };
+}
+
+export function invocationStatusRow(s: InvocationStatus): Row {
+  const r = invocationRow(s);
+  r.status = rawStatus(String(s.status));
+  return r;
+}
+
+export function journalRowToSql(id: string, j: JournalRow): Row {
+  return {
+    id,
+    index: j.index,
+    entry_type: j.entry_type,
+    name: j.name ?? null,
+    completed: j.completed === undefined ? null : j.completed ? 1 : 0,
+    invoked_id: j.invoked_id ?? null,
+    invoked_target: j.invoked_target ?? null,
+    sleep_wakeup_at: ts(j.sleep_wakeup_at_ms),
+    promise_name: j.promise_name ?? null,
+    raw: null,
+    version: 2,
+    entry_json: j.entry_json ?? null,
+    entry_lite_json: null,
+    appended_at: ts(j.appended_at_ms),
+  };
+}
+
+function utf8OrNull(b: Buffer): string | null {
+  const s = b.toString('utf8');
+  return Buffer.from(s, 'utf8').equals(b) ? s : null;
+}
+
+export function stateRow(r: { service: string; key: string; state_key: string; value: Buffer }): Row {
+  return {
+    service_name: r.service,
+    service_key: r.key,
+    key: r.state_key,
+    value_utf8: utf8OrNull(r.value),
+    value: new Uint8Array(r.value),
+    scope: null,
+  };
+}
+
+export function promiseRow(p: { service: string; key: string; name: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }): Row {
+  return {
+    service_name: p.service,
+    service_key: p.key,
+    key: p.name,
+    completed: p.completed ? 1 : 0,
+    completion_success_value: p.value ? new Uint8Array(p.value) : null,
+    completion_success_value_utf8: p.value ? utf8OrNull(p.value) : null,
+    completion_failure: p.failure ? `[${p.failure.code}] ${p.failure.message}` : null,
+    scope: null,
+  };
+}
+
+export function deploymentRows(registry: Registry): Row[] {
+  return registry.deployments().map((d) => ({
+    id: d.id,
+    ty: 'http',
+    endpoint: d.uri,
+    created_at: ts(d.created_at_ms),
+    min_service_protocol_version: d.min_protocol_version,
+    max_service_protocol_version: d.max_protocol_version,
+    sdk_version: d.sdk_version ?? null,
+  }));
+}
+
+export function serviceRows(registry: Registry): Row[] {
+  return registry.services().map((s) => ({
+    name: s.name,
+    revision: s.revision,
+    public: s.public ? 1 : 0,
+    ty: serviceTy(s.ty),
+    deployment_id: s.deployment_id,
+    deployment_type: 'http',
+  }));
+}

@@ -1,0 +1,354 @@
+// POST /query: the restate CLI's DataFusion-dialect queries (reference doc §4) on the SQLite
+// engine, JSON and Arrow stream answers, and error statuses.
+import t from 'tap';
+import { tableFromIPC } from 'apache-arrow';
+import { rewrite } from '../dist/admin/sql.js';
+import { startAdmin } from './services/introspection-fake.mjs';
+
+async function query(base, sql, { json = true, path = '/v4/query' } = {}) {
+  const res = await fetch(base + path, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: json ? 'application/json' : '*/*' },
+    body: JSON.stringify({ query: sql }),
+  });
+  const buf = Buffer.from(await res.arrayBuffer());
+  const ct = res.headers.get('content-type') ?? '';
+  if (ct.includes('arrow')) return { status: res.status, ct, table: tableFromIPC(buf) };
+  return { status: res.status, ct, body: JSON.parse(buf.toString()) };
+}
+
+const typeOf = (table, i = 0) => String(table.schema.fields[i].type);
+const arrowRows = (table) => table.toArray().map((r) => r.toJSON());
+
+const LIST_COUNT = (where) => `SELECT COUNT(1) FROM (SELECT
+            *
+        FROM sys_invocation inv
+        LIMIT 50000
+        )
+        ${where}`;
+const LIST_IDS = (where, limit = 100) => `SELECT
+            id
+        FROM sys_invocation inv
+        ${where}
+        ORDER BY inv.created_at DESC, inv.id
+        LIMIT ${limit}`;
+const DETAIL = (where) => `SELECT
+            inv.id,
+            inv.target,
+            inv.target_service_ty,
+            inv.idempotency_key,
+            inv.status,
+            inv.created_at,
+            inv.modified_at as state_modified_at,
+            inv.pinned_deployment_id,
+            inv.retry_count as num_retries,
+            inv.last_failure as last_failure_message,
+            inv.last_failure_related_entry_index as last_failure_entry_index,
+            inv.last_failure_related_entry_name as last_failure_entry_name,
+            inv.last_failure_related_entry_type as last_failure_entry_ty,
+            inv.last_attempt_deployment_id,
+            inv.last_attempt_server,
+            inv.next_retry_at,
+            inv.last_start_at,
+            inv.invoked_by_id,
+            inv.invoked_by_target,
+            inv.trace_id,
+            inv.completion_result,
+            inv.completion_failure,
+            dp.id IS NOT NULL as pinned_deployment_exists
+        FROM sys_invocation inv
+        LEFT JOIN sys_deployment dp ON dp.id = inv.pinned_deployment_id
+        ${where}
+        ORDER BY inv.created_at DESC, inv.id`;
+
+t.test('rewrites', async (t) => {
+  t.match(rewrite('SELECT FIRST_VALUE(id ORDER BY created_at ASC) FROM t').sql, /keel_first_by\(id\s*,\s*created_at\s*\)/);
+  t.match(rewrite('SELECT FIRST_VALUE(id ORDER BY created_at DESC) FROM t').sql, /keel_first_by_desc\(id\s*,\s*created_at\s*\)/);
+  t.match(rewrite('SELECT first_value(id) FROM t').sql, 'keel_first(id)');
+  t.match(rewrite('SELECT first_value(id) OVER (ORDER BY x) FROM t').sql, 'first_value(id) OVER');
+  t.match(rewrite('SELECT CAST(NULL as STRING) AS a').sql, 'CAST(NULL as TEXT)');
+  t.match(rewrite('SELECT CAST(1 as INT UNSIGNED) AS a').sql, 'CAST(1 as UINT64)');
+  t.match(rewrite('SELECT CAST(NULL as TIMESTAMP) AS a').sql, 'CAST(NULL as TIMESTAMP_TEXT)');
+  t.match(rewrite('SELECT COUNT(*) FROM information_schema.columns').sql, 'FROM information_schema_columns');
+  t.match(rewrite('SELECT sj.index FROM sys_journal sj ORDER BY index DESC').sql, 'sj."index" FROM sys_journal sj ORDER BY "index" DESC');
+  t.match(rewrite(LIST_COUNT("WHERE inv.status != 'completed'")).sql, ') AS inv');
+  // never inside literals; trailing semicolon dropped
+  t.equal(rewrite("select 'CAST(x AS STRING) information_schema.columns' ;").sql, "select 'CAST(x AS STRING) information_schema.columns'");
+  t.throws(() => rewrite('select 1; select 2'), { status: 400 });
+  t.throws(() => rewrite("select 'x"), { status: 400 });
+  t.throws(() => rewrite('DROP TABLE state'), { status: 400 });
+});
+
+t.test('invocations list (4.9): count (Arrow Int64), ids, details (JSON)', async (t) => {
+  const { base, source, deploymentId } = await startAdmin(t);
+  const { ids } = source;
+  for (const path of ['/query', '/v2/query', '/v3/query', '/v4/query']) {
+    const c = await query(base, LIST_COUNT("WHERE status != 'completed'"), { json: false, path });
+    t.equal(c.status, 200);
+    t.equal(c.ct, 'application/vnd.apache.arrow.stream');
+    t.equal(typeOf(c.table), 'Int64');
+    t.equal(Number(c.table.getChildAt(0).get(0)), 6);
+  }
+  const all = await query(base, LIST_COUNT(''), { json: false });
+  t.equal(Number(all.table.getChildAt(0).get(0)), 8);
+  const zombie = await query(base, LIST_COUNT("WHERE (inv.pinned_deployment_id IS NOT NULL AND inv.pinned_deployment_id NOT IN (select id from sys_deployment)) AND status != 'completed'"), { json: false });
+  t.equal(Number(zombie.table.getChildAt(0).get(0)), 0);
+  const byDp = await query(base, LIST_COUNT(`WHERE (inv.pinned_deployment_id IN ('${deploymentId}') OR inv.last_attempt_deployment_id IN ('${deploymentId}')) AND status != 'completed'`), { json: false });
+  t.equal(Number(byDp.table.getChildAt(0).get(0)), 4);
+
+  const page = await query(base, LIST_IDS("WHERE status != 'completed'"));
+  t.equal(page.status, 200);
+  t.same(page.body.rows.map((r) => r.id), [ids.scheduled, ids.inboxed, ids.counterRunning, ids.suspended, ids.backingOff, ids.running]);
+  const filtered = await query(base, LIST_IDS("WHERE inv.target_service_name IN ('Greeter') AND inv.target_handler_name IN ('greet') AND status IN ('backing-off')"));
+  t.same(filtered.body.rows, [{ id: ids.backingOff }]);
+  const keyed = await query(base, LIST_IDS("WHERE inv.target_service_key IN ('c1') AND inv.target_service_name IN (select name from sys_service where ty = 'virtual_object') AND status != 'completed'"));
+  t.same(keyed.body.rows.map((r) => r.id), [ids.inboxed, ids.suspended]);
+  const pending = await query(base, LIST_IDS("WHERE status = 'pending'"));
+  t.same(pending.body.rows, [{ id: ids.inboxed }]);
+
+  const idList = [ids.backingOff, ids.completed, ids.suspended, ids.failed].map((x) => `'${x}'`).join(',');
+  const d = await query(base, DETAIL(`WHERE inv.id in (${idList})`));
+  t.equal(d.status, 200);
+  const [susp, bo, failed, done] = d.body.rows;
+  t.same(susp, {
+    id: ids.suspended, target: 'Counter/c1/add', target_service_ty: 'virtual_object', status: 'suspended',
+    created_at: '2026-11-22T04:51:18.030Z', state_modified_at: '2026-11-22T04:51:18.030Z', pinned_deployment_id: deploymentId,
+    num_retries: 0, last_attempt_deployment_id: deploymentId, pinned_deployment_exists: true,
+  });
+  t.match(bo, {
+    id: ids.backingOff, target: 'Greeter/greet', target_service_ty: 'service', status: 'backing-off', num_retries: 8,
+    last_failure_message: '[RT0007] boom', last_failure_entry_index: 1, last_failure_entry_name: 'step', last_failure_entry_ty: 'Command: Run',
+    next_retry_at: '2026-11-22T04:51:27.000Z', last_start_at: '2026-11-22T04:51:26.000Z', pinned_deployment_exists: true,
+  });
+  t.same(failed, {
+    id: ids.failed, target: 'Greeter/greet', target_service_ty: 'service', status: 'completed', created_at: '2026-11-22T04:51:18.002Z',
+    state_modified_at: '2026-11-22T04:51:18.002Z', num_retries: 0, completion_result: 'failure', completion_failure: '[500] nope', pinned_deployment_exists: false,
+  });
+  t.equal(done.completion_result, 'success');
+  // the same query in Arrow
+  const da = await query(base, DETAIL(`WHERE inv.id in (${idList})`), { json: false });
+  const f = Object.fromEntries(da.table.schema.fields.map((x) => [x.name, String(x.type)]));
+  t.equal(f.created_at, 'Timestamp<MILLISECOND, +00:00>');
+  t.equal(f.num_retries, 'Uint64');
+  t.equal(f.pinned_deployment_exists, 'Bool');
+  t.equal(f.id, 'Utf8');
+  t.equal(da.table.numRows, 4);
+});
+
+t.test('invocations describe (4.10): lookup, probes, journal in both shapes', async (t) => {
+  const { base, source } = await startAdmin(t);
+  const id = source.ids.running;
+  const first = await query(base, `SELECT
+            id
+        FROM sys_invocation inv
+        WHERE inv.id = '${id}'
+        
+        LIMIT 1`);
+  t.same(first.body.rows, [{ id }]);
+  const det = await query(base, DETAIL(`WHERE inv.id = '${id}' AND inv.id in ('${id}')`));
+  t.match(det.body.rows, [{ id, idempotency_key: 'idem-1', status: 'running', last_attempt_server: 'restate-sdk-typescript/1.17.2' }]);
+  const p1 = await query(base, `SELECT COUNT(*) FROM information_schema.columns
+            WHERE
+                table_name = 'sys_journal'
+                AND column_name IN ('promise_name')`, { json: false });
+  t.equal(typeOf(p1.table), 'Int64');
+  t.equal(Number(p1.table.getChildAt(0).get(0)), 1);
+  const p2 = await query(base, `SELECT COUNT(*) FROM information_schema.columns
+            WHERE
+                table_name = 'sys_journal'
+                AND column_name IN ('version', 'entry_json', 'appended_at')`, { json: false });
+  t.equal(Number(p2.table.getChildAt(0).get(0)), 3);
+  const j = await query(base, `SELECT
+            sj.index,
+            sj.entry_type,
+            sj.completed,
+            sj.invoked_id,
+            sj.invoked_target,
+            sj.sleep_wakeup_at,
+            sj.name,
+            sj.promise_name,
+            sj.version, sj.entry_json, sj.appended_at
+        FROM sys_journal sj
+        WHERE
+            sj.id = '${id}'
+        ORDER BY index DESC
+        LIMIT 100`);
+  t.equal(j.status, 200, JSON.stringify(j.body));
+  t.same(j.body.rows, [
+    { index: 1, entry_type: 'Command: Sleep', completed: false, sleep_wakeup_at: '2026-11-22T04:52:58.000Z', name: '', version: 2, appended_at: '2026-11-22T04:51:18.011Z' },
+    { index: 0, entry_type: 'Command: Input', completed: true, name: '', version: 2, entry_json: '{"Command":{"Input":{}}}', appended_at: '2026-11-22T04:51:18.010Z' },
+  ]);
+  const legacy = await query(base, `SELECT
+            sj.index,
+            sj.entry_type,
+            sj.completed,
+            sj.invoked_id,
+            sj.invoked_target,
+            sj.sleep_wakeup_at,
+            sj.name,
+            CAST(NULL as STRING) AS promise_name,
+            CAST(1 as INT UNSIGNED) AS version, CAST(NULL as STRING) AS entry_json, CAST(NULL as TIMESTAMP) AS appended_at
+        FROM sys_journal sj
+        WHERE
+            sj.id = '${id}'
+        ORDER BY index DESC
+        LIMIT 100`);
+  t.same(legacy.body.rows.map((r) => [r.index, r.version, r.entry_json, r.appended_at]), [[1, 1, undefined, undefined], [0, 1, undefined, undefined]]);
+  const la = await query(base, `SELECT CAST(1 as INT UNSIGNED) AS version, CAST(NULL as TIMESTAMP) AS appended_at, CAST(NULL as STRING) AS s FROM sys_journal sj WHERE sj.id = '${id}'`, { json: false });
+  t.same(la.table.schema.fields.map((f) => String(f.type)), ['Uint64', 'Timestamp<MILLISECOND, +00:00>', 'Utf8']);
+});
+
+t.test('invocations cancel/kill/... lookups (4.11) use the raw status vocabulary', async (t) => {
+  const { base, source } = await startAdmin(t);
+  const { ids } = source;
+  const byId = await query(base, `SELECT id, target FROM sys_invocation_status WHERE id = '${ids.backingOff}' AND status != 'completed' LIMIT 500`);
+  t.same(byId.body.rows, [{ id: ids.backingOff, target: 'Greeter/greet' }]);
+  const byTarget = await query(base, "SELECT id, target FROM sys_invocation_status WHERE ((target = 'Greeter/greet' AND target_service_ty = 'service') OR (target LIKE 'Greeter/greet/%' AND target_service_ty != 'service')) AND status != 'completed' LIMIT 500");
+  t.same(new Set(byTarget.body.rows.map((r) => r.id)), new Set([ids.running, ids.backingOff, ids.scheduled]));
+  const byObj = await query(base, "SELECT id, target FROM sys_invocation_status WHERE ((target = 'Counter/c1' AND target_service_ty = 'service') OR (target LIKE 'Counter/c1/%' AND target_service_ty != 'service')) AND status != 'completed' LIMIT 500");
+  t.same(new Set(byObj.body.rows.map((r) => r.id)), new Set([ids.suspended, ids.inboxed]));
+  const bySvc = await query(base, "SELECT id, target FROM sys_invocation_status WHERE target LIKE 'Counter/%' AND status != 'completed' LIMIT 500");
+  t.equal(bySvc.body.rows.length, 3);
+  const pause = await query(base, "SELECT id, target FROM sys_invocation_status WHERE target LIKE 'Greeter/%' AND status IN ('invoked', 'suspended') LIMIT 500");
+  t.same(new Set(pause.body.rows.map((r) => r.id)), new Set([ids.running, ids.backingOff]));
+  const purge = await query(base, "SELECT id, target FROM sys_invocation_status WHERE target LIKE 'Greeter/%' AND status = 'completed' LIMIT 500");
+  t.same(new Set(purge.body.rows.map((r) => r.id)), new Set([ids.completed, ids.failed]));
+  const inboxed = await query(base, "SELECT id FROM sys_invocation_status WHERE status = 'inboxed'");
+  t.same(inboxed.body.rows, [{ id: ids.inboxed }]);
+  // LIKE is case-sensitive, as in DataFusion
+  const lower = await query(base, "SELECT id FROM sys_invocation_status WHERE target LIKE 'greeter/%'");
+  t.same(lower.body.rows, []);
+});
+
+t.test('deployments remove (4.4) and services describe (4.6)', async (t) => {
+  const { base, deploymentId } = await startAdmin(t);
+  const rm = await query(base, `SELECT
+            target_service_name as service,
+            target_handler_name as handler,
+            COUNT(1) AS inv_count
+            FROM sys_invocation_status
+            WHERE pinned_deployment_id = '${deploymentId}' AND status != 'completed'
+            GROUP BY pinned_deployment_id, target_service_name, target_handler_name`);
+  t.same(rm.body.rows, [{ service: 'Counter', handler: 'add', inv_count: 2 }, { service: 'Greeter', handler: 'greet', inv_count: 2 }]);
+  const d = await query(base, `SELECT COUNT(1) AS inv_count
+            FROM sys_invocation_status
+            WHERE pinned_deployment_id = '${deploymentId}' AND status != 'completed'`, { json: false });
+  t.equal(d.table.schema.fields[0].name, 'inv_count');
+  t.equal(typeOf(d.table), 'Int64');
+  t.equal(Number(d.table.getChildAt(0).get(0)), 4);
+});
+
+t.test('services status (4.7)', async (t) => {
+  const { base, source } = await startAdmin(t);
+  const { ids } = source;
+  const pending = await query(base, `SELECT
+                target_service_name,
+                target_handler_name,
+                'pending' as status,
+                COUNT(1) as num_invocations,
+                MIN(created_at) as oldest_at,
+                FIRST_VALUE(id ORDER BY created_at ASC) as oldest_invocation
+             FROM sys_invocation_status
+             WHERE status == 'inboxed' AND target_service_name IN ('Greeter','Counter')
+             GROUP BY target_service_name, target_handler_name`);
+  t.same(pending.body.rows, [{ target_service_name: 'Counter', target_handler_name: 'add', status: 'pending', num_invocations: 1, oldest_at: '2026-11-22T04:51:18.040Z', oldest_invocation: ids.inboxed }]);
+  const summary = await query(base, `SELECT
+                target_service_name,
+                target_handler_name,
+                status,
+                COUNT(1) as num_invocations,
+                MIN(created_at) as oldest_at,
+                FIRST_VALUE(id ORDER BY created_at ASC) as oldest_invocation
+            FROM sys_invocation
+            WHERE target_service_name IN ('Greeter','Counter')
+            GROUP BY target_service_name, target_handler_name, status
+            ORDER BY target_handler_name`);
+  const completed = summary.body.rows.find((r) => r.target_service_name === 'Greeter' && r.status === 'completed');
+  t.same(completed, { target_service_name: 'Greeter', target_handler_name: 'greet', status: 'completed', num_invocations: 2, oldest_at: '2026-11-22T04:51:18.001Z', oldest_invocation: ids.completed });
+  const counterRunning = summary.body.rows.find((r) => r.target_service_name === 'Counter' && r.status === 'running');
+  t.equal(counterRunning.oldest_invocation, ids.counterRunning);
+  t.equal(summary.body.rows.length, 7);
+  const inbox = await query(base, `SELECT
+                service_name,
+                service_key,
+                COUNT(1) as num_pending
+             FROM sys_inbox
+             WHERE service_name IN ('Counter')
+             GROUP BY service_name, service_key
+             ORDER BY num_pending DESC`);
+  t.same(inbox.body.rows, [{ service_name: 'Counter', service_key: 'c1', num_pending: 1 }]);
+  const locks = await query(base, `SELECT
+                target_service_name as service_name,
+                target_service_key as service_key,
+                status as invocation_status,
+                first_value(id) as invocation_holding_lock,
+                first_value(target_handler_name) as invocation_method_holding_lock,
+                first_value(created_at) as invocation_created_at,
+                first_value(modified_at) as modified_at,
+                first_value(pinned_deployment_id) as pinned_deployment_id,
+                first_value(last_attempt_deployment_id) as last_attempt_deployment_id,
+                first_value(last_failure) as last_failure_message,
+                first_value(next_retry_at) as next_retry_at,
+                first_value(last_start_at) as last_start_at,
+                0 as num_pending,
+                sum(retry_count) as num_retries
+            FROM sys_invocation
+            WHERE status != 'pending' AND target_service_name IN ('Counter')
+            GROUP BY target_service_name, target_service_key, status`);
+  t.match(locks.body.rows, [
+    { service_name: 'Counter', service_key: 'c1', invocation_status: 'suspended', invocation_holding_lock: ids.suspended, invocation_method_holding_lock: 'add', invocation_created_at: '2026-11-22T04:51:18.030Z', num_pending: 0, num_retries: 0 },
+    { service_name: 'Counter', service_key: 'c2', invocation_status: 'running', invocation_holding_lock: ids.counterRunning },
+  ]);
+  const la = await query(base, 'SELECT MIN(created_at) AS oldest_at, sum(retry_count) AS n, COUNT(*) AS c, 0 AS z FROM sys_invocation', { json: false });
+  t.same(la.table.schema.fields.map((f) => String(f.type)), ['Timestamp<MILLISECOND, +00:00>', 'Uint64', 'Int64', 'Int64']);
+});
+
+t.test('state (4.12), vqueues and rules (4.14), sql (4.13)', async (t) => {
+  const { base } = await startAdmin(t);
+  const s = await query(base, "select key, value from state where service_name = 'Counter' and service_key = 'c1' ;");
+  t.same(s.body.rows, [{ key: 'count', value: '35' }, { key: 'label', value: '2268656c6c6f22' }]);
+  const clear = await query(base, "SELECT service_name, service_key, key, value FROM state WHERE service_name = 'Counter' AND service_key = 'c2'");
+  t.same(clear.body.rows, []);
+  const vq = await query(base, 'SELECT id, is_active, queue_is_paused, service_name, scope, limit_key, lock_name, created_at, last_enqueued_at, last_start_at, last_attempt_at, last_finish_at, num_inbox, num_running, num_suspended, num_paused, num_finished FROM sys_vqueue_meta LIMIT 100');
+  t.same(vq, { status: 200, ct: 'application/json; charset=utf-8', body: { rows: [] } });
+  const rules = await query(base, 'SELECT pattern, concurrency, description, disabled, version, last_modified FROM sys_rules ORDER BY pattern');
+  t.same(rules.body, { rows: [] });
+  const sql = await query(base, 'select id, status from sys_invocation', { json: false });
+  t.equal(sql.table.numRows, 8);
+  t.same(sql.table.schema.fields.map((f) => String(f.type)), ['Utf8', 'Utf8']);
+  const svc = await query(base, 'select name, revision, public, ty from sys_service order by name');
+  t.same(svc.body.rows, [{ name: 'Counter', revision: 1, public: true, ty: 'virtual_object' }, { name: 'Greeter', revision: 1, public: true, ty: 'service' }]);
+  const sa = await query(base, 'select * from sys_service', { json: false });
+  const types = Object.fromEntries(sa.table.schema.fields.map((f) => [f.name, String(f.type)]));
+  t.equal(types.revision, 'Uint64');
+  t.equal(types.public, 'Bool');
+  const stateArrow = await query(base, 'select * from state', { json: false });
+  t.same(arrowRows(stateArrow.table).map((r) => Buffer.from(r.value).toString()), ['5', '"hello"']);
+  const keyed = await query(base, 'select service_key, invocation_id from sys_keyed_service_status order by service_key');
+  t.equal(keyed.body.rows.length, 2);
+  const prom = await query(base, 'select key, completed, completion_success_value_utf8 from sys_promise');
+  t.same(prom.body.rows, [{ key: 'p', completed: true, completion_success_value_utf8: '1' }]);
+});
+
+t.test('errors', async (t) => {
+  const { base } = await startAdmin(t);
+  const parse = await query(base, 'SELEC id FROM sys_invocation');
+  t.equal(parse.status, 400);
+  t.type(parse.body.message, 'string');
+  const syntax = await query(base, 'SELECT id FROM sys_invocation WHERE');
+  t.equal(syntax.status, 400);
+  const schema = await query(base, 'SELECT nope FROM sys_invocation', { json: false });
+  t.equal(schema.status, 500);
+  t.match(schema.body.message, /nope/);
+  const table = await query(base, 'SELECT * FROM nope');
+  t.equal(table.status, 500);
+  for (const body of [{}, { query: 5 }, [], 'null']) {
+    const res = await fetch(base + '/v4/query', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    t.ok(res.status === 400 || res.status === 422, String(res.status));
+    t.type((await res.json()).message, 'string');
+  }
+  const bad = await fetch(base + '/v4/query', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{not json' });
+  t.equal(bad.status, 400);
+  const empty = await fetch(base + '/query', { method: 'POST' });
+  t.equal(empty.status, 400);
+});
