@@ -260,7 +260,8 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
       const json = String(req.headers.accept ?? '').includes('application/json');
       try {
         const result = await engine.run(b.query);
-        if (json) return reply.status(200).type('application/json').send(toJson(result));
+        // exactly `application/json`: with `; charset=utf-8` the CLI says the server "lacks JSON /query support"
+        if (json) return reply.status(200).header('content-type', 'application/json').send(Buffer.from(JSON.stringify(toJson(result))));
         return reply.status(200).type('application/vnd.apache.arrow.stream').send(Buffer.from(toArrow(result)));
       } catch (err) {
         if (err instanceof QueryError) {
