@@ -161,4 +161,9 @@ t.test('the real restate CLI against the introspection routes', async (t) => {
   const plain = await cli('state', 'get', 'Counter', 'c1', '-p');
   t.equal(plain.code, 0, plain.out);
   t.match(plain.out, /"count":\s*5/);
+
+  // state clear: the CLI computes the version over the state it read; it matches, so it applies
+  const clear = await cli('state', 'clear', 'Counter/c1', '--yes');
+  t.equal(clear.code, 0, clear.out);
+  t.equal(source.stateMap.get('Counter/c1').size, 0);
 });
