@@ -140,3 +140,19 @@ export function decodeAwakeableId(text: string): { invocation: InvocationId; sig
   if (!invocation) return undefined;
   return { invocation, signalIndex: raw.readUInt32BE(INVOCATION_ID_BYTES), legacy: m[1] === 'prom' };
 }
+
+/** Partition key of a virtual object or workflow instance: all its invocations share it. */
+export function objectPartitionKey(service: string, key: string): bigint {
+  return partitionKeyOf(`${service}/${key}`);
+}
+
+/** A workflow's run invocation: one per (workflow, key), so the id is derived from them. */
+export function workflowInvocationId(service: string, key: string): InvocationId {
+  return InvocationId.fromParts(objectPartitionKey(service, key), deterministicUuid('workflow', service, key));
+}
+
+/** An invocation with an idempotency key: repeats of the same request map to the same id. */
+export function idempotentInvocationId(service: string, key: string, handler: string, idempotencyKey: string): InvocationId {
+  const pk = key ? objectPartitionKey(service, key) : partitionKeyOf(`${service}/${handler}/${idempotencyKey}`);
+  return InvocationId.fromParts(pk, deterministicUuid('idempotent', service, key, handler, idempotencyKey));
+}

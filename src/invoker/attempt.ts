@@ -7,6 +7,7 @@ import type { InvocationStatus, JournalEntry } from '../partition/state.js';
 import { FrameDecoder, encodeFrame } from './framing.js';
 import { MessageType, REQUESTED_ACK_FLAG, decode, encode, isCommand, isCustomEntry, pb } from './messages.js';
 import { openStream, type InvocationStream } from './transport.js';
+import type { ResolvedTarget } from '../metadata/targets.js';
 
 export interface AttemptDeployment {
   id: string;
@@ -30,6 +31,10 @@ export interface AttemptOptions {
   onClose: () => void;
   /** Turns a failure into the AttemptEnded command (adds the retry decision). */
   failed: (f: AttemptFailure) => AttemptEnded;
+  /** Eager state for StartMessage; `partial` makes the SDK ask for what is missing. */
+  state: { entries: Array<{ key: Buffer; value: Buffer }>; partial: boolean };
+  /** Schema facts and the id of a call's target, or why it cannot be called (RT0018). */
+  resolveCall: (service: string, handler: string, key: string, idempotencyKey: string | undefined) => ResolvedTarget | string;
   logger: Logger;
 }
 
@@ -100,7 +105,8 @@ export class Attempt {
       debug_id: status.id,
       known_entries: journal.length,
       key: status.key,
-      partial_state: false,
+      state_map: this.o.state.entries,
+      partial_state: this.o.state.partial,
       retry_count_since_last_stored_entry: status.retry_count,
       duration_since_last_stored_entry: Math.max(0, Date.now() - status.modified_at_ms),
       random_seed: randomSeed(id),
@@ -169,6 +175,10 @@ export class Attempt {
 
   private onMessage(type: number, flags: number, payload: Uint8Array): void {
     const entry = Buffer.from(payload);
+    if (type === MessageType.CallCommand || type === MessageType.OneWayCallCommand) {
+      this.call(type, entry);
+      return;
+    }
     if (isCommand(type) || isCustomEntry(type)) {
       this.record({ journal_append: this.entry(type, entry) });
       return;
@@ -223,6 +233,26 @@ export class Attempt {
       default:
         this.fail({ error_code: 'RT0012', failure_code: 571, message: `unexpected message type 0x${type.toString(16)} from the endpoint` });
     }
+  }
+
+  /** A call or send: the target must exist; its invocation id is chosen here, before the append. */
+  private call(type: number, entry: Buffer): void {
+    const m = decode(type === MessageType.CallCommand ? pb.Call : pb.OneWayCall, entry);
+    const target = this.o.resolveCall(m.service_name ?? '', m.handler_name ?? '', m.key ?? '', m.idempotency_key || undefined);
+    if (typeof target === 'string') {
+      this.fail({ error_code: 'RT0018', failure_code: 500, message: target, related_entry_type: type, ...(m.name ? { related_entry_name: m.name } : {}) });
+      return;
+    }
+    this.record({
+      journal_append: {
+        ...this.entry(type, entry),
+        child_invocation_id: target.id.bytes,
+        child_service_type: target.service_type,
+        child_handler_type: target.handler_type,
+        child_completion_retention_ms: target.completion_retention_ms,
+        child_journal_retention_ms: target.journal_retention_ms,
+      },
+    });
   }
 
   private entry(type: number, entry: Buffer) {

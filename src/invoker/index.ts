@@ -5,31 +5,18 @@ import { Outcome, Then, type AttemptEnded } from '../log/commands.js';
 import type { PartitionProcessor } from '../partition/processor.js';
 import { Attempt, type AttemptDeployment, type AttemptFailure } from './attempt.js';
 import { decideRetry } from './retry.js';
+import { objectKeyOf, type Action } from '../partition/state.js';
+import { resolveTarget } from '../metadata/targets.js';
+import type { HandlerSchema, ServiceSchema } from '../metadata/types.js';
 
 export const MIN_PROTOCOL_VERSION = 5;
 export const MAX_PROTOCOL_VERSION = 7;
 
-interface RetryOverride {
-  initial_interval_ms?: number;
-  max_interval_ms?: number;
-  max_attempts?: number;
-  exponentiation_factor?: number;
-  on_max_attempts?: 'pause' | 'kill';
-}
-
-interface HandlerOptions {
-  name: string;
-  inactivity_timeout_ms?: number;
-  abort_timeout_ms?: number;
-  retry_policy?: RetryOverride;
-}
-
 /** What the invoker needs of the schema registry. */
 export interface DeploymentLookup {
   deployment(id: string): (AttemptDeployment & { min_protocol_version: number; max_protocol_version: number }) | undefined;
-  service(name: string):
-    | { deployment_id: string; inactivity_timeout_ms?: number; abort_timeout_ms?: number; retry_policy?: RetryOverride; handlers: HandlerOptions[] }
-    | undefined;
+  service(name: string): ServiceSchema | undefined;
+  handler(service: string, handler: string): { service: ServiceSchema; handler: HandlerSchema } | undefined;
 }
 
 interface Queued {
@@ -82,6 +69,38 @@ export class Invoker {
     this.live.get(id)?.abort();
   }
 
+  /** The fold refused an entry of the live attempt (RT0017): stop it and record the failure. */
+  reject(processor: PartitionProcessor, a: Extract<Action, { kind: 'reject' }>): void {
+    this.live.get(a.id)?.abort();
+    const s = processor.invocation(a.id);
+    if (s === undefined) return;
+    this.logger.warn({ code: a.error_code, invocation: a.id, entry_index: a.entry_index }, a.message);
+    const policy = this.policyFor(s.service, s.handler);
+    const decision = decideRetry(policy, s.retry_count + 1, Date.now());
+    void processor
+      .append({
+        attempt_ended: {
+          invocation_id: InvocationId.parse(a.id)!.bytes,
+          epoch: a.epoch,
+          outcome: Outcome.FAILED,
+          error_code: a.error_code,
+          failure_code: 500,
+          failure_message: a.message,
+          related_entry_index: a.entry_index,
+          related_entry_type: a.entry_type,
+          retry_at_ms: decision.retry_at_ms,
+          then: decision.then,
+        },
+      })
+      .catch(() => {});
+  }
+
+  private policyFor(serviceName: string, handlerName: string): RetryPolicy {
+    const service = this.registry.service(serviceName);
+    const handler = service?.handlers.find((h) => h.name === handlerName);
+    return retryPolicy(this.config.default_retry_policy, service?.retry_policy, handler?.retry_policy);
+  }
+
   stop(): void {
     this.stopped = true;
     this.waiting.length = 0;
@@ -96,7 +115,7 @@ export class Invoker {
     const journal = processor.state.journals.get(id) ?? [];
     const service = this.registry.service(status.service);
     const handler = service?.handlers.find((h) => h.name === status.handler);
-    const policy = retryPolicy(this.config.default_retry_policy, service?.retry_policy, handler?.retry_policy);
+    const policy = this.policyFor(status.service, status.handler);
     const invocationBytes = InvocationId.parse(id)!.bytes;
     const failed = (f: AttemptFailure): AttemptEnded => {
       const decision = f.behavior === 1 ? { then: Then.PAUSE, retry_at_ms: 0 }
@@ -141,7 +160,23 @@ export class Invoker {
       return;
     }
     this.running += 1;
+    const lazy = handler?.enable_lazy_state ?? service?.enable_lazy_state ?? false;
+    const keyed = status.service_type !== 'Service';
+    const entries = keyed && !lazy
+      ? [...processor.state.stateOf(objectKeyOf(status.service, status.key))].map(([k, v]) => ({ key: Buffer.from(k, 'base64url'), value: v }))
+      : [];
     const attempt = new Attempt({
+      state: { entries, partial: keyed && lazy },
+      resolveCall: (svc, hdl, key, idem) => {
+        const target = this.registry.handler(svc, hdl);
+        if (target === undefined) {
+          return this.registry.service(svc) === undefined
+            ? `call to service '${svc}', which is not registered: register it`
+            : `call to handler '${svc}/${hdl}', which does not exist`;
+        }
+        if (target.service.ty !== 'Service' && key === '') return `call to ${target.service.ty} '${svc}' without a key`;
+        return resolveTarget(this.config, target.service, target.handler, key, idem);
+      },
       status,
       journal,
       deployment,
@@ -164,7 +199,7 @@ export class Invoker {
   }
 }
 
-function retryPolicy(base: RetryPolicy, ...overrides: Array<RetryOverride | undefined>): RetryPolicy {
+function retryPolicy(base: RetryPolicy, ...overrides: Array<ServiceSchema['retry_policy'] | undefined>): RetryPolicy {
   const p = { ...base };
   for (const o of overrides) {
     if (o === undefined) continue;

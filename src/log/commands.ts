@@ -19,6 +19,12 @@ export interface Invoke {
   idempotency_key?: string;
   execute_at_ms?: number;
   service_type?: string;
+  handler_type?: string;
+  caller_invocation_id?: Buffer;
+  caller_completion_id?: number;
+  completion_retention_ms?: number;
+  journal_retention_ms?: number;
+  caller_target?: string;
 }
 
 export interface JournalAppend {
@@ -29,6 +35,11 @@ export interface JournalAppend {
   requested_ack?: boolean;
   deployment_id?: string;
   protocol_version?: number;
+  child_invocation_id?: Buffer;
+  child_service_type?: string;
+  child_handler_type?: string;
+  child_completion_retention_ms?: number;
+  child_journal_retention_ms?: number;
 }
 
 export const Outcome = { END: 0, SUSPENDED: 1, FAILED: 2 } as const;
@@ -58,6 +69,57 @@ export interface TimerFired {
   invocation_id: Buffer;
   completion_id: number;
   wake_up_ms: number;
+  kind?: number;
+}
+
+export const TimerKind = { SLEEP: 0, INVOKE: 1 } as const;
+
+export interface FailureMsg {
+  code: number;
+  message: string;
+  metadata?: Header[];
+}
+
+/** Exactly one of value / failure / void. */
+export interface ResultMsg {
+  value?: Buffer;
+  failure?: FailureMsg;
+  void?: boolean;
+}
+
+export interface CallResult extends ResultMsg {
+  invocation_id: Buffer;
+  completion_id: number;
+  entry_type: number;
+}
+
+export interface Signal extends ResultMsg {
+  invocation_id: Buffer;
+  idx?: number;
+  name?: string;
+}
+
+export interface OutboxDelivered {
+  seq: number;
+}
+
+export const ManageAction = { CANCEL: 0, KILL: 1, PAUSE: 2, RESUME: 3 } as const;
+
+export interface Manage {
+  invocation_id: Buffer;
+  action: number;
+}
+
+export interface Purge {
+  invocation_id: Buffer;
+  journal_only?: boolean;
+}
+
+export interface Attach {
+  invocation_id: Buffer;
+  waiter_invocation_id: Buffer;
+  waiter_completion_id: number;
+  entry_type: number;
 }
 
 export interface RetryAttempt {
@@ -70,9 +132,15 @@ export type CommandKind =
   | { journal_append: JournalAppend }
   | { attempt_ended: AttemptEnded }
   | { timer_fired: TimerFired }
-  | { retry_attempt: RetryAttempt };
+  | { retry_attempt: RetryAttempt }
+  | { call_result: CallResult }
+  | { signal: Signal }
+  | { outbox_delivered: OutboxDelivered }
+  | { manage: Manage }
+  | { purge: Purge }
+  | { attach: Attach };
 
-export type Command = CommandKind & { timestamp_ms: number };
+export type Command = CommandKind & { timestamp_ms: number; source_partition?: number; source_seq?: number };
 
 export function encodeCommand(cmd: Command): Buffer {
   const bytes = CommandType.encode(CommandType.fromObject(cmd)).finish();

@@ -62,6 +62,7 @@ export class PartitionProcessor {
       else if (s.status === 'backing-off') actions.push({ kind: 'retry', id: s.id, epoch: s.epoch, at_ms: s.next_retry_at_ms ?? 0 });
     }
     for (const timer of this.state.timers.values()) actions.push({ kind: 'timer', timer });
+    for (const entry of [...this.state.outbox.values()].sort((a, b) => a.seq - b.seq)) actions.push({ kind: 'outbox', entry });
     return actions;
   }
 
@@ -150,9 +151,36 @@ async function loadState(db: Db, partition: number): Promise<PartitionState> {
     state.journals.set(s.id, journal);
   }
   for await (const key of db.keys({ gte: `${prefix}timer/`, lt: `${prefix}timer/~` })) {
-    const t = parseTimerKey(key, prefix);
-    state.timers.set(key, t);
+    state.timers.set(key, parseTimerKey(key, prefix));
   }
+  const scan = (table: string) => db.iterator({ gte: `${prefix}${table}/`, lt: `${prefix}${table}/~` });
+  const rest = (key: string, table: string) => key.slice(`${prefix}${table}/`.length);
+  for await (const [key, value] of scan('lock')) state.locks.set(rest(key, 'lock'), value.toString('utf8'));
+  for await (const [key, value] of scan('inbox')) {
+    const r = rest(key, 'inbox');
+    const cut = r.lastIndexOf('/');
+    const objectKey = r.slice(0, cut);
+    const q = state.inboxes.get(objectKey) ?? [];
+    q.push({ id: value.toString('utf8'), seq: Number(r.slice(cut + 1)) });
+    state.inboxes.set(objectKey, q);
+  }
+  for (const q of state.inboxes.values()) q.sort((a, b) => a.seq - b.seq);
+  for await (const [key, value] of scan('state')) {
+    const r = rest(key, 'state');
+    const cut = r.lastIndexOf('/');
+    const m = state.objectState.get(r.slice(0, cut)) ?? new Map<string, Buffer>();
+    m.set(r.slice(cut + 1), value);
+    state.objectState.set(r.slice(0, cut), m);
+  }
+  for await (const [key, value] of scan('promise')) state.promises.set(rest(key, 'promise'), JSON.parse(value.toString('utf8')));
+  for await (const [key, value] of scan('outbox')) {
+    const e = JSON.parse(value.toString('utf8'));
+    const seq = Number(rest(key, 'outbox'));
+    state.outbox.set(seq, { seq, target: e.target, command: Buffer.from(e.command, 'base64') });
+  }
+  for await (const [key, value] of scan('dedup')) state.dedup.set(Number(rest(key, 'dedup')), Number(value.toString('utf8')));
+  const counters = await db.get(`${prefix}counters`);
+  if (counters !== undefined) state.counters = JSON.parse(counters.toString('utf8'));
   state.takeWrites();
   return state;
 }

@@ -1,7 +1,7 @@
 import type { StateWrite } from '../log/partition-log.js';
 import { pad } from '../storage/store.js';
 
-export type Status = 'scheduled' | 'running' | 'backing-off' | 'suspended' | 'paused' | 'completed';
+export type Status = 'scheduled' | 'inboxed' | 'running' | 'backing-off' | 'suspended' | 'paused' | 'completed';
 
 export interface LastFailure {
   error_code: string;
@@ -25,6 +25,8 @@ export interface InvocationStatus {
   handler: string;
   key: string;
   service_type: string;
+  /** 'Exclusive' | 'Shared' | 'Workflow' | '' */
+  handler_type: string;
   status: Status;
   /** Attempt number; entries from any other attempt are dropped. */
   epoch: number;
@@ -32,6 +34,20 @@ export interface InvocationStatus {
   created_at_ms: number;
   modified_at_ms: number;
   idempotency_key?: string;
+  /** The invocation waiting for this one's result (call), with the completion id to use. */
+  caller_id?: string;
+  caller_completion_id?: number;
+  /** `Svc/handler` of the invocation that called or sent this one. */
+  caller_target?: string;
+  /** Invocations this one called and waits for: killed with it. */
+  children?: string[];
+  /** Other invocations attached to this one's result. */
+  attachers?: Array<{ id: string; completion_id: number; entry_type: number }>;
+  scheduled_at_ms?: number;
+  execute_at_ms?: number;
+  inboxed_at_ms?: number;
+  completion_retention_ms: number;
+  journal_retention_ms: number;
   deployment_id?: string;
   protocol_version?: number;
   sdk_version?: string;
@@ -55,6 +71,23 @@ export interface Timer {
   id: string;
   completion_id: number;
   wake_up_ms: number;
+  /** TimerKind: 0 sleep completion, 1 start of a scheduled invocation */
+  kind: number;
+}
+
+export interface PromiseState {
+  value?: string;
+  failure?: { code: number; message: string };
+  /** Invocations waiting for a `get`: id, completion id and notification type. */
+  waiters: Array<{ id: string; completion_id: number; entry_type: number }>;
+}
+
+export interface OutboxEntry {
+  seq: number;
+  /** Invocation id (text) whose partition receives the command. */
+  target: string;
+  /** The encoded Command to append there. */
+  command: Buffer;
 }
 
 /** What a fold asks for once its batch is durable. */
@@ -63,7 +96,11 @@ export type Action =
   | { kind: 'forward'; id: string; epoch: number; type: number; payload: Uint8Array }
   | { kind: 'timer'; timer: Timer }
   | { kind: 'retry'; id: string; epoch: number; at_ms: number }
-  | { kind: 'completed'; id: string };
+  | { kind: 'completed'; id: string }
+  | { kind: 'outbox'; entry: OutboxEntry }
+  | { kind: 'abort'; id: string }
+  /** The current attempt broke a rule (RT0017...): end it and record the failure under `epoch`. */
+  | { kind: 'reject'; id: string; epoch: number; error_code: string; message: string; entry_index: number; entry_type: number };
 
 /**
  * The state of one partition, in memory, written through to the store. Folds change it only
@@ -74,6 +111,18 @@ export class PartitionState {
   /** Journals of invocations that have not completed; completed ones stay on disk only. */
   readonly journals = new Map<string, JournalEntry[]>();
   readonly timers = new Map<string, Timer>();
+  /** Virtual object / workflow key (`svc/key`) → invocation holding its exclusive lock. */
+  readonly locks = new Map<string, string>();
+  /** Key → invocations waiting for the lock, in arrival order, with their inbox sequence. */
+  readonly inboxes = new Map<string, Array<{ id: string; seq: number }>>();
+  /** Key → state entries (state key as base64url → value). */
+  readonly objectState = new Map<string, Map<string, Buffer>>();
+  /** `svc/key/name` → workflow promise. */
+  readonly promises = new Map<string, PromiseState>();
+  readonly outbox = new Map<number, OutboxEntry>();
+  /** Source partition → last outbox sequence applied from it. */
+  readonly dedup = new Map<number, number>();
+  counters = { inbox_seq: 0, outbox_seq: 0 };
   private writes = new Map<string, Buffer | null>();
 
   constructor(readonly partition: number) {}
@@ -99,6 +148,99 @@ export class PartitionState {
     s.journal_length = index + 1;
     this.writes.set(this.entryKey(s.id, index), encodeEntry(entry));
     return index;
+  }
+
+  deleteStatus(s: InvocationStatus): void {
+    this.invocations.delete(s.id);
+    this.writes.set(this.statusKey(s.id), null);
+  }
+
+  deleteJournal(s: InvocationStatus): void {
+    for (let i = 0; i < s.journal_length; i++) this.writes.set(this.entryKey(s.id, i), null);
+    this.journals.delete(s.id);
+  }
+
+  setLock(objectKey: string, id: string | undefined): void {
+    if (id === undefined) {
+      this.locks.delete(objectKey);
+      this.writes.set(`${this.prefix}lock/${objectKey}`, null);
+    } else {
+      this.locks.set(objectKey, id);
+      this.writes.set(`${this.prefix}lock/${objectKey}`, Buffer.from(id));
+    }
+  }
+
+  enqueueInbox(objectKey: string, id: string): void {
+    const seq = ++this.counters.inbox_seq;
+    this.putCounters();
+    let q = this.inboxes.get(objectKey);
+    if (q === undefined) {
+      q = [];
+      this.inboxes.set(objectKey, q);
+    }
+    q.push({ id, seq });
+    this.writes.set(`${this.prefix}inbox/${objectKey}/${pad(seq)}`, Buffer.from(id));
+  }
+
+  /** Removes `id` from the key's inbox (it starts, or it was killed while waiting). */
+  removeFromInbox(objectKey: string, id: string): void {
+    const q = this.inboxes.get(objectKey);
+    if (q === undefined) return;
+    const i = q.findIndex((e) => e.id === id);
+    if (i < 0) return;
+    const [e] = q.splice(i, 1);
+    if (q.length === 0) this.inboxes.delete(objectKey);
+    this.writes.set(`${this.prefix}inbox/${objectKey}/${pad(e!.seq)}`, null);
+  }
+
+  stateOf(objectKey: string): Map<string, Buffer> {
+    return this.objectState.get(objectKey) ?? new Map();
+  }
+
+  setState(objectKey: string, stateKey: string, value: Buffer | null): void {
+    let m = this.objectState.get(objectKey);
+    if (value === null) {
+      m?.delete(stateKey);
+      if (m?.size === 0) this.objectState.delete(objectKey);
+    } else {
+      if (m === undefined) {
+        m = new Map();
+        this.objectState.set(objectKey, m);
+      }
+      m.set(stateKey, value);
+    }
+    this.writes.set(`${this.prefix}state/${objectKey}/${stateKey}`, value);
+  }
+
+  clearState(objectKey: string): void {
+    for (const k of [...this.stateOf(objectKey).keys()]) this.setState(objectKey, k, null);
+  }
+
+  putPromise(key: string, p: PromiseState): void {
+    this.promises.set(key, p);
+    this.writes.set(`${this.prefix}promise/${key}`, Buffer.from(JSON.stringify(p)));
+  }
+
+  addOutbox(target: string, command: Buffer): OutboxEntry {
+    const entry = { seq: ++this.counters.outbox_seq, target, command };
+    this.putCounters();
+    this.outbox.set(entry.seq, entry);
+    this.writes.set(`${this.prefix}outbox/${pad(entry.seq)}`, Buffer.from(JSON.stringify({ target, command: command.toString('base64') })));
+    return entry;
+  }
+
+  deleteOutbox(seq: number): void {
+    if (!this.outbox.delete(seq)) return;
+    this.writes.set(`${this.prefix}outbox/${pad(seq)}`, null);
+  }
+
+  setDedup(source: number, seq: number): void {
+    this.dedup.set(source, seq);
+    this.writes.set(`${this.prefix}dedup/${source}`, Buffer.from(String(seq)));
+  }
+
+  private putCounters(): void {
+    this.writes.set(`${this.prefix}counters`, Buffer.from(JSON.stringify(this.counters)));
   }
 
   /** The journal leaves memory when the invocation completes; the store keeps it. */
@@ -139,7 +281,7 @@ export class PartitionState {
   }
 
   timerKey(t: Timer): string {
-    return `${this.prefix}timer/${pad(t.wake_up_ms)}/${t.id}/${t.completion_id}`;
+    return `${this.prefix}timer/${pad(t.wake_up_ms)}/${t.id}/${t.kind}.${t.completion_id}`;
   }
 }
 
@@ -155,6 +297,16 @@ export function decodeEntry(raw: Buffer): JournalEntry {
 }
 
 export function parseTimerKey(key: string, prefix: string): Timer {
-  const [wake, id, cid] = key.slice(`${prefix}timer/`.length).split('/');
-  return { wake_up_ms: Number(wake), id: id!, completion_id: Number(cid) };
+  const [wake, id, kindAndCid] = key.slice(`${prefix}timer/`.length).split('/');
+  const [kind, cid] = kindAndCid!.split('.');
+  return { wake_up_ms: Number(wake), id: id!, completion_id: Number(cid), kind: Number(kind) };
+}
+
+/** Store-safe name of a virtual object or workflow instance. */
+export function objectKeyOf(service: string, key: string): string {
+  return `${encodeURIComponent(service)}/${encodeURIComponent(key)}`;
+}
+
+export function promiseKeyOf(service: string, key: string, name: string): string {
+  return `${objectKeyOf(service, key)}/${encodeURIComponent(name)}`;
 }

@@ -2,10 +2,10 @@ import type { Config } from '../config/index.js';
 import { InvocationId } from '../common/ids.js';
 import type { Logger } from '../common/logger.js';
 import type { Invoker } from '../invoker/index.js';
-import type { CommandKind } from '../log/commands.js';
+import { decodeCommand, type CommandKind } from '../log/commands.js';
 import type { Db } from '../storage/store.js';
 import { PartitionProcessor, type Effects } from './processor.js';
-import type { Action, InvocationStatus, Timer } from './state.js';
+import type { Action, InvocationStatus, OutboxEntry, Timer } from './state.js';
 
 /** setTimeout takes at most a signed 32-bit delay; longer timers are re-armed in steps. */
 const MAX_TIMEOUT_MS = 2_147_483_647;
@@ -100,6 +100,15 @@ export class Worker implements Effects {
           this.at(a.at_ms, () => processor.append({ retry_attempt: { invocation_id: id.bytes, epoch: a.epoch } }));
           break;
         }
+        case 'outbox':
+          this.deliver(processor, a.entry);
+          break;
+        case 'abort':
+          this.invoker?.abort(a.id);
+          break;
+        case 'reject':
+          this.invoker?.reject(processor, a);
+          break;
         case 'completed': {
           const list = this.waiters.get(a.id);
           if (list === undefined) break;
@@ -115,8 +124,22 @@ export class Worker implements Effects {
   private armTimer(processor: PartitionProcessor, t: Timer): void {
     const id = InvocationId.parse(t.id)!;
     this.at(t.wake_up_ms, () =>
-      processor.append({ timer_fired: { invocation_id: id.bytes, completion_id: t.completion_id, wake_up_ms: t.wake_up_ms } }),
+      processor.append({ timer_fired: { invocation_id: id.bytes, completion_id: t.completion_id, wake_up_ms: t.wake_up_ms, kind: t.kind } }),
     );
+  }
+
+  /**
+   * Appends an outbox entry to its target partition, then tells the source it may drop it.
+   * After a crash in between, the entry is sent again and the target drops the duplicate.
+   */
+  private deliver(source: PartitionProcessor, entry: OutboxEntry): void {
+    if (this.stopped) return;
+    const target = this.processorFor(InvocationId.parse(entry.target)!);
+    const { timestamp_ms: _sent_at, ...command } = decodeCommand(entry.command);
+    target
+      .append(command as CommandKind)
+      .then(() => source.append({ outbox_delivered: { seq: entry.seq } }))
+      .catch((err) => this.logger.error({ err, seq: entry.seq }, 'outbox delivery failed; it is retried on restart'));
   }
 
   /** Runs `f` at wall-clock time `at_ms` (at once if it has passed). */

@@ -1,12 +1,10 @@
-import { InvocationId } from '../../common/ids.js';
 import { Outcome, Then, type AttemptEnded } from '../../log/commands.js';
 import type { LastFailure } from '../state.js';
-import { anyArrived, resume, type FoldContext } from './context.js';
+import { anyArrived, complete, resume, statusOf, type FoldContext } from './context.js';
 
 /** The live attempt ended: the invocation completed, suspended, or failed. */
 export function foldAttemptEnded(ctx: FoldContext, cmd: AttemptEnded): void {
-  const id = InvocationId.fromBytes(cmd.invocation_id)?.text;
-  const s = id === undefined ? undefined : ctx.state.invocations.get(id);
+  const s = statusOf(ctx, cmd.invocation_id);
   if (s === undefined || s.status !== 'running' || s.epoch !== cmd.epoch) return;
   if (s.deployment_id === undefined && cmd.deployment_id) {
     s.deployment_id = cmd.deployment_id;
@@ -15,18 +13,16 @@ export function foldAttemptEnded(ctx: FoldContext, cmd: AttemptEnded): void {
   if (cmd.sdk_version) s.sdk_version = cmd.sdk_version;
   s.modified_at_ms = ctx.now_ms;
   switch (cmd.outcome ?? Outcome.END) {
-    case Outcome.END: {
+    case Outcome.END:
       complete(ctx, s, s.output ?? { failure: { code: 500, message: 'the handler ended without an output' } });
       break;
-    }
     case Outcome.SUSPENDED: {
       const waiting = {
         completions: cmd.waiting_completions ?? [],
         signals: cmd.waiting_signals ?? [],
         named_signals: cmd.waiting_named_signals ?? [],
       };
-      const journal = ctx.state.journals.get(s.id) ?? [];
-      if (anyArrived(journal, waiting)) {
+      if (anyArrived(ctx.state.journals.get(s.id) ?? [], waiting)) {
         resume(ctx, s);
       } else {
         s.status = 'suspended';
@@ -62,15 +58,4 @@ export function foldAttemptEnded(ctx: FoldContext, cmd: AttemptEnded): void {
     }
   }
   ctx.state.putStatus(s);
-}
-
-function complete(ctx: FoldContext, s: import('../state.js').InvocationStatus, result: import('../state.js').InvocationResult): void {
-  s.status = 'completed';
-  s.result = result;
-  s.completed_at_ms = ctx.now_ms;
-  delete s.output;
-  delete s.waiting;
-  delete s.next_retry_at_ms;
-  ctx.state.forgetJournal(s.id);
-  ctx.actions.push({ kind: 'completed', id: s.id });
 }

@@ -1,5 +1,14 @@
-import type { Action, InvocationStatus, JournalEntry, PartitionState } from '../state.js';
+import { InvocationId } from '../../common/ids.js';
+import { encodeCommand, type CommandKind } from '../../log/commands.js';
 import { MessageType, decode, encode, isNotification, pb } from '../../invoker/messages.js';
+import {
+  objectKeyOf,
+  type Action,
+  type InvocationResult,
+  type InvocationStatus,
+  type JournalEntry,
+  type PartitionState,
+} from '../state.js';
 
 /** What every fold gets: the state to change, the actions to ask for, and the command's time. */
 export interface FoldContext {
@@ -8,13 +17,42 @@ export interface FoldContext {
   now_ms: number;
 }
 
+export function statusOf(ctx: FoldContext, idBytes: Buffer | undefined): InvocationStatus | undefined {
+  const id = idBytes === undefined ? undefined : InvocationId.fromBytes(idBytes)?.text;
+  return id === undefined ? undefined : ctx.state.invocations.get(id);
+}
+
 /** Starts the next attempt of an invocation that is not running. */
 export function resume(ctx: FoldContext, s: InvocationStatus): void {
   s.epoch += 1;
   s.status = 'running';
   s.last_start_at_ms = ctx.now_ms;
+  s.modified_at_ms = ctx.now_ms;
   delete s.waiting;
   delete s.next_retry_at_ms;
+  ctx.actions.push({ kind: 'start', id: s.id, epoch: s.epoch });
+}
+
+/** Exclusive handlers of objects and a workflow's run hold their key's lock while they run. */
+export function needsLock(s: InvocationStatus): boolean {
+  return (s.service_type === 'VirtualObject' && s.handler_type !== 'Shared') || (s.service_type === 'Workflow' && s.handler_type === 'Workflow');
+}
+
+/** A new (or scheduled) invocation starts now, or waits in its key's inbox for the lock. */
+export function startOrEnqueue(ctx: FoldContext, s: InvocationStatus): void {
+  s.modified_at_ms = ctx.now_ms;
+  if (needsLock(s)) {
+    const key = objectKeyOf(s.service, s.key);
+    if (ctx.state.locks.has(key)) {
+      s.status = 'inboxed';
+      s.inboxed_at_ms = ctx.now_ms;
+      ctx.state.enqueueInbox(key, s.id);
+      return;
+    }
+    ctx.state.setLock(key, s.id);
+  }
+  s.status = 'running';
+  s.last_start_at_ms = ctx.now_ms;
   ctx.actions.push({ kind: 'start', id: s.id, epoch: s.epoch });
 }
 
@@ -56,9 +94,76 @@ export function anyArrived(journal: JournalEntry[], w: NonNullable<InvocationSta
   return false;
 }
 
-export function completionNotification(type: number, completion_id: number, result: Record<string, unknown>): JournalEntry {
-  return { type, payload: Buffer.from(encode(pb.Notification, { completion_id, ...result })) };
+export function notification(type: number, id: Record<string, unknown>, result: Record<string, unknown>): JournalEntry {
+  return { type, payload: Buffer.from(encode(pb.Notification, { ...id, ...result })) };
 }
 
-export const SleepDone = (completion_id: number): JournalEntry =>
-  completionNotification(MessageType.SleepCompletion, completion_id, { void: {} });
+/** A protocol result object (value / failure / void) from an invocation result. */
+export function resultFields(r: InvocationResult | undefined): Record<string, unknown> {
+  if (r === undefined) return { void: {} };
+  if (r.failure) return { failure: { code: r.failure.code, message: r.failure.message, metadata: r.failure.metadata ?? [] } };
+  return { value: { content: Buffer.from(r.value ?? '', 'base64') } };
+}
+
+/** The same, in the form log commands carry it. */
+export function resultMsg(r: InvocationResult | undefined): { value?: Buffer; failure?: { code: number; message: string; metadata?: Array<{ key: string; value: string }> }; void?: boolean } {
+  if (r === undefined) return { void: true };
+  if (r.failure) return { failure: { code: r.failure.code, message: r.failure.message, ...(r.failure.metadata ? { metadata: r.failure.metadata } : {}) } };
+  return { value: Buffer.from(r.value ?? '', 'base64') };
+}
+
+/** Sends a command to the partition of `target` through this partition's outbox. */
+export function sendTo(ctx: FoldContext, target: string, kind: CommandKind): void {
+  const seq = ctx.state.counters.outbox_seq + 1;
+  const command = encodeCommand({ timestamp_ms: ctx.now_ms, source_partition: ctx.state.partition, source_seq: seq, ...kind } as any);
+  const entry = ctx.state.addOutbox(target, command);
+  ctx.actions.push({ kind: 'outbox', entry });
+}
+
+/**
+ * Completes an invocation: records the result, releases its key, hands the result to its
+ * caller and attached invocations, and wakes waiting clients.
+ */
+export function complete(ctx: FoldContext, s: InvocationStatus, result: InvocationResult): void {
+  s.status = 'completed';
+  s.result = result;
+  s.completed_at_ms = ctx.now_ms;
+  s.modified_at_ms = ctx.now_ms;
+  delete s.output;
+  delete s.waiting;
+  delete s.next_retry_at_ms;
+  ctx.state.forgetJournal(s.id);
+  if (needsLock(s)) releaseLock(ctx, s);
+  if (s.caller_id !== undefined) {
+    sendTo(ctx, s.caller_id, {
+      call_result: {
+        invocation_id: InvocationId.parse(s.caller_id)!.bytes,
+        completion_id: s.caller_completion_id ?? 0,
+        entry_type: MessageType.CallCompletion,
+        ...resultMsg(result),
+      },
+    });
+  }
+  for (const a of s.attachers ?? []) {
+    sendTo(ctx, a.id, {
+      call_result: { invocation_id: InvocationId.parse(a.id)!.bytes, completion_id: a.completion_id, entry_type: a.entry_type, ...resultMsg(result) },
+    });
+  }
+  delete s.attachers;
+  ctx.actions.push({ kind: 'completed', id: s.id });
+}
+
+function releaseLock(ctx: FoldContext, s: InvocationStatus): void {
+  const key = objectKeyOf(s.service, s.key);
+  if (ctx.state.locks.get(key) !== s.id) return;
+  ctx.state.setLock(key, undefined);
+  const next = ctx.state.inboxes.get(key)?.[0];
+  if (next === undefined) return;
+  ctx.state.removeFromInbox(key, next.id);
+  const n = ctx.state.invocations.get(next.id);
+  if (n === undefined) return;
+  startOrEnqueue(ctx, n);
+  ctx.state.putStatus(n);
+}
+
+export const failure = (code: number, message: string) => ({ failure: { code, message } });

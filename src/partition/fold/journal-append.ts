@@ -1,42 +1,61 @@
 import type { JournalAppend } from '../../log/commands.js';
-import { InvocationId } from '../../common/ids.js';
 import { MessageType, decode, encode, pb } from '../../invoker/messages.js';
-import type { InvocationResult } from '../state.js';
-import type { FoldContext } from './context.js';
+import type { InvocationResult, InvocationStatus, JournalEntry } from '../state.js';
+import { statusOf, type FoldContext } from './context.js';
+import { callEntries } from './entries-calls.js';
+import { promiseEntries } from './entries-promises.js';
+import { stateEntries } from './entries-state.js';
+import { timerEntries } from './entries-timers.js';
+
+/**
+ * What a command entry does beyond being journalled. Returns a precondition failure message
+ * (RT0017) instead of acting when the entry is not allowed here; then nothing is recorded.
+ */
+export interface EntryRule {
+  check?(s: InvocationStatus, entry: JournalEntry, cmd: JournalAppend): string | undefined;
+  apply(ctx: FoldContext, s: InvocationStatus, entry: JournalEntry, cmd: JournalAppend, index: number): void;
+}
+
+const rules = new Map<number, EntryRule>([
+  ...stateEntries,
+  ...timerEntries,
+  ...callEntries,
+  ...promiseEntries,
+  [MessageType.OutputCommand, { apply: (_ctx, s, e) => void (s.output = outputResult(e.payload)) }],
+  [MessageType.RunCompletion, { apply: runCompleted }],
+]);
 
 /** An entry from the live attempt: a command it issued, or the completion of its `ctx.run`. */
 export function foldJournalAppend(ctx: FoldContext, cmd: JournalAppend): void {
-  const id = InvocationId.fromBytes(cmd.invocation_id)?.text;
-  const s = id === undefined ? undefined : ctx.state.invocations.get(id);
+  const s = statusOf(ctx, cmd.invocation_id);
   if (s === undefined || s.status !== 'running' || s.epoch !== cmd.epoch) return;
   if (s.deployment_id === undefined && cmd.deployment_id) {
     s.deployment_id = cmd.deployment_id;
     s.protocol_version = cmd.protocol_version;
   }
   const entry = { type: cmd.entry_type, payload: cmd.entry };
-  ctx.state.appendEntry(s, entry);
-  s.modified_at_ms = ctx.now_ms;
-  switch (cmd.entry_type) {
-    case MessageType.SleepCommand: {
-      const sleep = decode(pb.Sleep, cmd.entry);
-      const timer = { id: s.id, completion_id: sleep.result_completion_id ?? 0, wake_up_ms: Number(sleep.wake_up_time ?? 0) };
-      ctx.state.putTimer(timer);
-      ctx.actions.push({ kind: 'timer', timer });
-      break;
-    }
-    case MessageType.OutputCommand:
-      s.output = outputResult(cmd.entry);
-      break;
-    case MessageType.RunCompletion: {
-      const n = decode(pb.Notification, cmd.entry);
-      const reply = cmd.requested_ack
-        ? { type: MessageType.ProposeRunCompletionAck, payload: encode(pb.ProposeRunCompletionAck, { completion_id: n.completion_id }) }
-        : entry;
-      ctx.actions.push({ kind: 'forward', id: s.id, epoch: s.epoch, type: reply.type, payload: reply.payload });
-      break;
-    }
+  const rule = rules.get(cmd.entry_type);
+  const violation = rule?.check?.(s, entry, cmd);
+  if (violation !== undefined) {
+    // This entry and every later one of the attempt are discarded: a new epoch drops them.
+    s.epoch += 1;
+    s.modified_at_ms = ctx.now_ms;
+    ctx.actions.push({ kind: 'reject', id: s.id, epoch: s.epoch, error_code: 'RT0017', message: violation, entry_index: s.journal_length, entry_type: cmd.entry_type });
+    ctx.state.putStatus(s);
+    return;
   }
+  const index = ctx.state.appendEntry(s, entry);
+  s.modified_at_ms = ctx.now_ms;
+  rule?.apply(ctx, s, entry, cmd, index);
   ctx.state.putStatus(s);
+}
+
+function runCompleted(ctx: FoldContext, s: InvocationStatus, entry: JournalEntry, cmd: JournalAppend): void {
+  const n = decode(pb.Notification, entry.payload);
+  const reply = cmd.requested_ack
+    ? { type: MessageType.ProposeRunCompletionAck, payload: encode(pb.ProposeRunCompletionAck, { completion_id: n.completion_id }) }
+    : entry;
+  ctx.actions.push({ kind: 'forward', id: s.id, epoch: s.epoch, type: reply.type, payload: reply.payload });
 }
 
 function outputResult(payload: Buffer): InvocationResult {
@@ -48,5 +67,3 @@ function outputResult(payload: Buffer): InvocationResult {
   }
   return { value: (out.value?.content ?? Buffer.alloc(0)).toString('base64') };
 }
-
-

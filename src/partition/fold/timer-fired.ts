@@ -1,14 +1,24 @@
+import { TimerKind, type TimerFired } from '../../log/commands.js';
+import { MessageType } from '../../invoker/messages.js';
 import { InvocationId } from '../../common/ids.js';
-import type { TimerFired } from '../../log/commands.js';
-import { SleepDone, notify, type FoldContext } from './context.js';
+import { notification, notify, startOrEnqueue, type FoldContext } from './context.js';
 
-/** A durable sleep is over: its completion goes to the journal (once: the timer is consumed). */
+/** A timer is due: a durable sleep completes, or a scheduled invocation starts. Each fires once. */
 export function foldTimerFired(ctx: FoldContext, cmd: TimerFired): void {
   const id = InvocationId.fromBytes(cmd.invocation_id)?.text;
   if (id === undefined) return;
-  if (!ctx.state.deleteTimer({ id, completion_id: cmd.completion_id ?? 0, wake_up_ms: cmd.wake_up_ms ?? 0 })) return;
+  const kind = cmd.kind ?? TimerKind.SLEEP;
+  const completion_id = cmd.completion_id ?? 0;
+  if (!ctx.state.deleteTimer({ id, completion_id, wake_up_ms: cmd.wake_up_ms ?? 0, kind })) return;
   const s = ctx.state.invocations.get(id);
-  if (s === undefined || s.status === 'completed') return;
-  notify(ctx, s, SleepDone(cmd.completion_id ?? 0), { completion: cmd.completion_id ?? 0 });
+  if (s === undefined) return;
+  if (kind === TimerKind.INVOKE) {
+    if (s.status !== 'scheduled') return;
+    delete s.execute_at_ms;
+    startOrEnqueue(ctx, s);
+  } else {
+    if (s.status === 'completed') return;
+    notify(ctx, s, notification(MessageType.SleepCompletion, { completion_id }, { void: {} }), { completion: completion_id });
+  }
   ctx.state.putStatus(s);
 }

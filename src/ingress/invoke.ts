@@ -1,0 +1,117 @@
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Config } from '../config/index.js';
+import { parseDuration_ms } from '../config/units.js';
+import type { Header } from '../log/commands.js';
+import { resolveTarget } from '../metadata/targets.js';
+import type { HandlerSchema, ServiceSchema } from '../metadata/types.js';
+import type { Worker } from '../partition/worker.js';
+import { ingressError, respond } from './respond.js';
+
+/** What the ingress needs of the schema registry. */
+export interface IngressRegistry {
+  service(name: string): ServiceSchema | undefined;
+}
+
+/** Headers that describe the hop, not the request: they do not reach the handler. */
+const DROPPED_HEADERS = new Set([
+  'connection', 'host', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'trailer',
+  'content-length', 'idempotency-key', 'idempotency-expires',
+]);
+
+export interface InvokeDeps {
+  config: Config;
+  registry: IngressRegistry;
+  worker: Worker;
+}
+
+/**
+ * `POST /{service}/[{key}/]{handler}[/send]`: resolves the target, appends the Invoke and
+ * answers with the result (call) or 202 once the invocation is durable (send).
+ * `segments` is the decoded path after any `/restate/call|send` prefix; `forceSend` is set
+ * by `/restate/send/...`.
+ */
+export async function invoke(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], forceSend?: boolean): Promise<FastifyReply> {
+  const { registry, worker } = deps;
+  if (segments.length < 2) return ingressError(reply, 404, `no route for ${req.url}`);
+  const service = registry.service(segments[0]!);
+  if (service === undefined) return ingressError(reply, 404, `service '${segments[0]}' not found, make sure to register the deployment that exposes it`);
+  const keyed = service.ty !== 'Service';
+  const handlerAt = keyed ? 2 : 1;
+  if (segments.length <= handlerAt) return ingressError(reply, 400, `${service.name} is a ${service.ty}: call /${service.name}/{key}/{handler}`);
+  const rest = segments.slice(handlerAt + 1);
+  const isSend = forceSend ?? (rest.length === 1 && rest[0] === 'send');
+  if (rest.length > (forceSend === undefined && isSend ? 1 : 0)) return ingressError(reply, 404, `no route for ${req.url}`);
+  const handler = service.handlers.find((h) => h.name === segments[handlerAt]);
+  if (handler === undefined) return ingressError(reply, 404, `handler '${segments[handlerAt]}' not found in service '${service.name}'`);
+  if (!handler.public || !service.public) return ingressError(reply, 400, `the invoked service '${service.name}' is not public`);
+  const key = keyed ? segments[1]! : '';
+  const url = new URL(req.url, 'http://ingress');
+
+  const delayParam = url.searchParams.get('delay');
+  let execute_at_ms = 0;
+  if (delayParam !== null) {
+    if (!isSend) return ingressError(reply, 400, 'delay is only supported on /send');
+    const delay_ms = parseDuration_ms(delayParam);
+    if (delay_ms === undefined) return ingressError(reply, 400, `cannot parse delay '${delayParam}': use ISO 8601 (PT10S) or 10s`);
+    execute_at_ms = Date.now() + delay_ms;
+  }
+  const idempotencyKey = headerValue(req.headers['idempotency-key']);
+  if (idempotencyKey === '') return ingressError(reply, 400, 'the idempotency-key header must not be empty');
+  const target = resolveTarget(deps.config, service, handler, key, idempotencyKey);
+  if (target.workflow_run && idempotencyKey) return ingressError(reply, 400, 'the idempotency key is not supported for workflow run handlers');
+
+  void reply.header('x-restate-id', target.id.text);
+  const existing = worker.invocation(target.id);
+  if (existing !== undefined) {
+    if (isSend) return reply.code(202).send({ invocationId: target.id.text, status: 'PreviouslyAccepted' });
+    if (target.workflow_run) return ingressError(reply, 409, 'the workflow method was already invoked', 'invocation');
+    return attachAndRespond(deps, reply, target.id, handler);
+  }
+
+  const headers: Header[] = [];
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (DROPPED_HEADERS.has(name) || value === undefined) continue;
+    for (const v of Array.isArray(value) ? value : [value]) headers.push({ key: name, value: v });
+  }
+  headers.push({ key: 'x-restate-ingress-path', value: url.pathname + url.search });
+  const body = req.body instanceof Buffer ? req.body : Buffer.alloc(0);
+  const command = {
+    invoke: {
+      invocation_id: target.id.bytes,
+      service: service.name,
+      handler: handler.name,
+      key,
+      input: body,
+      headers,
+      service_type: target.service_type,
+      handler_type: target.handler_type,
+      completion_retention_ms: target.completion_retention_ms,
+      journal_retention_ms: target.journal_retention_ms,
+      ...(idempotencyKey ? { idempotency_key: idempotencyKey } : {}),
+      ...(execute_at_ms ? { execute_at_ms } : {}),
+    },
+  };
+  if (isSend) {
+    await worker.append(target.id, command);
+    return reply.code(202).send({ invocationId: target.id.text, status: 'Accepted', ...(execute_at_ms ? { executionTime: new Date(execute_at_ms).toISOString() } : {}) });
+  }
+  // Wait before appending, so that a fast completion cannot slip past us.
+  const done = worker.awaitCompletion(target.id);
+  await worker.append(target.id, command);
+  return respondCompleted(reply, await done, handler);
+}
+
+export async function attachAndRespond(deps: Pick<InvokeDeps, 'worker'>, reply: FastifyReply, id: import('../common/ids.js').InvocationId, handler: HandlerSchema | undefined): Promise<FastifyReply> {
+  return respondCompleted(reply, await deps.worker.awaitCompletion(id), handler);
+}
+
+function respondCompleted(reply: FastifyReply, s: import('../partition/state.js').InvocationStatus, handler: HandlerSchema | undefined): FastifyReply {
+  if (s.idempotency_key && s.completed_at_ms !== undefined) {
+    void reply.header('idempotency-expires', new Date(s.completed_at_ms + s.completion_retention_ms).toISOString());
+  }
+  return respond(reply, s, handler);
+}
+
+function headerValue(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v[0] : v;
+}

@@ -1,0 +1,98 @@
+import { InvocationId, decodeAwakeableId, idempotentInvocationId, workflowInvocationId } from '../../common/ids.js';
+import type { JournalAppend, ResultMsg } from '../../log/commands.js';
+import { MessageType, decode, pb } from '../../invoker/messages.js';
+import type { InvocationStatus } from '../state.js';
+import { notification, notify, sendTo, type FoldContext } from './context.js';
+import type { EntryRule } from './journal-append.js';
+
+// Calls, sends, signals and attachments: each reaches another invocation through the outbox.
+
+const target = (s: InvocationStatus) => (s.key ? `${s.service}/${s.key}/${s.handler}` : `${s.service}/${s.handler}`);
+
+function childOf(cmd: JournalAppend): InvocationId | undefined {
+  return cmd.child_invocation_id ? InvocationId.fromBytes(cmd.child_invocation_id) : undefined;
+}
+
+function startChild(ctx: FoldContext, s: InvocationStatus, cmd: JournalAppend, m: any, call: boolean): void {
+  const child = childOf(cmd)!;
+  const idIdx = m.invocation_id_notification_idx ?? 0;
+  notify(ctx, s, notification(MessageType.CallInvocationIdCompletion, { completion_id: idIdx }, { invocation_id: child.text }), { completion: idIdx });
+  if (call) s.children = [...(s.children ?? []), child.text];
+  sendTo(ctx, child.text, {
+    invoke: {
+      invocation_id: child.bytes,
+      service: m.service_name ?? '',
+      handler: m.handler_name ?? '',
+      key: m.key ?? '',
+      input: m.parameter ?? Buffer.alloc(0),
+      headers: m.headers ?? [],
+      ...(m.idempotency_key ? { idempotency_key: m.idempotency_key } : {}),
+      service_type: cmd.child_service_type ?? 'Service',
+      handler_type: cmd.child_handler_type ?? '',
+      completion_retention_ms: cmd.child_completion_retention_ms ?? 0,
+      journal_retention_ms: cmd.child_journal_retention_ms ?? 0,
+      caller_target: target(s),
+      ...(call ? { caller_invocation_id: InvocationId.parse(s.id)!.bytes, caller_completion_id: m.result_completion_id ?? 0 } : {}),
+      ...(!call && m.invoke_time ? { execute_at_ms: Number(m.invoke_time) } : {}),
+    },
+  });
+}
+
+const needsChild: EntryRule['check'] = (_s, _e, cmd) => (childOf(cmd) ? undefined : 'call without a target invocation id');
+
+function result(m: any, valueField = 'value', failureField = 'failure'): ResultMsg {
+  if (m[failureField]) return { failure: { code: m[failureField].code ?? 500, message: m[failureField].message ?? '', metadata: m[failureField].metadata ?? [] } };
+  if (m[valueField]) return { value: m[valueField].content ?? Buffer.alloc(0) };
+  return { void: true };
+}
+
+/** Resolves the target of Attach/GetInvocationOutput commands. */
+function attachTarget(m: any): InvocationId | undefined {
+  if (m.invocation_id) return InvocationId.parse(m.invocation_id);
+  if (m.workflow_target) return workflowInvocationId(m.workflow_target.workflow_name ?? '', m.workflow_target.workflow_key ?? '');
+  const t = m.idempotent_request_target;
+  if (t && t.idempotency_key) return idempotentInvocationId(t.service_name ?? '', t.service_key ?? '', t.handler_name ?? '', t.idempotency_key);
+  return undefined;
+}
+
+function attachRule(notificationType: number, decoder: typeof pb.AttachInvocation): EntryRule {
+  return {
+    check: (_s, e) => (attachTarget(decode(decoder, e.payload)) ? undefined : 'the target invocation id is not valid'),
+    apply(ctx, s, e) {
+      const m = decode(decoder, e.payload);
+      const t = attachTarget(m)!;
+      sendTo(ctx, t.text, {
+        attach: { invocation_id: t.bytes, waiter_invocation_id: InvocationId.parse(s.id)!.bytes, waiter_completion_id: m.result_completion_id ?? 0, entry_type: notificationType },
+      });
+    },
+  };
+}
+
+export const callEntries: Array<[number, EntryRule]> = [
+  [MessageType.CallCommand, { check: needsChild, apply: (ctx, s, e, cmd) => startChild(ctx, s, cmd, decode(pb.Call, e.payload), true) }],
+  [MessageType.OneWayCallCommand, { check: needsChild, apply: (ctx, s, e, cmd) => startChild(ctx, s, cmd, decode(pb.OneWayCall, e.payload), false) }],
+  [
+    MessageType.SendSignalCommand,
+    {
+      check: (_s, e) => (InvocationId.parse(decode(pb.SendSignal, e.payload).target_invocation_id ?? '') ? undefined : 'the target invocation id is not valid'),
+      apply(ctx, _s, e) {
+        const m = decode(pb.SendSignal, e.payload);
+        const t = InvocationId.parse(m.target_invocation_id)!;
+        sendTo(ctx, t.text, { signal: { invocation_id: t.bytes, ...(m.name !== undefined ? { name: m.name } : { idx: m.idx ?? 0 }), ...result(m) } });
+      },
+    },
+  ],
+  [
+    MessageType.CompleteAwakeableCommand,
+    {
+      check: (_s, e) => (decodeAwakeableId(decode(pb.CompleteAwakeable, e.payload).awakeable_id ?? '') ? undefined : 'the awakeable id is not valid'),
+      apply(ctx, _s, e) {
+        const m = decode(pb.CompleteAwakeable, e.payload);
+        const a = decodeAwakeableId(m.awakeable_id)!;
+        sendTo(ctx, a.invocation.text, { signal: { invocation_id: a.invocation.bytes, idx: a.signalIndex, ...result(m) } });
+      },
+    },
+  ],
+  [MessageType.AttachInvocationCommand, attachRule(MessageType.AttachInvocationCompletion, pb.AttachInvocation)],
+  [MessageType.GetInvocationOutputCommand, attachRule(MessageType.GetInvocationOutputCompletion, pb.GetInvocationOutput)],
+];
