@@ -1,0 +1,157 @@
+// Runs a real Keel server (node dist/main.js) as a child process on free loopback ports with a
+// temporary data directory, and real SDK service endpoints in the test process.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import http2 from 'node:http2';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import * as restate from '@restatedev/restate-sdk';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+
+export async function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export function tempDir(t, prefix = 'keel-test-') {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/**
+ * Starts Keel; resolves once both ports answer. `t.teardown` stops it.
+ * Returns { ingress, admin, dir, logs(), kill(signal), restart(), stop() }.
+ */
+export async function startKeel(t, { env = {}, dir = tempDir(t), nodePath = process.execPath, args = [] } = {}) {
+  const ingressPort = await freePort();
+  const adminPort = await freePort();
+  const keel = {
+    dir,
+    ingress: `http://127.0.0.1:${ingressPort}`,
+    admin: `http://127.0.0.1:${adminPort}`,
+    output: '',
+    proc: undefined,
+    logs() {
+      return keel.output;
+    },
+    async launch() {
+      const proc = spawn(nodePath, [path.join(root, 'dist/main.js'), ...args], {
+        cwd: dir,
+        env: {
+          PATH: process.env.PATH,
+          HOME: process.env.HOME,
+          KEEL_BASE_DIR: path.join(dir, 'data'),
+          KEEL_INGRESS__BIND_ADDRESS: `127.0.0.1:${ingressPort}`,
+          KEEL_ADMIN__BIND_ADDRESS: `127.0.0.1:${adminPort}`,
+          KEEL_LOG__FORMAT: 'json',
+          ...env,
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      keel.proc = proc;
+      proc.stdout.on('data', (d) => (keel.output += d));
+      proc.stderr.on('data', (d) => (keel.output += d));
+      const exited = new Promise((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
+      keel.exited = exited;
+      const deadline = Date.now() + 20_000;
+      for (;;) {
+        const early = await Promise.race([exited, new Promise((r) => setTimeout(() => r(undefined), 100))]);
+        if (early) throw new Error(`keel exited early (${JSON.stringify(early)}):\n${keel.output}`);
+        if (keel.output.includes('keel is ready')) return;
+        if (Date.now() > deadline) throw new Error(`keel did not start:\n${keel.output}`);
+      }
+    },
+    async kill(signal = 'SIGKILL') {
+      if (!keel.proc || keel.proc.exitCode !== null || keel.proc.signalCode !== null) return;
+      keel.proc.kill(signal);
+      await keel.exited;
+    },
+    async restart() {
+      await keel.kill('SIGKILL');
+      await keel.launch();
+    },
+    async stop() {
+      await keel.kill('SIGTERM');
+    },
+  };
+  await keel.launch();
+  t.teardown(() => keel.kill('SIGKILL'));
+  return keel;
+}
+
+/** Serves SDK services over HTTP/2 cleartext (bidirectional); returns the endpoint URI. */
+export async function serveServices(t, services, { http1 = false } = {}) {
+  const handler = restate.createEndpointHandler({ services });
+  let server;
+  if (http1) {
+    const http = await import('node:http');
+    server = http.createServer(handler);
+  } else {
+    server = http2.createServer(handler);
+    server.sessions = new Set();
+    server.on('session', (s) => {
+      server.sessions.add(s);
+      s.on('close', () => server.sessions.delete(s));
+    });
+  }
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(
+    () =>
+      new Promise((resolve) => {
+        for (const s of server.sessions ?? []) s.destroy();
+        server.closeAllConnections?.();
+        server.close(() => resolve());
+      }),
+  );
+  return `http://127.0.0.1:${server.address().port}/`;
+}
+
+export async function register(keel, uri, extra = {}) {
+  const res = await fetch(`${keel.admin}/deployments`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ uri, ...extra }),
+  });
+  const body = await res.json();
+  if (res.status >= 300) throw new Error(`register failed ${res.status}: ${JSON.stringify(body)}`);
+  return body;
+}
+
+/** POSTs JSON to the ingress; returns { status, headers, body (parsed JSON or text) }. */
+export async function ingress(keel, pathname, body, headers = {}) {
+  const res = await fetch(`${keel.ingress}${pathname}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let parsed = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {}
+  return { status: res.status, headers: res.headers, body: parsed };
+}
+
+export async function eventually(f, { timeout_ms = 15_000, interval_ms = 50 } = {}) {
+  const deadline = Date.now() + timeout_ms;
+  for (;;) {
+    try {
+      const v = await f();
+      if (v) return v;
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+    }
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, interval_ms));
+  }
+}
