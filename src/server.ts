@@ -8,6 +8,7 @@ import { Invoker } from './invoker/index.js';
 import { closeAllSessions } from './invoker/transport.js';
 import { Registry } from './metadata/registry.js';
 import { Worker } from './partition/worker.js';
+import { WorkerIntrospection } from './partition/introspection.js';
 import { openWorkerStore, type Db } from './storage/store.js';
 
 /** A running Keel node: store, registry, partitions, invoker, ingress and admin servers. */
@@ -32,7 +33,7 @@ export class KeelServer {
       await worker.open(db);
       const invoker = new Invoker(config, registry, logger.child({ component: 'invoker' }));
       const ingress = await createIngressServer({ config, registry, worker, logger });
-      const admin = await createAdminServer({ config, registry, logger: logger.child({ component: 'admin' }) });
+      const admin = await createAdminServer({ config, registry, logger: logger.child({ component: 'admin' }), introspection: new WorkerIntrospection(worker, db) });
       await listen(ingress, config.ingress.bind_address, 'ingress');
       try {
         await listen(admin, config.admin.bind_address, 'admin');

@@ -22,6 +22,7 @@ export class Worker implements Effects {
   private readonly waiters = new Map<string, Array<(s: InvocationStatus) => void>>();
   private readonly timers = new Set<NodeJS.Timeout>();
   private stopped = false;
+  private cleaner: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly config: Config,
@@ -38,10 +39,35 @@ export class Worker implements Effects {
   start(invoker: Invoker): void {
     this.invoker = invoker;
     for (const p of this.processors) p.start();
+    this.cleaner = setInterval(() => this.clean(Date.now()), this.config.worker.cleanup_interval_ms);
+    this.cleaner.unref();
+  }
+
+  /**
+   * Retention: completed invocations whose retention is over are purged (status and journal),
+   * or lose only their journal when the journal retention is shorter. Nothing else is deleted.
+   */
+  clean(now_ms: number): number {
+    let purged = 0;
+    for (const p of this.processors) {
+      for (const s of p.state.invocations.values()) {
+        if (s.status !== 'completed' || s.completed_at_ms === undefined) continue;
+        const id = InvocationId.parse(s.id)!;
+        if (now_ms >= s.completed_at_ms + s.completion_retention_ms) {
+          void p.append({ purge: { invocation_id: id.bytes } }).catch(() => {});
+          purged++;
+        } else if (s.journal_length > 0 && now_ms >= s.completed_at_ms + s.journal_retention_ms) {
+          void p.append({ purge: { invocation_id: id.bytes, journal_only: true } }).catch(() => {});
+          purged++;
+        }
+      }
+    }
+    return purged;
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
+    clearInterval(this.cleaner);
     for (const t of this.timers) clearTimeout(t);
     this.timers.clear();
     this.invoker?.stop();

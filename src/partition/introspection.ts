@@ -1,0 +1,176 @@
+import type { IntrospectionSource, JournalRow, ManageAction } from '../admin/introspection.js';
+import { InvocationId, objectPartitionKey, randomPartitionKey } from '../common/ids.js';
+import { ManageAction as Action } from '../log/commands.js';
+import { MessageType, commandTypes, decode, entryTypeName, isNotification, pb } from '../invoker/messages.js';
+import type { Db } from '../storage/store.js';
+import { decodeEntry, type InvocationStatus } from './state.js';
+import type { Worker } from './worker.js';
+
+const unescape = (s: string) => decodeURIComponent(s);
+
+/** The admin API's view of the partitions: live statuses from memory, journals from the store. */
+export class WorkerIntrospection implements IntrospectionSource {
+  constructor(
+    private readonly worker: Worker,
+    private readonly db: Db,
+  ) {}
+
+  *invocations(): Iterable<InvocationStatus> {
+    for (const p of this.worker.processors) yield* p.state.invocations.values();
+  }
+
+  async journal(id: string): Promise<JournalRow[]> {
+    const parsed = InvocationId.parse(id);
+    if (parsed === undefined) return [];
+    const p = this.worker.processorFor(parsed);
+    const prefix = `${p.state.prefix}j/${id}/`;
+    const entries = [];
+    for await (const value of this.db.values({ gte: prefix, lt: `${prefix}~` })) entries.push(decodeEntry(value));
+    const completed = new Set<number>();
+    const invoked = new Map<number, string>();
+    for (const e of entries) {
+      if (!isNotification(e.type)) continue;
+      const n = decode(pb.Notification, e.payload);
+      if (n.completion_id === undefined) continue;
+      completed.add(n.completion_id);
+      if (n.invocation_id) invoked.set(n.completion_id, n.invocation_id);
+    }
+    return entries.map((e, index) => {
+      const row: JournalRow = { index, entry_type: entryTypeName(e.type) };
+      const type = commandTypes.get(e.type) ?? (isNotification(e.type) ? pb.Notification : undefined);
+      if (type === undefined) return row;
+      const m = decode(type, e.payload);
+      if (m.name) row.name = m.name;
+      if (m.entry_name) row.name = m.entry_name;
+      const cid = m.result_completion_id;
+      if (cid !== undefined) row.completed = completed.has(cid);
+      if (e.type === MessageType.CallCommand || e.type === MessageType.OneWayCallCommand) {
+        const child = invoked.get(m.invocation_id_notification_idx ?? 0);
+        if (child) row.invoked_id = child;
+        row.invoked_target = [m.service_name, m.key, m.handler_name].filter((x) => x).join('/');
+        if (e.type === MessageType.OneWayCallCommand) row.completed = child !== undefined;
+      }
+      if (e.type === MessageType.SleepCommand) row.sleep_wakeup_at_ms = Number(m.wake_up_time ?? 0);
+      if (e.type === MessageType.GetPromiseCommand || e.type === MessageType.PeekPromiseCommand || e.type === MessageType.CompletePromiseCommand) {
+        row.promise_name = m.key;
+      }
+      row.entry_json = JSON.stringify(m, (_k, v) => (v?.type === 'Buffer' && Array.isArray(v.data) ? Buffer.from(v.data).toString('base64') : v));
+      return row;
+    });
+  }
+
+  async *state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer }> {
+    for (const p of this.worker.processors) {
+      for (const [objectKey, entries] of p.state.objectState) {
+        const [service, key] = objectKey.split('/').map(unescape);
+        for (const [k, value] of entries) yield { service: service!, key: key!, state_key: Buffer.from(k, 'base64url').toString('utf8'), value };
+      }
+    }
+  }
+
+  *inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number }> {
+    for (const p of this.worker.processors) {
+      for (const [objectKey, queue] of p.state.inboxes) {
+        const [service, key] = objectKey.split('/').map(unescape);
+        for (const e of queue) {
+          yield { service: service!, key: key!, id: e.id, seq: e.seq, created_at_ms: p.state.invocations.get(e.id)?.created_at_ms ?? 0 };
+        }
+      }
+    }
+  }
+
+  *locks(): Iterable<{ service: string; key: string; id: string }> {
+    for (const p of this.worker.processors) {
+      for (const [objectKey, id] of p.state.locks) {
+        const [service, key] = objectKey.split('/').map(unescape);
+        yield { service: service!, key: key!, id };
+      }
+    }
+  }
+
+  async *promises(): AsyncIterable<{ service: string; key: string; name: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }> {
+    for (const p of this.worker.processors) {
+      for (const [k, promise] of p.state.promises) {
+        const [service, key, name] = k.split('/').map(unescape);
+        const completed = promise.value !== undefined || promise.failure !== undefined;
+        yield {
+          service: service!,
+          key: key!,
+          name: name!,
+          completed,
+          ...(promise.value !== undefined ? { value: Buffer.from(promise.value, 'base64') } : {}),
+          ...(promise.failure ? { failure: promise.failure } : {}),
+        };
+      }
+    }
+  }
+
+  async manage(idText: string, action: ManageAction): Promise<{ status: number; body?: unknown }> {
+    const id = InvocationId.parse(idText);
+    const s = id === undefined ? undefined : this.worker.invocation(id);
+    if (id === undefined || s === undefined) return { status: 404 };
+    const done = s.status === 'completed';
+    const notDone = { status: 409, body: { message: `The invocation '${idText}' is not completed.`, restate_code: null } };
+    const append = (kind: Parameters<Worker['append']>[1]) => this.worker.append(id, kind);
+    switch (action) {
+      case 'cancel':
+        if (done) return { status: 409 };
+        await append({ manage: { invocation_id: id.bytes, action: Action.CANCEL } });
+        return { status: 202 };
+      case 'kill':
+        if (done) return { status: 409 };
+        await append({ manage: { invocation_id: id.bytes, action: Action.KILL } });
+        return { status: 200 };
+      case 'pause':
+        if (s.status === 'paused') return { status: 200 };
+        if (!['running', 'backing-off', 'suspended'].includes(s.status)) {
+          return { status: 409, body: { message: `The invocation '${idText}' is ${s.status}: only running invocations can be paused.`, restate_code: null } };
+        }
+        await append({ manage: { invocation_id: id.bytes, action: Action.PAUSE } });
+        return { status: 202 };
+      case 'resume':
+        if (done) return { status: 409, body: { message: `The invocation '${idText}' was already completed.`, restate_code: null } };
+        if (s.status === 'inboxed' || s.status === 'scheduled') return { status: 425, body: { message: `The invocation '${idText}' has not started yet.`, restate_code: null } };
+        await append({ manage: { invocation_id: id.bytes, action: Action.RESUME } });
+        return { status: 200 };
+      case 'purge':
+        if (!done) return notDone;
+        await append({ purge: { invocation_id: id.bytes } });
+        return { status: 200 };
+      case 'restart-as-new':
+        return this.restartAsNew(id, s);
+    }
+  }
+
+  /** A completed invocation runs again from its input, under a new id. */
+  private async restartAsNew(id: InvocationId, s: InvocationStatus): Promise<{ status: number; body?: unknown }> {
+    if (s.status !== 'completed') {
+      return { status: 409, body: { message: `The invocation '${id.text}' is still running.`, restate_code: null } };
+    }
+    if (s.service_type === 'Workflow' && s.handler_type === 'Workflow') {
+      return { status: 422, body: { message: 'workflow runs cannot be restarted as new', restate_code: null } };
+    }
+    const p = this.worker.processorFor(id);
+    const raw = await this.db.get(p.state.entryKey(id.text, 0));
+    if (raw === undefined || s.journal_length === 0) {
+      return { status: 410, body: { message: `The input of '${id.text}' is gone (journal retention).`, restate_code: null } };
+    }
+    const input = decode(pb.Input, decodeEntry(raw).payload);
+    const fresh = InvocationId.random(s.service_type === 'Service' ? randomPartitionKey() : objectPartitionKey(s.service, s.key));
+    await this.worker.append(fresh, {
+      invoke: {
+        invocation_id: fresh.bytes,
+        service: s.service,
+        handler: s.handler,
+        key: s.key,
+        input: input.value?.content ?? Buffer.alloc(0),
+        headers: input.headers ?? [],
+        service_type: s.service_type,
+        handler_type: s.handler_type,
+        completion_retention_ms: s.completion_retention_ms,
+        journal_retention_ms: s.journal_retention_ms,
+      },
+    });
+    return { status: 200, body: { new_invocation_id: fresh.text } };
+  }
+}
