@@ -184,3 +184,57 @@ export async function serveWithMaxProtocol(t, services, max_version) {
   );
   return { uri: `http://127.0.0.1:${server.address().port}/`, seen };
 }
+
+/**
+ * An HTTP/2 SDK endpoint whose lifetime the test controls: `close()` stops it (dropping open
+ * sessions) and `listen(port)` starts it again, e.g. on the port it had before.
+ */
+export async function controllableEndpoint(t, services, port = 0) {
+  const handler = restate.createEndpointHandler({ services });
+  let server;
+  const ep = {
+    port,
+    uri: undefined,
+    async listen(p = ep.port) {
+      const srv = http2.createServer(handler);
+      srv.sessions = new Set();
+      srv.on('session', (s) => {
+        srv.sessions.add(s);
+        s.on('close', () => srv.sessions.delete(s));
+      });
+      await new Promise((resolve, reject) => {
+        srv.once('error', reject);
+        srv.listen(p, '127.0.0.1', resolve);
+      });
+      server = srv;
+      ep.port = srv.address().port;
+      ep.uri = `http://127.0.0.1:${ep.port}/`;
+      return ep.uri;
+    },
+    close() {
+      const s = server;
+      server = undefined;
+      if (s === undefined) return Promise.resolve();
+      return new Promise((resolve) => {
+        for (const x of s.sessions) x.destroy();
+        s.close(() => resolve());
+      });
+    },
+  };
+  await ep.listen(port);
+  t.teardown(() => ep.close());
+  return ep;
+}
+
+/** Lines of a JSON log that carry `code`. */
+export function logLinesWithCode(output, code) {
+  const out = [];
+  for (const line of output.split('\n')) {
+    if (!line.startsWith('{')) continue;
+    try {
+      const j = JSON.parse(line);
+      if (j.code === code) out.push(j);
+    } catch {}
+  }
+  return out;
+}
