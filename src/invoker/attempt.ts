@@ -66,8 +66,6 @@ export class Attempt {
   private inactivity: NodeJS.Timeout | undefined;
   private abortTimer: NodeJS.Timeout | undefined;
   private readonly bidi: boolean;
-  /** Appends are chained so that the log sees the endpoint's messages in their order. */
-  private chain: Promise<void> = Promise.resolve();
 
   constructor(private readonly o: AttemptOptions) {
     this.id = o.status.id;
@@ -300,12 +298,9 @@ export class Attempt {
     this.close();
   }
 
+  /** The partition queues appends in call order, so the log sees the endpoint's messages in order. */
   private record(kind: CommandKind): void {
-    this.chain = this.chain.then(
-      () => this.o.append(kind),
-      () => this.o.append(kind),
-    );
-    this.chain.catch((err) => this.o.logger.error({ err, invocation: this.id }, 'cannot record a message of the attempt'));
+    this.o.append(kind).catch((err) => this.o.logger.error({ err, invocation: this.id }, 'cannot record a message of the attempt'));
   }
 
   private close(): void {
