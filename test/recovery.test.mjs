@@ -1,0 +1,129 @@
+// Crash recovery of a real Keel process: SIGKILL during a durable sleep, registrations that
+// survive a restart, and the rebuild check (state folded again from the log equals the store).
+import t from 'tap';
+import path from 'node:path';
+import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
+import { countingGreeter, failingServices, workService, relaunch } from './services/core-services.mjs';
+import { openWorkerStore } from '../dist/storage/store.js';
+import { verifyPartition } from '../dist/partition/processor.js';
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+t.test('SIGKILL during the sleep: completes after restart, Notification once, sleep not restarted', async (t) => {
+  const SLEEP_MS = 3000;
+  const keel = await startKeel(t);
+  const g = countingGreeter({ name: 'Greeter', sleep_ms: SLEEP_MS });
+  await register(keel, await serveServices(t, [g.service]));
+  const sent = await ingress(keel, '/Greeter/greet/send', { name: 'Crash' });
+  t.equal(sent.status, 202);
+  await eventually(() => g.count('Notification', 'Crash') === 1);
+  const notification = g.events.find((e) => e.step === 'Notification');
+  // Well inside the sleep: the attempt has suspended or is waiting on the timer.
+  await sleep(1200);
+  t.equal(g.count('Reminder'), 0, 'still sleeping when killed');
+  const killedAt = Date.now();
+  const old = keel.proc;
+  await relaunch(keel, 'SIGKILL');
+  t.equal(old.signalCode, 'SIGKILL');
+  const readyAt = Date.now();
+  t.ok(readyAt - killedAt < SLEEP_MS, 'restarted before the original wake-up (otherwise the test proves little)');
+  await eventually(() => g.count('Reminder', 'Crash') === 1, { timeout_ms: 20_000 });
+  const reminder = g.events.find((e) => e.step === 'Reminder');
+  t.equal(g.count('Notification', 'Crash'), 1, 'Notification ran exactly once');
+  t.equal(reminder.uuid, notification.uuid, 'the random uuid is the same after the restart');
+  t.ok(reminder.at >= notification.at + SLEEP_MS, `no earlier than the wake-up (${reminder.at - notification.at} ms after Notification)`);
+  t.ok(
+    reminder.at < readyAt + SLEEP_MS - 500,
+    `the sleep lasted only its remaining time (${reminder.at - readyAt} ms after the restart, full sleep is ${SLEEP_MS} ms)`,
+  );
+  await sleep(300);
+  t.equal(g.count('Reminder', 'Crash'), 1, 'Reminder ran once');
+});
+
+t.test('SIGKILL while a call waits: the call is lost, the invocation is not', async (t) => {
+  const keel = await startKeel(t);
+  const g = countingGreeter({ name: 'Greeter', sleep_ms: 1500 });
+  await register(keel, await serveServices(t, [g.service]));
+  const pending = ingress(keel, '/Greeter/greet', { name: 'Waiting' }).catch((err) => err);
+  await eventually(() => g.count('Notification', 'Waiting') === 1);
+  await relaunch(keel);
+  t.type(await pending, Error, 'the client connection died with the server');
+  await eventually(() => g.count('Reminder', 'Waiting') === 1);
+  t.equal(g.count('Notification', 'Waiting'), 1);
+});
+
+t.test('registrations survive SIGKILL and restart', async (t) => {
+  const keel = await startKeel(t);
+  const g = countingGreeter({ name: 'Greeter', sleep_ms: 10 });
+  const f = failingServices();
+  const dep = await register(keel, await serveServices(t, [g.service, f.service]));
+  t.same((await ingress(keel, '/Greeter/greet', { name: 'before' })).body, { result: 'You said hi to before!' });
+  await relaunch(keel);
+  const deployments = await (await fetch(`${keel.admin}/deployments`)).json();
+  t.same(deployments.deployments.map((d) => d.id), [dep.id], 'the same deployment, nothing registered again');
+  const r = await ingress(keel, '/Greeter/greet', { name: 'after' });
+  t.equal(r.status, 200, JSON.stringify(r.body));
+  t.same(r.body, { result: 'You said hi to after!' });
+  t.same((await ingress(keel, '/Flaky/echo', { id: 'e' })).body, { echo: 'e' });
+});
+
+t.test('rebuild check: every partition folded again from its log equals the stored state', async (t) => {
+  const PARTITIONS = 4;
+  const keel = await startKeel(t, {
+    env: { KEEL_WORKER__PARTITIONS: String(PARTITIONS), KEEL_DEFAULT_RETRY_POLICY__INITIAL_INTERVAL: '20ms' },
+  });
+  const g = countingGreeter({ name: 'Greeter', sleep_ms: 100 });
+  const f = failingServices();
+  const w = workService({ sleep_ms: 20 });
+  await register(keel, await serveServices(t, [g.service, f.service, w.service]));
+  const calls = [];
+  for (let i = 0; i < 8; i++) calls.push(ingress(keel, '/Greeter/greet', { name: `g${i}` }));
+  for (let i = 0; i < 4; i++) calls.push(ingress(keel, '/Flaky/twiceThenOk', { id: `f${i}` }));
+  for (let i = 0; i < 40; i++) calls.push(ingress(keel, '/Work/doIt', { id: `w${i}`, n: i }));
+  calls.push(ingress(keel, '/Flaky/terminal', { id: 'term' }));
+  const results = await Promise.all(calls);
+  t.equal(results.filter((r) => r.status === 200).length, calls.length - 1);
+  // One invocation left in flight (sleeping) when the server stops.
+  await ingress(keel, '/Greeter/greet/send', { name: 'inflight' });
+  await eventually(() => g.count('Notification', 'inflight') === 1);
+  await keel.stop();
+  t.equal(keel.proc.exitCode, 0, 'clean shutdown on SIGTERM');
+
+  const db = await openWorkerStore(path.join(keel.dir, 'data', 'worker'));
+  t.teardown(() => db.close());
+  let logRecords = 0;
+  const partitionsWithLog = new Set();
+  for await (const key of db.keys()) {
+    const m = /^p(\d+)\/log\//.exec(key);
+    if (m) {
+      logRecords += 1;
+      partitionsWithLog.add(Number(m[1]));
+    }
+  }
+  t.ok(logRecords > 50, `the logs hold the commands (${logRecords})`);
+  t.ok(partitionsWithLog.size >= 2, `invocations spread over partitions (${[...partitionsWithLog]})`);
+  for (let p = 0; p < PARTITIONS; p++) t.same(await verifyPartition(db, p), [], `partition ${p} rebuilds to the stored state`);
+
+  // The check can fail: a changed value, a missing key and an extra key are all reported.
+  const statusKeys = [];
+  const journalKeys = [];
+  for await (const key of db.keys({ gte: 'p', lt: 'q' })) {
+    if (/^p\d+\/s\/inv\//.test(key)) statusKeys.push(key);
+    if (/^p\d+\/s\/j\//.test(key)) journalKeys.push(key);
+  }
+  t.ok(statusKeys.length >= 53 && journalKeys.length > 0);
+  const changed = statusKeys[0];
+  const pOf = (key) => Number(/^p(\d+)\//.exec(key)[1]);
+  const value = JSON.parse((await db.get(changed)).toString('utf8'));
+  value.status = value.status === 'completed' ? 'running' : 'completed';
+  await db.put(changed, Buffer.from(JSON.stringify(value)));
+  t.same(await verifyPartition(db, pOf(changed)), [changed], 'a changed status is reported');
+
+  const missing = journalKeys[journalKeys.length - 1];
+  await db.del(missing);
+  const extra = `p${pOf(missing)}/s/inv/inv_1bogus`;
+  await db.put(extra, Buffer.from('{}'));
+  const reported = await verifyPartition(db, pOf(missing));
+  t.ok(reported.includes(missing), 'a missing journal entry is reported');
+  t.ok(reported.includes(extra), 'a key that the log does not produce is reported');
+});
