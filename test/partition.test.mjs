@@ -1,0 +1,137 @@
+// Unit tests of the partition processor on a real store: group commit, effects after
+// durability, deterministic fold, ordering, and reopening from the store.
+import t from 'tap';
+import path from 'node:path';
+import { openWorkerStore } from '../dist/storage/store.js';
+import { PartitionProcessor, verifyPartition } from '../dist/partition/processor.js';
+import { PartitionState } from '../dist/partition/state.js';
+import { fold } from '../dist/partition/fold/index.js';
+import { decodeCommand } from '../dist/log/commands.js';
+import { PartitionLog } from '../dist/log/partition-log.js';
+import { InvocationId, randomPartitionKey } from '../dist/common/ids.js';
+import { silentLogger } from '../dist/common/logger.js';
+import { tempDir } from './helpers/keel.mjs';
+
+function invoke(i) {
+  return {
+    invoke: {
+      invocation_id: InvocationId.random(randomPartitionKey()).bytes,
+      service: 'Svc',
+      handler: `h${i}`,
+      key: '',
+      input: Buffer.from(JSON.stringify({ i })),
+      headers: [{ key: 'x-n', value: String(i) }],
+      service_type: 'Service',
+    },
+  };
+}
+
+/** A store whose batch writes are counted; effects record what they saw and when. */
+async function setup(t) {
+  const db = await openWorkerStore(path.join(tempDir(t), 'worker'));
+  t.teardown(() => db.close());
+  const stats = { batchWrites: 0, executes: [] };
+  const batch = db.batch.bind(db);
+  db.batch = (...args) => {
+    const b = batch(...args);
+    if (args.length === 0) {
+      const write = b.write.bind(b);
+      b.write = (...w) => {
+        stats.batchWrites += 1;
+        return write(...w);
+      };
+    }
+    return b;
+  };
+  const effects = {
+    execute(processor, actions) {
+      // Effects run only once the batch that produced them is on disk: every invocation that an
+      // action names is already stored.
+      const stored = actions
+        .filter((a) => a.kind === 'start')
+        .every((a) => db.getSync(processor.state.statusKey(a.id)) !== undefined);
+      stats.executes.push({ actions: actions.length, starts: actions.filter((a) => a.kind === 'start').length, stored });
+    },
+  };
+  return { db, stats, effects };
+}
+
+t.test('group commit: commands issued in one tick share few store writes', async (t) => {
+  const { db, stats, effects } = await setup(t);
+  const p = await PartitionProcessor.open(db, 0, false, effects, silentLogger);
+  const N = 500;
+  const cmds = [...Array(N).keys()].map(invoke);
+  await Promise.all(cmds.map((c) => p.append(c)));
+  t.ok(stats.batchWrites >= 1 && stats.batchWrites <= 2, `${N} commands in ${stats.batchWrites} batch write(s)`);
+  t.equal(stats.executes.reduce((n, e) => n + e.starts, 0), N, 'one start action per invocation');
+  t.ok(stats.executes.every((e) => e.stored), 'actions ran after their batch was durable');
+
+  // The log holds every command, in the order they were appended.
+  const log = await PartitionLog.open(db, 0);
+  t.equal(log.applied_position, N);
+  const handlers = [];
+  const positions = [];
+  for await (const [pos, record] of log.read(1)) {
+    positions.push(pos);
+    handlers.push(decodeCommand(record).invoke.handler);
+  }
+  t.same(positions, [...Array(N).keys()].map((i) => i + 1), 'positions 1..N without gaps');
+  t.same(handlers, cmds.map((c) => c.invoke.handler), 'log order is append order');
+
+  // Appends one at a time, each awaited, are one batch each.
+  const before = stats.batchWrites;
+  for (let i = 0; i < 5; i++) await p.append(invoke(N + i));
+  t.equal(stats.batchWrites - before, 5, 'sequential appends are not delayed into one batch');
+
+  // While a batch is being written, new commands gather for the next one.
+  const before2 = stats.batchWrites;
+  const first = p.append(invoke(1000));
+  await new Promise((r) => setImmediate(r)); // the first batch is now in flight
+  const rest = [...Array(100).keys()].map((i) => p.append(invoke(1001 + i)));
+  await Promise.all([first, ...rest]);
+  t.ok(stats.batchWrites - before2 <= 3, `101 commands during a write: ${stats.batchWrites - before2} batch writes`);
+  t.same(await verifyPartition(db, 0), [], 'the stored state is the fold of the log');
+  await p.close();
+});
+
+t.test('the fold is deterministic: the same log gives the same writes, byte for byte', async (t) => {
+  const cmds = [...Array(50).keys()].map((i) => ({ timestamp_ms: 1_700_000_000_000 + i, ...invoke(i) }));
+  const run = () => {
+    const state = new PartitionState(3);
+    const actions = [];
+    const writes = [];
+    for (const c of cmds) {
+      fold({ state, actions, now_ms: c.timestamp_ms }, c);
+      writes.push(...state.takeWrites().map(([k, v]) => [k, v === null ? null : Buffer.from(v).toString('base64')]));
+    }
+    return { writes, actions };
+  };
+  const a = run();
+  const b = run();
+  t.ok(a.writes.length >= 100, `status and journal writes (${a.writes.length})`);
+  t.same(a.writes, b.writes);
+  t.same(a.actions, b.actions);
+  t.ok(a.writes.every(([k]) => k.startsWith('p3/s/')), 'writes stay under the partition prefix');
+});
+
+t.test('reopening a partition restores its state and the attempts to restart', async (t) => {
+  const { db, effects } = await setup(t);
+  const p = await PartitionProcessor.open(db, 1, true, effects, silentLogger);
+  const cmds = [...Array(20).keys()].map(invoke);
+  await Promise.all(cmds.map((c) => p.append(c)));
+  const snapshot = JSON.stringify([...p.state.invocations.entries()].sort());
+  await p.close();
+  await t.rejects(p.append(invoke(99)), /closed/, 'a closed partition refuses commands');
+
+  const again = await PartitionProcessor.open(db, 1, true, effects, silentLogger);
+  t.equal(JSON.stringify([...again.state.invocations.entries()].sort()), snapshot, 'same invocations after reopening');
+  const starts = again.recoveryActions().filter((a) => a.kind === 'start').map((a) => a.id).sort();
+  t.same(starts, cmds.map((c) => InvocationId.fromBytes(c.invoke.invocation_id).text).sort(), 'every running invocation restarts');
+  // New appends continue the log after the recovered position.
+  await again.append(invoke(20));
+  t.equal((await PartitionLog.open(db, 1)).applied_position, 21);
+  t.same(await verifyPartition(db, 1), []);
+  // Other partitions in the same store are untouched.
+  t.same(await verifyPartition(db, 0), []);
+  t.equal((await PartitionLog.open(db, 0)).applied_position, 0);
+});
