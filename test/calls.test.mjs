@@ -4,7 +4,7 @@
 import t from 'tap';
 import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
 import { callServices } from './services/p2b-calls.mjs';
-import { recorded, tag, query, getInvocation, invocationRow, logLinesWith, FAST_RETRY } from './services/p2b-common.mjs';
+import { recorded, tag, query, getInvocation, invocationRow, logLinesWith, crashAndRestart, FAST_RETRY } from './services/p2b-common.mjs';
 
 const INV_ID = /^inv_1[0-9a-zA-Z]{33}$/;
 
@@ -80,7 +80,7 @@ t.test('delayed sends: not before the delay, run after it, survive a SIGKILL + r
   const r2 = await ingress(keel, '/Proxy/sendDelayed', { key: key2, n: 9, delayMs: 2000 });
   const sent2 = Date.now();
   t.equal(r2.status, 200);
-  await keel.restart();
+  await crashAndRestart(keel);
   await eventually(async () => (await ingress(keel, `/Keyed/${key}/get`)).body === 3, { timeout_ms: 10_000 });
   t.ok(Date.now() - sentAt >= 1500);
   t.ok(recorded(`Keyed.add:${key}`).length >= 1);

@@ -116,3 +116,21 @@ export const FAST_RETRY = {
   KEEL_DEFAULT_RETRY_POLICY__MAX_INTERVAL: '200ms',
 };
 export const ALWAYS_SUSPEND = { KEEL_WORKER__INVOKER__INACTIVITY_TIMEOUT: '0s' };
+
+/**
+ * SIGKILLs Keel and starts it again on the same ports and data, then waits until both ports
+ * answer. (keel.restart() alone can return before the new process is ready: its readiness check
+ * finds the previous process's "keel is ready" line in the accumulated output.)
+ */
+export async function crashAndRestart(keel) {
+  await keel.restart();
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    try {
+      const [a, b] = await Promise.all([fetch(`${keel.ingress}/restate/health`), fetch(`${keel.admin}/health`)]);
+      if (a.status === 200 && b.status === 200) return;
+    } catch {}
+    if (Date.now() > deadline) throw new Error(`keel did not come back:\n${keel.logs().slice(-2000)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
