@@ -432,8 +432,8 @@ export function promiseRow(p: { service: string; key: string; name: string; comp
 export function deploymentRows(registry: Registry): Row[] {
   return registry.deployments().map((d) => ({
     id: d.id,
-    ty: 'http',
-    endpoint: d.uri,
+    ty: d.arn !== undefined ? 'lambda' : 'http',
+    endpoint: d.arn ?? d.uri,
     created_at: ts(d.created_at_ms),
     min_service_protocol_version: d.min_protocol_version,
     max_service_protocol_version: d.max_protocol_version,

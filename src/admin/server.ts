@@ -158,11 +158,19 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
 
     r.post('/deployments', async (req, reply) => {
       const b = bodyObject(req);
-      if (typeof b.uri !== 'string') {
-        if (typeof b.arn === 'string') throw new KeelError(undefined, 'registering function-platform deployments (arn) is not supported yet', 400);
-        throw new KeelError(undefined, 'the field uri is required and must be a string', 400);
+      let request: RegisterRequest;
+      if (b.arn !== undefined && b.arn !== null) {
+        if (typeof b.arn !== 'string') throw new KeelError(undefined, 'the field arn must be a string', 400);
+        if (b.uri !== undefined && b.uri !== null) throw new KeelError(undefined, 'give either uri or arn, not both', 400);
+        request = { arn: b.arn };
+        if (b.assume_role_arn !== undefined && b.assume_role_arn !== null) {
+          if (typeof b.assume_role_arn !== 'string') throw new KeelError(undefined, 'the field assume_role_arn must be a string', 400);
+          request.assume_role_arn = b.assume_role_arn;
+        }
+      } else {
+        if (typeof b.uri !== 'string') throw new KeelError(undefined, 'the field uri (or arn) is required and must be a string', 400);
+        request = { uri: b.uri };
       }
-      const request: RegisterRequest = { uri: b.uri };
       const headers = optStringMap(b, 'additional_headers');
       if (headers !== undefined) request.additional_headers = headers;
       const metadata = optStringMap(b, 'metadata');
@@ -176,7 +184,7 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
         result = await registry.register(request);
       } catch (err) {
         if (err instanceof KeelError) {
-          req.log.warn({ code: err.code, uri: request.uri, err: err.message }, 'deployment registration failed');
+          req.log.warn({ code: err.code, uri: request.uri, arn: request.arn, err: err.message }, 'deployment registration failed');
         }
         throw err;
       }
@@ -206,7 +214,14 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
         if (typeof b.uri !== 'string') throw new KeelError(undefined, 'the field uri must be a string', 400);
         request.uri = b.uri;
       }
-      if (typeof b.arn === 'string') throw new KeelError(undefined, 'function-platform deployments (arn) are not supported yet', 400);
+      if (b.arn !== undefined && b.arn !== null) {
+        if (typeof b.arn !== 'string') throw new KeelError(undefined, 'the field arn must be a string', 400);
+        request.arn = b.arn;
+      }
+      if (b.assume_role_arn !== undefined) {
+        if (b.assume_role_arn !== null && typeof b.assume_role_arn !== 'string') throw new KeelError(undefined, 'the field assume_role_arn must be a string', 400);
+        request.assume_role_arn = b.assume_role_arn;
+      }
       const headers = optStringMap(b, 'additional_headers');
       if (headers !== undefined) request.additional_headers = headers;
       for (const k of ['use_http_11', 'dry_run', 'overwrite'] as const) {

@@ -80,11 +80,14 @@ export function serviceView(s: ServiceSchema, config: Config): Record<string, un
 }
 
 function deploymentBase(d: DeploymentSchema): Record<string, unknown> {
+  // Restate's two variants: HTTP (uri, http_version) and Lambda (arn, assume_role_arn).
+  const destination: Record<string, unknown> =
+    d.arn !== undefined
+      ? { arn: d.arn, assume_role_arn: d.assume_role_arn ?? null, protocol_type: 'RequestResponse' }
+      : { uri: d.uri, protocol_type: d.protocol_type, http_version: d.use_http_11 ? 'HTTP/1.1' : 'HTTP/2.0' };
   const out: Record<string, unknown> = {
     id: d.id,
-    uri: d.uri,
-    protocol_type: d.protocol_type,
-    http_version: d.use_http_11 ? 'HTTP/1.1' : 'HTTP/2.0',
+    ...destination,
     created_at: new Date(d.created_at_ms).toISOString(),
     min_protocol_version: d.min_protocol_version,
     max_protocol_version: d.max_protocol_version,

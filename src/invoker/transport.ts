@@ -1,5 +1,6 @@
 import http from 'node:http';
 import http2 from 'node:http2';
+import { closeLambdaClients, invokeLambda, isLambdaArn, LambdaApiError, LambdaFunctionError } from './lambda.js';
 
 /** What an attempt hears from its HTTP exchange with the endpoint. */
 export interface StreamHandlers {
@@ -22,6 +23,14 @@ export interface InvocationStream {
 export interface StreamTarget {
   /** Base URI of the deployment; `/invoke/{service}/{handler}` is appended to its path. */
   uri: string;
+  /**
+   * Function-platform deployment: the qualified Lambda ARN. When set (or when `uri` itself is an
+   * ARN, as the registry stores Lambda deployments) the exchange is one Lambda Invoke in
+   * request-response mode and `uri`/`use_http_11` are ignored.
+   */
+  arn?: string;
+  /** Role assumed to invoke the function (STS AssumeRole). */
+  assume_role_arn?: string;
   use_http_11: boolean;
   path: string;
   headers: Record<string, string>;
@@ -54,8 +63,68 @@ export function joinPath(uri: string, path: string): URL {
 }
 
 export function openStream(target: StreamTarget, h: StreamHandlers): InvocationStream {
+  const arn = target.arn || (isLambdaArn(target.uri) ? target.uri : undefined);
+  if (arn) return openLambda(arn, target, h);
   const url = joinPath(target.uri, target.path);
   return target.use_http_11 ? openHttp1(url, target.headers, h) : openHttp2(url, target.headers, h);
+}
+
+/**
+ * Request-response over a function platform: the request body is buffered until `end()`, sent in
+ * one Lambda Invoke, and the function's whole answer is delivered as response, data, end.
+ */
+function openLambda(arn: string, target: StreamTarget, h: StreamHandlers): InvocationStream {
+  let done = false;
+  let sent = false;
+  const chunks: Buffer[] = [];
+  return {
+    write(bytes) {
+      if (!sent) chunks.push(bytes);
+    },
+    end() {
+      if (sent || done) return;
+      sent = true;
+      invokeLambda({
+        arn,
+        assume_role_arn: target.assume_role_arn,
+        method: 'POST',
+        path: target.path,
+        headers: target.headers,
+        body: Buffer.concat(chunks),
+      }).then(
+        (r) => {
+          if (done) return;
+          h.onResponse(r.status, r.headers);
+          if (done) return;
+          if (r.body.length > 0) h.onData(r.body);
+          if (done) return;
+          done = true;
+          h.onEnd();
+        },
+        (err: unknown) => {
+          if (done) return;
+          if (err instanceof LambdaApiError && (err.httpStatus === 413 || err.errorName === 'RequestTooLargeException')) {
+            // The platform's payload limit: the attempt reports it as RT0019.
+            h.onResponse(413, { 'x-amzn-errortype': err.errorName });
+          } else if (err instanceof LambdaFunctionError) {
+            h.onResponse(500, { 'x-amz-function-error': err.kind });
+            if (!done) h.onData(Buffer.from(err.message));
+          } else {
+            done = true;
+            h.onError(err instanceof Error ? err : new Error(String(err)));
+            return;
+          }
+          if (!done) {
+            done = true;
+            h.onEnd();
+          }
+        },
+      );
+    },
+    abort() {
+      done = true;
+    },
+  };
 }
 
 function openHttp2(url: URL, headers: Record<string, string>, h: StreamHandlers): InvocationStream {
@@ -132,4 +201,5 @@ export function closeAllSessions(): void {
   for (const s of sessions.values()) s.close();
   sessions.clear();
   agent.destroy();
+  closeLambdaClients();
 }

@@ -4,6 +4,7 @@ import http from 'node:http';
 import https from 'node:https';
 import http2 from 'node:http2';
 import { KeelError } from '../errors/index.js';
+import { invokeLambda, LambdaApiError, LambdaFunctionError, parseLambdaArn } from '../invoker/lambda.js';
 import type {
   DiscoveredEndpoint,
   DiscoveredService,
@@ -24,7 +25,11 @@ const SERVICE_NAME = /^([a-zA-Z]|_[a-zA-Z0-9])[a-zA-Z0-9._-]*$/;
 const HANDLER_NAME = /^([a-zA-Z]|_[a-zA-Z0-9])[a-zA-Z0-9_]*$/;
 
 export interface DiscoveryTarget {
+  /** HTTP base URI; for a function-platform deployment the ARN (same as `arn`). */
   uri: string;
+  /** Function-platform deployment: discovery goes through Lambda Invoke. */
+  arn?: string;
+  assume_role_arn?: string;
   additional_headers?: Record<string, string>;
   use_http_11?: boolean;
 }
@@ -39,7 +44,27 @@ export interface RawResponse {
 export interface DiscoveryTransport {
   /** Fetches the manifest; throws KeelError META0003/META0014 on transport failures. */
   fetch(url: URL, headers: Record<string, string>, timeoutMs: number): Promise<RawResponse>;
-  readonly name: 'HTTP/2.0' | 'HTTP/1.1';
+  readonly name: TransportName;
+}
+
+export type TransportName = 'HTTP/2.0' | 'HTTP/1.1' | 'Lambda';
+
+/** Function platform: GET /discover carried in a Lambda Invoke of the qualified ARN. */
+export function lambdaTransport(arn: string, assume_role_arn?: string): DiscoveryTransport {
+  return {
+    name: 'Lambda',
+    async fetch(url, headers, timeoutMs) {
+      try {
+        const r = await invokeLambda({ arn, assume_role_arn, method: 'GET', path: url.pathname, headers, body: Buffer.alloc(0), timeoutMs });
+        return { status: r.status, headers: r.headers, body: r.body };
+      } catch (err) {
+        if (err instanceof LambdaFunctionError || err instanceof LambdaApiError) {
+          throw new KeelError('META0003', `error when invoking '${arn}' for discovery: ${err.message}`, 500, { cause: err });
+        }
+        throw err;
+      }
+    },
+  };
 }
 
 function causeOf(err: unknown): string {
@@ -48,7 +73,7 @@ function causeOf(err: unknown): string {
   return e?.message ?? String(err);
 }
 
-function unreachable(url: URL, why: string, cause?: unknown): KeelError {
+function unreachable(url: URL | string, why: string, cause?: unknown): KeelError {
   return new KeelError('META0003', `error when calling '${url.toString()}': ${why}`, 500, { cause });
 }
 
@@ -177,20 +202,37 @@ export interface DiscoverOptions {
 
 /** Runs discovery against one endpoint and returns its validated metadata. */
 export async function discover(target: DiscoveryTarget, opts: DiscoverOptions = {}): Promise<DiscoveredEndpoint> {
+  if (target.arn !== undefined) {
+    const arn = parseLambdaArn(target.arn).arn;
+    // A stand-in URL: only its path travels, in the Lambda event; messages name the ARN.
+    const url = new URL('lambda://function/discover');
+    const transport = opts.transport ?? lambdaTransport(arn, target.assume_role_arn);
+    return discoverWith(url, arn, transport, target, opts);
+  }
   const url = discoverUrl(target.uri);
   const transport = opts.transport ?? (target.use_http_11 ? http11Transport : http2Transport);
+  return discoverWith(url, url.toString(), transport, target, opts);
+}
+
+async function discoverWith(
+  url: URL,
+  where: string,
+  transport: DiscoveryTransport,
+  target: DiscoveryTarget,
+  opts: DiscoverOptions,
+): Promise<DiscoveredEndpoint> {
   const headers: Record<string, string> = { ...(target.additional_headers ?? {}), accept: MANIFEST_ACCEPT };
   const res = await transport.fetch(url, headers, opts.timeoutMs ?? DISCOVERY_TIMEOUT_MS);
   if (res.status < 200 || res.status >= 300) {
     const text = res.body.toString('utf8').slice(0, 200).trim();
-    throw unreachable(url, `the endpoint answered with status ${res.status}${text ? `: ${text}` : ''}`);
+    throw unreachable(where, `the endpoint answered with status ${res.status}${text ? `: ${text}` : ''}`);
   }
   const contentType = (res.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
   const m = /^application\/vnd\.restate\.endpointmanifest\.v(\d+)\+json$/.exec(contentType);
   if (!m || Number(m[1]) < 1 || Number(m[1]) > 4) {
     throw new KeelError(
       'META0013',
-      `bad discovery response from '${url.toString()}': unsupported content-type '${contentType || '(none)'}'; ` +
+      `bad discovery response from '${where}': unsupported content-type '${contentType || '(none)'}'; ` +
         `expected one of ${MANIFEST_ACCEPT}`,
       500,
     );
@@ -199,10 +241,10 @@ export async function discover(target: DiscoveryTarget, opts: DiscoverOptions = 
   try {
     manifest = JSON.parse(res.body.toString('utf8'));
   } catch (err) {
-    throw new KeelError('META0013', `bad discovery response from '${url.toString()}': manifest is not JSON: ${(err as Error).message}`, 500);
+    throw new KeelError('META0013', `bad discovery response from '${where}': manifest is not JSON: ${(err as Error).message}`, 500);
   }
   const sdk = res.headers['x-restate-server'];
-  return parseManifest(manifest, { url: url.toString(), transport: transport.name, sdk_version: sdk || undefined });
+  return parseManifest(manifest, { url: where, transport: transport.name, sdk_version: sdk || undefined });
 }
 
 function bad(where: string, why: string): KeelError {
@@ -219,7 +261,7 @@ function isObj(v: unknown): v is Record<string, unknown> {
 /** Validates a manifest and maps it to Keel's schema shapes. */
 export function parseManifest(
   manifest: unknown,
-  ctx: { url: string; transport: 'HTTP/2.0' | 'HTTP/1.1'; sdk_version?: string | undefined },
+  ctx: { url: string; transport: TransportName; sdk_version?: string | undefined },
 ): DiscoveredEndpoint {
   const where = ctx.url;
   if (!isObj(manifest)) throw bad(where, 'manifest is not a JSON object');
@@ -238,14 +280,15 @@ export function parseManifest(
   }
   let protocol_type: ProtocolType;
   const mode = manifest.protocolMode;
-  if (mode === undefined) protocol_type = ctx.transport === 'HTTP/1.1' ? 'RequestResponse' : 'BidiStream';
+  if (mode === undefined) protocol_type = ctx.transport === 'HTTP/2.0' ? 'BidiStream' : 'RequestResponse';
   else if (mode === 'BIDI_STREAM') protocol_type = 'BidiStream';
   else if (mode === 'REQUEST_RESPONSE') protocol_type = 'RequestResponse';
   else throw bad(where, `unknown protocolMode ${JSON.stringify(mode)}`);
-  if (protocol_type === 'BidiStream' && ctx.transport === 'HTTP/1.1') {
+  if (protocol_type === 'BidiStream' && ctx.transport !== 'HTTP/2.0') {
+    const over = ctx.transport === 'Lambda' ? 'a function platform (Lambda)' : 'HTTP/1.1';
     throw new KeelError(
       'META0015',
-      `the endpoint at '${where}' announced BIDI_STREAM protocol mode, but it is reached over HTTP/1.1, which cannot carry it; ` +
+      `the endpoint at '${where}' announced BIDI_STREAM protocol mode, but it is reached over ${over}, which cannot carry it; ` +
         `configure the endpoint to announce REQUEST_RESPONSE`,
       400,
     );

@@ -6,6 +6,7 @@ import type { Logger } from '../common/logger.js';
 import { newDeploymentId } from '../common/ids.js';
 import { KeelError } from '../errors/index.js';
 import { discover as defaultDiscover, normaliseUri, type DiscoveryTarget } from './discovery.js';
+import { parseLambdaArn } from '../invoker/lambda.js';
 import { MetaLog, type MetaRecord } from './store.js';
 import type {
   DeploymentSchema,
@@ -77,6 +78,15 @@ function checkHeaders(h: unknown): Record<string, string> | undefined {
     if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) throw new KeelError(undefined, `invalid header name '${name}' in additional_headers`, 400);
   }
   return { ...(h as Record<string, string>) };
+}
+
+/** The destination fields of a function-platform deployment; 400 on an unqualified or malformed ARN. */
+function lambdaDestination(arn: unknown, assumeRole: unknown): { arn: string; assume_role_arn?: string } {
+  const parsed = parseLambdaArn(arn);
+  if (assumeRole !== undefined && assumeRole !== null && typeof assumeRole !== 'string') {
+    throw new KeelError(undefined, 'the field assume_role_arn must be a string', 400);
+  }
+  return { arn: parsed.arn, ...(typeof assumeRole === 'string' && assumeRole !== '' ? { assume_role_arn: assumeRole } : {}) };
 }
 
 export class Registry {
@@ -220,12 +230,13 @@ export class Registry {
   }
 
   private async doRegister(req: RegisterRequest): Promise<{ created: boolean; deployment: DeploymentSchema }> {
-    if (typeof req.uri !== 'string') throw new KeelError(undefined, 'the field uri is required and must be a string', 400);
-    const uri = normaliseUri(req.uri);
+    const lambda = req.arn !== undefined ? lambdaDestination(req.arn, req.assume_role_arn) : undefined;
+    if (!lambda && typeof req.uri !== 'string') throw new KeelError(undefined, 'the field uri is required and must be a string', 400);
+    const uri = lambda ? lambda.arn : normaliseUri(req.uri!);
     const additional_headers = checkHeaders(req.additional_headers) ?? {};
-    const use_http_11 = req.use_http_11 === true;
+    const use_http_11 = !lambda && req.use_http_11 === true;
     const force = req.force === true;
-    const found = await this.runDiscovery({ uri, additional_headers, use_http_11 });
+    const found = await this.runDiscovery({ uri, additional_headers, use_http_11, ...(lambda ?? {}) });
 
     const atUri = this.deployments().filter((d) => d.uri === uri);
     if (force && atUri.length >= 2) {
@@ -255,6 +266,7 @@ export class Registry {
     const deployment: DeploymentSchema = {
       id,
       uri,
+      ...(lambda ?? {}),
       additional_headers,
       use_http_11,
       protocol_type: found.protocol_type,
@@ -302,10 +314,14 @@ export class Registry {
     const old = this.byId.get(id);
     if (!old) throw notFound(id);
     if (req.uri !== undefined && req.uri !== null && typeof req.uri !== 'string') throw new KeelError(undefined, 'uri must be a string', 400);
-    const uri = normaliseUri(req.uri ?? old.uri);
+    const wantsLambda = req.arn !== undefined || (old.arn !== undefined && req.uri === undefined);
+    const lambda = wantsLambda
+      ? lambdaDestination(req.arn ?? old.arn!, req.assume_role_arn !== undefined ? req.assume_role_arn : old.assume_role_arn)
+      : undefined;
+    const uri = lambda ? lambda.arn : normaliseUri(req.uri ?? old.uri);
     const additional_headers = checkHeaders(req.additional_headers) ?? old.additional_headers;
-    const use_http_11 = typeof req.use_http_11 === 'boolean' ? req.use_http_11 : old.use_http_11;
-    const found = await this.runDiscovery({ uri, additional_headers, use_http_11 });
+    const use_http_11 = lambda ? false : typeof req.use_http_11 === 'boolean' ? req.use_http_11 : old.use_http_11;
+    const found = await this.runDiscovery({ uri, additional_headers, use_http_11, ...(lambda ?? {}) });
 
     const problems: string[] = [];
     if (found.min_protocol_version !== old.min_protocol_version || found.max_protocol_version !== old.max_protocol_version) {
@@ -347,6 +363,9 @@ export class Registry {
     };
     if (found.sdk_version) updated.sdk_version = found.sdk_version;
     else delete updated.sdk_version;
+    delete updated.arn;
+    delete updated.assume_role_arn;
+    if (lambda) Object.assign(updated, lambda);
     if (req.dry_run === true) return updated;
     await this.commit({ kind: 'deployment_updated', deployment: updated });
     this.logger.info({ deployment: id, uri }, 'deployment updated in place');

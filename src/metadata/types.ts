@@ -50,7 +50,15 @@ export interface ServiceSchema {
 
 export interface DeploymentSchema {
   id: string;
+  /**
+   * The destination: the HTTP base URI, or for a function-platform deployment its ARN
+   * (then equal to `arn`). Unique across deployments.
+   */
   uri: string;
+  /** Function-platform (AWS Lambda) deployment: the qualified function ARN. Request-response only. */
+  arn?: string;
+  /** Role assumed (STS AssumeRole) to invoke the function. */
+  assume_role_arn?: string;
   additional_headers: Record<string, string>;
   use_http_11: boolean;
   protocol_type: ProtocolType;
@@ -76,7 +84,10 @@ export interface DiscoveredEndpoint {
 }
 
 export interface RegisterRequest {
-  uri: string;
+  /** HTTP destination; ignored when `arn` is given. */
+  uri?: string;
+  arn?: string;
+  assume_role_arn?: string | null;
   additional_headers?: Record<string, string> | null;
   use_http_11?: boolean;
   force?: boolean;
@@ -87,6 +98,8 @@ export interface RegisterRequest {
 
 export interface UpdateRequest {
   uri?: string;
+  arn?: string;
+  assume_role_arn?: string | null;
   additional_headers?: Record<string, string> | null;
   use_http_11?: boolean;
   dry_run?: boolean;
