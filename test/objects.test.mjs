@@ -179,3 +179,21 @@ t.test('admin state table and restate state get show an object key state', async
   t.match(table.out, /count/);
   t.match(table.out, /8/);
 });
+
+t.test('the lock holder and the key inbox survive a SIGKILL: queued invocations still run in order', async (t) => {
+  const keel = await setup(t);
+  const first = await ingress(keel, '/ListObj/ri/append/send', { item: 'r0', ms: 1500 });
+  t.equal(first.status, 202);
+  await eventually(() => stepsOf('ListObj', 'ri').length === 1); // r0 is in its durable sleep
+  for (const item of ['r1', 'r2']) t.equal((await ingress(keel, '/ListObj/ri/append/send', { item, ms: 1 })).status, 202);
+  await eventually(async () => (await query(keel, "SELECT id FROM sys_invocation WHERE status = 'pending'")).length === 2);
+  await restartKeel(keel);
+  const pending = await query(keel, "SELECT id FROM sys_invocation WHERE status = 'pending'");
+  t.equal(pending.length, 2, 'still two pending after the restart');
+  const final = await eventually(async () => {
+    const r = await ingress(keel, '/ListObj/ri/items');
+    return r.body.length === 3 && r.body;
+  });
+  t.same(final, ['r0', 'r1', 'r2'], 'nothing lost, arrival order kept');
+  t.same(stepsOf('ListObj', 'ri').filter((s) => s.ev === 'start').map((s) => s.item), ['r0', 'r1', 'r2'], 'r0 was not restarted from scratch');
+});

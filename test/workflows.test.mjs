@@ -4,7 +4,7 @@
 import t from 'tap';
 import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
 import { wf, runs } from './services/p2a-workflows.mjs';
-import { INV_ID, request, within, statusOf } from './services/p2a-util.mjs';
+import { INV_ID, request, within, statusOf, restartKeel } from './services/p2a-util.mjs';
 
 async function setup(t) {
   const keel = await startKeel(t);
@@ -150,4 +150,21 @@ t.test('1.7 forms: POST /restate/lookup, /restate/attach, /restate/output with a
   });
   t.equal(byId.status, 200);
   t.equal(byId.body, 'run in5 got "five"');
+});
+
+t.test('a run waiting on a promise survives a SIGKILL; an idempotency key on run is rejected', async (t) => {
+  const keel = await setup(t);
+  const idem = await ingress(keel, '/Wf/w6/run', 'x', { 'idempotency-key': 'nope' });
+  t.equal(idem.status, 400, `idempotency-key on run: 400 ${JSON.stringify(idem.body)}`);
+  t.equal(runs.get('w6'), undefined, 'and it did not start');
+  const sent = await ingress(keel, '/Wf/w6/run/send', 'in6');
+  await waiting(keel, 'w6');
+  await restartKeel(keel);
+  t.same((await ingress(keel, '/Wf/w6/peek')).body, { value: null });
+  t.equal((await ingress(keel, '/Wf/w6/resolve', 'after')).body, 'resolved');
+  const att = await request(keel, 'GET', '/restate/workflow/Wf/w6/attach');
+  t.equal(att.status, 200);
+  t.equal(att.body, 'run in6 got "after"');
+  t.equal(att.headers.get('x-restate-id'), sent.body.invocationId);
+  t.equal(runs.get('w6'), 1, 'the counted run step was not repeated after the restart');
 });
