@@ -45,6 +45,8 @@ export async function startKeel(t, { env = {}, dir = tempDir(t), nodePath = proc
       return keel.output;
     },
     async launch() {
+      // Only this launch's output counts: after a restart the old "keel is ready" is still there.
+      const from = keel.output.length;
       const proc = spawn(nodePath, [path.join(root, 'dist/main.js'), ...args], {
         cwd: dir,
         env: {
@@ -67,7 +69,7 @@ export async function startKeel(t, { env = {}, dir = tempDir(t), nodePath = proc
       for (;;) {
         const early = await Promise.race([exited, new Promise((r) => setTimeout(() => r(undefined), 100))]);
         if (early) throw new Error(`keel exited early (${JSON.stringify(early)}):\n${keel.output}`);
-        if (keel.output.includes('keel is ready')) return;
+        if (keel.output.indexOf('keel is ready', from) >= 0) return;
         if (Date.now() > deadline) throw new Error(`keel did not start:\n${keel.output}`);
       }
     },
