@@ -24,8 +24,13 @@ t.test('ingress request headers reach the handler, minus connection, host and id
   t.notOk('idempotency-key' in r.body, 'idempotency-key is not forwarded');
   t.notOk('connection' in r.body, 'connection is not forwarded');
   t.notOk('host' in r.body, 'host is not forwarded');
+  t.equal(r.body['x-restate-ingress-path'], '/Echo/headers', 'plus x-restate-ingress-path');
   const plain = await ingress(keel, '/Echo/headers', undefined, { 'x-foo': 'other' });
   t.equal(plain.body['x-foo'], 'other', 'each invocation gets its own request headers');
+  const get = await request(keel, 'GET', '/Echo/headers?q=1', { headers: { 'x-foo': 'via-get' } });
+  t.equal(get.status, 200, 'GET calls a handler too');
+  t.equal(get.body['x-foo'], 'via-get');
+  t.equal(get.body['x-restate-ingress-path'], '/Echo/headers?q=1', 'path and query');
 });
 
 t.test('raw (non-JSON) input and output with serde.binary', async (t) => {

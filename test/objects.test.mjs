@@ -197,3 +197,20 @@ t.test('the lock holder and the key inbox survive a SIGKILL: queued invocations 
   t.same(final, ['r0', 'r1', 'r2'], 'nothing lost, arrival order kept');
   t.same(stepsOf('ListObj', 'ri').filter((s) => s.ev === 'start').map((s) => s.item), ['r0', 'r1', 'r2'], 'r0 was not restarted from scratch');
 });
+
+t.test('a shared handler writing state is refused (RT0017) and nothing is written', async (t) => {
+  const keel = await setup(t);
+  await ingress(keel, '/ListObj/bw/setMany', { ok: 1 });
+  const s = await ingress(keel, '/ListObj/bw/badWrite/send');
+  t.equal(s.status, 202);
+  const id = s.body.invocationId;
+  const row = await eventually(async () => {
+    const [r] = await query(keel, `SELECT status, last_failure_error_code FROM sys_invocation WHERE id = '${id}'`);
+    return r?.last_failure_error_code && r;
+  }).catch(() => undefined);
+  t.equal(row?.last_failure_error_code, 'RT0017', JSON.stringify(row));
+  t.not(row?.status, 'completed');
+  t.same((await ingress(keel, '/ListObj/bw/snapshot')).body, { keys: ['ok'], values: { ok: 1 } }, 'the write did not happen');
+  const out = await request(keel, 'GET', `/restate/invocation/${id}/output`);
+  t.not(out.status, 200, 'no successful result');
+});

@@ -59,6 +59,11 @@ export function makeListObject(name, { lazy = false } = {}) {
         return await snapshot(ctx);
       }),
       snapshot: sh(snapshot),
+      // a shared handler may not write state (RT0017)
+      badWrite: sh(async (ctx) => {
+        ctx.set('bad', 1);
+        return 'wrote';
+      }),
       snapshotExclusive: ex(snapshot),
     },
   });
