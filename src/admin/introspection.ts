@@ -282,17 +282,6 @@ function serviceTy(t: string | undefined): string {
   }
 }
 
-/** The fields the lead's side is adding to InvocationStatus; read loosely so both versions compile. */
-interface ExtraStatusFields {
-  handler_type?: string;
-  caller_id?: string;
-  caller_target?: string;
-  scheduled_at_ms?: number;
-  inboxed_at_ms?: number;
-  completion_retention_ms?: number;
-  journal_retention_ms?: number;
-}
-
 /** `sys_invocation` status vocabulary (derived). */
 export function derivedStatus(raw: string): string {
   switch (raw) {
@@ -320,7 +309,6 @@ export function rawStatus(raw: string): string {
 }
 
 export function invocationRow(s: InvocationStatus): Row {
-  const x = s as InvocationStatus & ExtraStatusFields;
   const ty = serviceTy(s.service_type);
   const keyed = ty !== 'service';
   const target = keyed ? `${s.service}/${s.key}/${s.handler}` : `${s.service}/${s.handler}`;
@@ -340,10 +328,11 @@ export function invocationRow(s: InvocationStatus): Row {
     completion_result: result ? (result.failure ? 'failure' : 'success') : null,
     completion_failure: result?.failure ? `[${result.failure.code}] ${result.failure.message}` : null,
     idempotency_key: s.idempotency_key ?? null,
-    invoked_by: x.caller_id ? 'service' : 'ingress',
-    invoked_by_id: x.caller_id ?? null,
-    invoked_by_service_name: x.caller_target ? x.caller_target.split('/')[0] : null,
-    invoked_by_target: x.caller_target ?? null,
+    invoked_by: s.invoked_by_id ? 'service' : 'ingress',
+    invoked_by_id: s.invoked_by_id ?? null,
+    invoked_by_service_name: s.caller_target ? s.caller_target.split('/')[0] : null,
+    invoked_by_target: s.caller_target ?? null,
+    restarted_from: s.restarted_from ?? null,
     pinned_deployment_id: s.deployment_id ?? null,
     pinned_service_protocol_version: s.protocol_version ?? null,
     trace_id: null,
@@ -351,13 +340,13 @@ export function invocationRow(s: InvocationStatus): Row {
     journal_commands_size: null,
     created_at: ts(s.created_at_ms),
     modified_at: ts(s.modified_at_ms),
-    inboxed_at: ts(x.inboxed_at_ms),
-    scheduled_at: ts(x.scheduled_at_ms),
-    scheduled_start_at: status === 'scheduled' ? ts(s.next_retry_at_ms) : null,
+    inboxed_at: ts(s.inboxed_at_ms),
+    scheduled_at: ts(s.scheduled_at_ms),
+    scheduled_start_at: status === 'scheduled' ? ts(s.execute_at_ms) : null,
     running_at: ts(s.last_start_at_ms),
     completed_at: ts(s.completed_at_ms),
-    completion_retention: x.completion_retention_ms ?? null,
-    journal_retention: x.journal_retention_ms ?? null,
+    completion_retention: s.completion_retention_ms ?? null,
+    journal_retention: s.journal_retention_ms ?? null,
     retry_count: s.retry_count,
     last_start_at: ts(s.last_start_at_ms),
     next_retry_at: status === 'backing-off' ? ts(s.next_retry_at_ms) : null,

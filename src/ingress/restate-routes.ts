@@ -60,6 +60,11 @@ export function restateRoutes(app: FastifyInstance, deps: InvokeDeps): void {
       const { id, how } = req.params as { id: string; how: string };
       return completeAwakeable(worker, req, reply, id, how);
     });
+    app.route({
+      method: ['GET', 'PUT', 'DELETE', 'PATCH'],
+      url: `${prefix}/:id/:how`,
+      handler: async (_req, reply) => ingressError(reply, 405, 'method not allowed: awakeables are completed with POST'),
+    });
   }
 
   // /restate/invocation/{id}/attach|output and /restate/invocation/{svc}/[{key}/]{handler}/{idem}/attach|output

@@ -25,6 +25,8 @@ export interface Invoke {
   completion_retention_ms?: number;
   journal_retention_ms?: number;
   caller_target?: string;
+  invoked_by_id?: string;
+  restarted_from?: string;
 }
 
 export interface JournalAppend {

@@ -169,6 +169,7 @@ export class WorkerIntrospection implements IntrospectionSource {
         handler_type: s.handler_type,
         completion_retention_ms: s.completion_retention_ms,
         journal_retention_ms: s.journal_retention_ms,
+        restarted_from: s.id,
       },
     });
     return { status: 200, body: { new_invocation_id: fresh.text } };

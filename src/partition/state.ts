@@ -37,8 +37,10 @@ export interface InvocationStatus {
   /** The invocation waiting for this one's result (call), with the completion id to use. */
   caller_id?: string;
   caller_completion_id?: number;
-  /** `Svc/handler` of the invocation that called or sent this one. */
+  /** `Svc/handler` and id of the invocation that called or sent this one. */
   caller_target?: string;
+  invoked_by_id?: string;
+  restarted_from?: string;
   /** Invocations this one called and waits for: killed with it. */
   children?: string[];
   /** Other invocations attached to this one's result. */

@@ -32,6 +32,7 @@ function startChild(ctx: FoldContext, s: InvocationStatus, cmd: JournalAppend, m
       completion_retention_ms: cmd.child_completion_retention_ms ?? 0,
       journal_retention_ms: cmd.child_journal_retention_ms ?? 0,
       caller_target: target(s),
+      invoked_by_id: s.id,
       ...(call ? { caller_invocation_id: InvocationId.parse(s.id)!.bytes, caller_completion_id: m.result_completion_id ?? 0 } : {}),
       ...(!call && m.invoke_time ? { execute_at_ms: Number(m.invoke_time) } : {}),
     },
