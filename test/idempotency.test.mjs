@@ -160,3 +160,38 @@ t.test('after a short idempotency retention expires, the same key runs the handl
   t.equal(c.body, 'e1#2', 'the handler ran again');
   t.equal(bodyRuns.get('e1'), 2);
 });
+
+t.test('while an idempotent call runs: a send with the key is PreviouslyAccepted, attach by key blocks then answers', async (t) => {
+  const keel = await setup(t);
+  const call = ingress(keel, '/Idem/slow', 's2', { 'idempotency-key': 'k7' });
+  await eventually(() => entered('s2') === 1);
+  const send = await ingress(keel, '/Idem/slow/send', 's2', { 'idempotency-key': 'k7' });
+  t.equal(send.status, 202);
+  t.equal(send.body.status, 'PreviouslyAccepted');
+  const attaching = request(keel, 'GET', '/restate/invocation/Idem/slow/k7/attach');
+  const early = await Promise.race([attaching.then(() => 'answered'), new Promise((r) => setTimeout(() => r('waiting'), 300))]);
+  t.equal(early, 'waiting', 'attach by idempotency key blocks while running');
+  release('s2');
+  const [c, a] = await within(5000, Promise.all([call, attaching]), 'call and attach');
+  t.equal(c.body, 's2#1:released');
+  t.equal(a.status, 200);
+  t.equal(a.body, 's2#1:released');
+  t.equal(send.body.invocationId, c.headers.get('x-restate-id'));
+  t.equal(bodyRuns.get('s2'), 1);
+});
+
+t.test('a delayed idempotent send: the repeat is PreviouslyAccepted while scheduled, it runs once', async (t) => {
+  const keel = await setup(t);
+  const a = await ingress(keel, '/Idem/work/send?delay=PT1S', 'dly', { 'idempotency-key': 'k8' });
+  t.equal(a.status, 202);
+  t.equal(a.body.status, 'Accepted');
+  const b = await ingress(keel, '/Idem/work/send?delay=PT1S', 'dly', { 'idempotency-key': 'k8' });
+  t.equal(b.body.status, 'PreviouslyAccepted');
+  t.equal(b.body.invocationId, a.body.invocationId);
+  const out = await request(keel, 'GET', '/restate/invocation/Idem/work/k8/output');
+  t.equal(out.status, 470, 'scheduled: not ready');
+  const att = await request(keel, 'GET', '/restate/invocation/Idem/work/k8/attach');
+  t.equal(att.status, 200);
+  t.equal(att.body, 'dly#1');
+  t.equal(bodyRuns.get('dly'), 1);
+});

@@ -111,6 +111,8 @@ t.test('state is per workflow key', async (t) => {
   t.same((await ingress(keel, '/Wf/a/stage')).body, { stage: 'waiting', input: 'alpha' });
   t.same((await ingress(keel, '/Wf/b/stage')).body, { stage: 'waiting', input: 'beta' });
   t.same((await ingress(keel, '/Wf/c/stage')).body, { stage: null, input: null }, 'a key that never ran has no state');
+  t.equal((await request(keel, 'GET', '/restate/workflow/Wf/c/output')).status, 404, 'output of a workflow key that never ran: 404');
+  t.equal((await request(keel, 'GET', '/restate/workflow/Wf/c/attach')).status, 404, 'attach to a workflow key that never ran: 404');
   await ingress(keel, '/Wf/a/resolve', 'A');
   t.equal((await request(keel, 'GET', '/restate/workflow/Wf/a/attach')).body, 'run alpha got "A"');
   t.same((await ingress(keel, '/Wf/a/stage')).body, { stage: 'done', input: 'alpha' });
