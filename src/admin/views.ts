@@ -76,6 +76,7 @@ export function serviceView(s: ServiceSchema, config: Config): Record<string, un
   });
   if (s.documentation !== undefined) out.documentation = s.documentation;
   if (s.metadata !== undefined) out.metadata = s.metadata;
+  if (s.info !== undefined && s.info.length > 0) out.info = s.info;
   return out;
 }
 

@@ -31,6 +31,8 @@ export interface Config {
   };
   default_retry_policy: RetryPolicy;
   default_journal_retention_ms: number;
+  /** Upper bound of any journal retention (manifest or default); undefined = no bound. RT0022 when clamped. */
+  max_journal_retention_ms: number | undefined;
   default_idempotency_retention_ms: number;
   default_workflow_completion_retention_ms: number;
   log: { level: string; format: 'pretty' | 'json' | 'auto' };
@@ -58,6 +60,7 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'default_retry_policy.max_attempts', kind: 'attempts', dflt: 70 },
   { path: 'default_retry_policy.on_max_attempts', kind: 'on_max', dflt: 'pause' },
   { path: 'default_journal_retention', kind: 'duration', dflt: 86_400_000 },
+  { path: 'max_journal_retention', kind: 'duration', dflt: undefined },
   { path: 'default_idempotency_retention', kind: 'duration', dflt: 86_400_000 },
   { path: 'default_workflow_completion_retention', kind: 'duration', dflt: 86_400_000 },
   { path: 'log.level', kind: 'string', dflt: 'info' },
@@ -251,7 +254,10 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
       max_attempts: r.default_retry_policy.max_attempts,
       on_max_attempts: r.default_retry_policy.on_max_attempts,
     },
-    default_journal_retention_ms: r.default_journal_retention,
+    // The default is bounded by the maximum too (RT0022 applies to it as to manifest values).
+    default_journal_retention_ms:
+      r.max_journal_retention !== undefined ? Math.min(r.default_journal_retention, r.max_journal_retention) : r.default_journal_retention,
+    max_journal_retention_ms: r.max_journal_retention,
     default_idempotency_retention_ms: r.default_idempotency_retention,
     default_workflow_completion_retention_ms: r.default_workflow_completion_retention,
     log: { level: r.log.level, format: r.log.format },

@@ -2,6 +2,7 @@
 // metadata log; registration rules META0004–META0017.
 
 import type { Config } from '../config/index.js';
+import { formatDuration } from '../config/units.js';
 import type { Logger } from '../common/logger.js';
 import { newDeploymentId } from '../common/ids.js';
 import { KeelError } from '../errors/index.js';
@@ -14,6 +15,7 @@ import type {
   DiscoveredService,
   HandlerSchema,
   RegisterRequest,
+  ServiceInfo,
   ServiceSchema,
   UpdateRequest,
 } from './types.js';
@@ -27,6 +29,7 @@ export type {
   ProtocolType,
   RegisterRequest,
   RetryPolicyOverride,
+  ServiceInfo,
   ServiceSchema,
   ServiceType,
   UpdateRequest,
@@ -89,6 +92,63 @@ function lambdaDestination(arn: unknown, assumeRole: unknown): { arn: string; as
   return { arn: parsed.arn, ...(typeof assumeRole === 'string' && assumeRole !== '' ? { assume_role_arn: assumeRole } : {}) };
 }
 
+/**
+ * Registration-time notes, as Restate reports them on the service: RT0021 when an
+ * inactivity_timeout is set on a request-response deployment (it is ignored there), RT0022
+ * when a journal_retention exceeds `max_journal_retention` (it is clamped to it).
+ */
+export function annotate(
+  found: DiscoveredEndpoint,
+  o: { request_response: boolean; why: string; max_journal_retention_ms: number | undefined },
+): DiscoveredEndpoint {
+  const services = found.services.map((svc) => {
+    const info: ServiceInfo[] = [];
+    const s: DiscoveredService = { ...svc };
+    delete s.info;
+    const max = o.max_journal_retention_ms;
+    if (o.request_response) {
+      if (s.inactivity_timeout_ms !== undefined) {
+        info.push({
+          code: 'RT0021',
+          message:
+            `The inactivity_timeout (${formatDuration(s.inactivity_timeout_ms)}) of service '${s.name}' is ignored: ` +
+            `the deployment runs in request-response mode (${o.why})`,
+        });
+      }
+      for (const h of s.handlers) {
+        if (h.inactivity_timeout_ms === undefined) continue;
+        info.push({
+          code: 'RT0021',
+          message:
+            `The inactivity_timeout (${formatDuration(h.inactivity_timeout_ms)}) of handler '${s.name}/${h.name}' is ignored: ` +
+            `the deployment runs in request-response mode (${o.why})`,
+        });
+      }
+    }
+    if (max !== undefined) {
+      const clamp = (what: string, v: number) =>
+        info.push({
+          code: 'RT0022',
+          message:
+            `The journal_retention (${formatDuration(v)}) of ${what} exceeds the configured max_journal_retention ` +
+            `(${formatDuration(max)}) and was clamped to it`,
+        });
+      if (s.journal_retention_ms !== undefined && s.journal_retention_ms > max) {
+        clamp(`service '${s.name}'`, s.journal_retention_ms);
+        s.journal_retention_ms = max;
+      }
+      s.handlers = s.handlers.map((h) => {
+        if (h.journal_retention_ms === undefined || h.journal_retention_ms <= max) return h;
+        clamp(`handler '${s.name}/${h.name}'`, h.journal_retention_ms);
+        return { ...h, journal_retention_ms: max };
+      });
+    }
+    if (info.length > 0) s.info = info;
+    return s;
+  });
+  return { ...found, services };
+}
+
 export class Registry {
   private readonly byId = new Map<string, DeploymentSchema>();
   private readonly maxRevision = new Map<string, number>();
@@ -100,13 +160,14 @@ export class Registry {
     private readonly log: MetaLog,
     private readonly logger: Logger,
     private readonly discoverFn: (target: DiscoveryTarget) => Promise<DiscoveredEndpoint>,
+    private readonly maxJournalRetentionMs: number | undefined,
   ) {}
 
   static async open(config: Config, logger: Logger, opts: RegistryOptions = {}): Promise<Registry> {
     const { log, records } = await MetaLog.open(config.meta.storage_path);
     const timeoutMs = opts.discoveryTimeoutMs;
     const discoverFn = opts.discover ?? ((t: DiscoveryTarget) => defaultDiscover(t, timeoutMs !== undefined ? { timeoutMs } : {}));
-    const reg = new Registry(log, logger, discoverFn);
+    const reg = new Registry(log, logger, discoverFn, config.max_journal_retention_ms);
     try {
       for (const r of records) reg.apply(r);
     } catch (err) {
@@ -222,7 +283,21 @@ export class Registry {
         );
       }
     }
-    return found;
+    return annotate(found, {
+      request_response: found.protocol_type === 'RequestResponse' || target.use_http_11 === true || target.arn !== undefined,
+      why: target.arn !== undefined ? 'a function platform (Lambda)' : target.use_http_11 ? 'HTTP/1.1' : 'request-response protocol mode',
+      max_journal_retention_ms: this.maxJournalRetentionMs,
+    });
+  }
+
+  /** RT0021/RT0022 notes of a registration, logged with their code once it is committed. */
+  private logInfo(deployment: DeploymentSchema): void {
+    for (const s of deployment.services) {
+      for (const i of s.info ?? []) {
+        const level = i.code === 'RT0022' ? 'warn' : 'info';
+        this.logger[level]({ code: i.code, deployment: deployment.id, service: s.name }, `[${i.code}] ${i.message}`);
+      }
+    }
   }
 
   private nextRevision(name: string): number {
@@ -279,6 +354,7 @@ export class Registry {
     };
     if (req.dry_run === true) return { created: !replacing, deployment };
     await this.commit(replacing ? { kind: 'deployment_replaced', deployment } : { kind: 'deployment_added', deployment });
+    this.logInfo(deployment);
     this.logger.info(
       { deployment: id, uri, services: deployment.services.map((s) => `${s.name}@${s.revision}`), replaced: !!replacing },
       replacing ? 'deployment replaced (force)' : 'deployment registered',
@@ -368,6 +444,7 @@ export class Registry {
     if (lambda) Object.assign(updated, lambda);
     if (req.dry_run === true) return updated;
     await this.commit({ kind: 'deployment_updated', deployment: updated });
+    this.logInfo(updated);
     this.logger.info({ deployment: id, uri }, 'deployment updated in place');
     return updated;
   }

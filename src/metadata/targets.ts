@@ -27,7 +27,9 @@ export function resolveTarget(
 ): ResolvedTarget {
   const handler_type = service.ty === 'Service' ? '' : handler.ty ?? (service.ty === 'Workflow' ? 'Workflow' : 'Exclusive');
   const workflow_run = service.ty === 'Workflow' && handler_type === 'Workflow';
-  const journal = handler.journal_retention_ms ?? service.journal_retention_ms ?? config.default_journal_retention_ms;
+  let journal = handler.journal_retention_ms ?? service.journal_retention_ms ?? config.default_journal_retention_ms;
+  // Registration clamps already (RT0022); this holds for services registered before the bound was lowered.
+  if (config.max_journal_retention_ms !== undefined) journal = Math.min(journal, config.max_journal_retention_ms);
   let completion = journal;
   let id: InvocationId;
   if (workflow_run) {

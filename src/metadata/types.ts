@@ -31,6 +31,12 @@ export interface HandlerSchema {
   metadata?: Record<string, string>;
 }
 
+/** A registration-time note on a service (RT0021, RT0022), shown as `info` by the admin API. */
+export interface ServiceInfo {
+  code: string;
+  message: string;
+}
+
 export interface ServiceSchema {
   name: string;
   ty: ServiceType;
@@ -46,6 +52,8 @@ export interface ServiceSchema {
   retry_policy?: RetryPolicyOverride;
   documentation?: string;
   metadata?: Record<string, string>;
+  /** Notes decided at registration: options ignored or clamped. */
+  info?: ServiceInfo[];
 }
 
 export interface DeploymentSchema {
