@@ -62,7 +62,39 @@ export function joinPath(uri: string, path: string): URL {
   return url;
 }
 
-export function openStream(target: StreamTarget, h: StreamHandlers): InvocationStream {
+/**
+ * Safety net: a handler that throws (say, on a message it cannot decode) must not take the
+ * process down from inside a socket callback. The exchange is aborted and reported as broken.
+ */
+function guarded(h: StreamHandlers, abort: () => void): StreamHandlers {
+  let broken = false;
+  const wrap =
+    <A extends unknown[]>(f: (...a: A) => void) =>
+    (...a: A) => {
+      if (broken) return;
+      try {
+        f(...a);
+      } catch (err) {
+        broken = true;
+        abort();
+        try {
+          h.onError(new Error(`cannot handle the endpoint's answer: ${(err as Error)?.message ?? String(err)}`, { cause: err }));
+        } catch {
+          /* nothing more to do */
+        }
+      }
+    };
+  return { onResponse: wrap(h.onResponse), onData: wrap(h.onData), onEnd: wrap(h.onEnd), onError: wrap(h.onError) };
+}
+
+export function openStream(target: StreamTarget, handlers: StreamHandlers): InvocationStream {
+  let stream: InvocationStream | undefined;
+  const h = guarded(handlers, () => stream?.abort());
+  stream = open(target, h);
+  return stream;
+}
+
+function open(target: StreamTarget, h: StreamHandlers): InvocationStream {
   const arn = target.arn || (isLambdaArn(target.uri) ? target.uri : undefined);
   if (arn) return openLambda(arn, target, h);
   const url = joinPath(target.uri, target.path);
