@@ -161,7 +161,9 @@ t.test('a manifest announcing BIDI_STREAM over Lambda is META0015; no protocolMo
   t.match(r.json.message, /function platform/);
 
   const none = 'arn:aws:lambda:eu-central-1:123456789012:function:nomode:prod';
-  emu.add(none, manifestFunction(manifest(undefined)));
+  const rr = manifest(undefined);
+  rr.services[0].inactivityTimeout = 60_000;
+  emu.add(none, manifestFunction(rr));
   const role = 'arn:aws:iam::123456789012:role/keel';
   const ok = await admin(keel, 'POST', '/deployments', { arn: none, assume_role_arn: role, dry_run: true });
   t.equal(ok.status, 201, ok.text);
@@ -174,6 +176,10 @@ t.test('a manifest announcing BIDI_STREAM over Lambda is META0015; no protocolMo
   const d = (await admin(keel, 'GET', `/deployments/${real.json.id}`)).json;
   t.equal(d.assume_role_arn, role);
   t.equal(d.protocol_type, 'RequestResponse');
+  // RT0021: the inactivity timeout means nothing on a function platform.
+  const svc = await admin(keel, 'GET', '/services/Bidi');
+  t.equal(svc.json.info?.[0]?.code, 'RT0021', JSON.stringify(svc.json.info));
+  t.match(svc.json.info[0].message, /Lambda/);
 });
 
 t.test('the function failing during an invocation is retried; 413 from the platform is RT0019', async (t) => {
