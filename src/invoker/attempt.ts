@@ -5,7 +5,7 @@ import { KeelError } from '../errors/index.js';
 import { Outcome, type AttemptEnded, type CommandKind } from '../log/commands.js';
 import type { InvocationStatus, JournalEntry } from '../partition/state.js';
 import { FrameDecoder, encodeFrame } from './framing.js';
-import { MessageType, REQUESTED_ACK_FLAG, decode, encode, isCommand, isCustomEntry, pb } from './messages.js';
+import { MessageType, REQUESTED_ACK_FLAG, commandTypes, decode, encode, isCustomEntry, pb } from './messages.js';
 import { openStream, type InvocationStream } from './transport.js';
 import type { ResolvedTarget } from '../metadata/targets.js';
 
@@ -15,6 +15,9 @@ export interface AttemptDeployment {
   use_http_11: boolean;
   additional_headers: Record<string, string>;
   protocol_type: 'BidiStream' | 'RequestResponse';
+  /** Function-platform (Lambda) deployment: its qualified ARN. */
+  arn?: string;
+  assume_role_arn?: string;
 }
 
 export interface AttemptOptions {
@@ -79,8 +82,10 @@ export class Attempt {
     const contentType = `application/vnd.restate.invocation.v${protocol_version}`;
     this.stream = openStream(
       {
-        uri: deployment.uri,
+        uri: deployment.arn !== undefined ? '' : deployment.uri,
         use_http_11: deployment.use_http_11,
+        ...(deployment.arn !== undefined ? { arn: deployment.arn } : {}),
+        ...(deployment.assume_role_arn !== undefined ? { assume_role_arn: deployment.assume_role_arn } : {}),
         path: `/invoke/${encodeURIComponent(status.service)}/${encodeURIComponent(status.handler)}`,
         headers: {
           ...deployment.additional_headers,
@@ -112,8 +117,12 @@ export class Attempt {
     const frames = [encodeFrame(MessageType.Start, start)];
     for (const e of journal) frames.push(encodeFrame(e.type, e.payload));
     this.stream.write(Buffer.concat(frames));
-    if (this.bidi) this.armInactivity();
-    else this.stream.end();
+    if (this.bidi) {
+      this.armInactivity();
+    } else {
+      this.stream.end();
+      this.armInactivity();
+    }
   }
 
   /** Delivers a notification or ack to the endpoint, when the stream can still take it. */
@@ -167,7 +176,12 @@ export class Attempt {
         this.o.logger.warn({ code: 'RT0012', invocation: this.id }, `message 0x${f.type.toString(16)} after the end of the attempt ignored`);
         return;
       }
-      this.onMessage(f.type, f.flags, f.payload);
+      try {
+        this.onMessage(f.type, f.flags, f.payload);
+      } catch (err) {
+        this.fail({ error_code: 'RT0012', failure_code: 571, message: `cannot decode message 0x${f.type.toString(16)} from the endpoint: ${(err as Error).message}` });
+        return;
+      }
     }
   }
 
@@ -177,7 +191,7 @@ export class Attempt {
       this.call(type, entry);
       return;
     }
-    if (isCommand(type) || isCustomEntry(type)) {
+    if (commandTypes.has(type) || isCustomEntry(type)) {
       this.record({ journal_append: this.entry(type, entry) });
       return;
     }
@@ -314,9 +328,16 @@ export class Attempt {
   /**
    * Bidirectional mode: after `inactivity_timeout` without any message, ask the endpoint to
    * suspend by closing our side; if it then stays silent for `abort_timeout`, abort (RT0001).
+   * Request-response mode has nothing to ask: silence for `abort_timeout` aborts.
    */
   private armInactivity(): void {
-    if (!this.bidi || this.finished) return;
+    if (this.finished) return;
+    if (!this.bidi) {
+      // Request-response (HTTP/1.1, Lambda): a silent endpoint must not hold an invoker slot forever.
+      clearTimeout(this.abortTimer);
+      this.abortTimer = setTimeout(() => this.abortSilent(), this.o.abort_timeout_ms);
+      return;
+    }
     clearTimeout(this.inactivity);
     if (this.abortTimer !== undefined) {
       clearTimeout(this.abortTimer);
