@@ -1,15 +1,11 @@
 import { Outcome, Then, type AttemptEnded } from '../../log/commands.js';
 import type { LastFailure } from '../state.js';
-import { anyArrived, complete, resume, statusOf, type FoldContext } from './context.js';
+import { anyArrived, complete, liveAttemptOf, resume, type FoldContext } from './context.js';
 
 /** The live attempt ended: the invocation completed, suspended, or failed. */
 export function foldAttemptEnded(ctx: FoldContext, cmd: AttemptEnded): void {
-  const s = statusOf(ctx, cmd.invocation_id);
-  if (s === undefined || s.status !== 'running' || s.epoch !== cmd.epoch) return;
-  if (s.deployment_id === undefined && cmd.deployment_id) {
-    s.deployment_id = cmd.deployment_id;
-    s.protocol_version = cmd.protocol_version;
-  }
+  const s = liveAttemptOf(ctx, cmd);
+  if (s === undefined) return;
   if (cmd.sdk_version) s.sdk_version = cmd.sdk_version;
   s.modified_at_ms = ctx.now_ms;
   switch (cmd.outcome ?? Outcome.END) {

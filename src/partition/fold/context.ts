@@ -22,6 +22,23 @@ export function statusOf(ctx: FoldContext, idBytes: Buffer | undefined): Invocat
   return id === undefined ? undefined : ctx.state.invocations.get(id);
 }
 
+/**
+ * The invocation a message of an attempt belongs to, if that attempt is still the current one;
+ * the first attempt to report pins the invocation to its deployment and protocol version.
+ */
+export function liveAttemptOf(
+  ctx: FoldContext,
+  cmd: { invocation_id: Buffer; epoch: number; deployment_id?: string; protocol_version?: number },
+): InvocationStatus | undefined {
+  const s = statusOf(ctx, cmd.invocation_id);
+  if (s === undefined || s.status !== 'running' || s.epoch !== (cmd.epoch ?? 0)) return undefined;
+  if (s.deployment_id === undefined && cmd.deployment_id) {
+    s.deployment_id = cmd.deployment_id;
+    s.protocol_version = cmd.protocol_version;
+  }
+  return s;
+}
+
 /** Starts the next attempt of an invocation that is not running. */
 export function resume(ctx: FoldContext, s: InvocationStatus): void {
   s.epoch += 1;
@@ -98,14 +115,7 @@ export function notification(type: number, id: Record<string, unknown>, result: 
   return { type, payload: Buffer.from(encode(pb.Notification, { ...id, ...result })) };
 }
 
-/** A protocol result object (value / failure / void) from an invocation result. */
-export function resultFields(r: InvocationResult | undefined): Record<string, unknown> {
-  if (r === undefined) return { void: {} };
-  if (r.failure) return { failure: { code: r.failure.code, message: r.failure.message, metadata: r.failure.metadata ?? [] } };
-  return { value: { content: Buffer.from(r.value ?? '', 'base64') } };
-}
-
-/** The same, in the form log commands carry it. */
+/** An invocation result in the form log commands carry it (value / failure / void). */
 export function resultMsg(r: InvocationResult | undefined): { value?: Buffer; failure?: { code: number; message: string; metadata?: Array<{ key: string; value: string }> }; void?: boolean } {
   if (r === undefined) return { void: true };
   if (r.failure) return { failure: { code: r.failure.code, message: r.failure.message, ...(r.failure.metadata ? { metadata: r.failure.metadata } : {}) } };
@@ -166,4 +176,3 @@ function releaseLock(ctx: FoldContext, s: InvocationStatus): void {
   ctx.state.putStatus(n);
 }
 
-export const failure = (code: number, message: string) => ({ failure: { code, message } });

@@ -1,7 +1,7 @@
 import type { JournalAppend } from '../../log/commands.js';
 import { MessageType, decode, encode, pb } from '../../invoker/messages.js';
 import type { InvocationResult, InvocationStatus, JournalEntry } from '../state.js';
-import { statusOf, type FoldContext } from './context.js';
+import { liveAttemptOf, type FoldContext } from './context.js';
 import { callEntries } from './entries-calls.js';
 import { promiseEntries } from './entries-promises.js';
 import { stateEntries } from './entries-state.js';
@@ -27,12 +27,8 @@ const rules = new Map<number, EntryRule>([
 
 /** An entry from the live attempt: a command it issued, or the completion of its `ctx.run`. */
 export function foldJournalAppend(ctx: FoldContext, cmd: JournalAppend): void {
-  const s = statusOf(ctx, cmd.invocation_id);
-  if (s === undefined || s.status !== 'running' || s.epoch !== cmd.epoch) return;
-  if (s.deployment_id === undefined && cmd.deployment_id) {
-    s.deployment_id = cmd.deployment_id;
-    s.protocol_version = cmd.protocol_version;
-  }
+  const s = liveAttemptOf(ctx, cmd);
+  if (s === undefined) return;
   const entry = { type: cmd.entry_type, payload: cmd.entry };
   const rule = rules.get(cmd.entry_type);
   const violation = rule?.check?.(s, entry, cmd);
