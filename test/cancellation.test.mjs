@@ -56,6 +56,20 @@ t.test('admin cancel of an awaiting and of a sleeping handler: 409 canceled, com
   t.equal(out2.status, 409);
   t.equal(recorded(`comp:${tg2}`).length, 1, 'the sleeping handler compensated');
   t.same(recorded(`after:${tg2}`), []);
+
+  // The caller of a request-response ingress call gets the 409 too.
+  const tg3 = tag('c3');
+  const pending = ingress(keel, '/Blocker/block', tg3);
+  await published(tg3);
+  const id3 = await eventually(async () => {
+    const rows = await query(keel, `select id from sys_invocation where target_handler_name = 'block' and status <> 'completed'`);
+    return rows.length === 1 && rows[0].id;
+  });
+  t.equal((await adminCall(keel, 'PATCH', `/invocations/${id3}/cancel`)).status, 202);
+  const call = await pending;
+  t.equal(call.status, 409, JSON.stringify(call.body));
+  t.match(call.body.message, /cancel/i);
+  t.equal(call.headers.get('x-restate-id'), id3);
 });
 
 t.test('cancellation propagates to a child call in progress', async (t) => {
