@@ -69,6 +69,8 @@ export class Attempt {
   private inactivity: NodeJS.Timeout | undefined;
   private abortTimer: NodeJS.Timeout | undefined;
   private readonly bidi: boolean;
+  /** Our side of the stream is closed: the endpoint must finish or suspend on what it has. */
+  private inputClosed = false;
 
   constructor(private readonly o: AttemptOptions) {
     this.id = o.status.id;
@@ -117,17 +119,15 @@ export class Attempt {
     const frames = [encodeFrame(MessageType.Start, start)];
     for (const e of journal) frames.push(encodeFrame(e.type, e.payload));
     this.stream.write(Buffer.concat(frames));
-    if (this.bidi) {
-      this.armInactivity();
-    } else {
-      this.stream.end();
-      this.armInactivity();
-    }
+    // Request-response mode sends everything at once; an inactivity timeout of 0 means
+    // "suspend at every await point", which is the same as closing our side right away.
+    if (!this.bidi || this.o.inactivity_timeout_ms === 0) this.closeInput();
+    else this.armInactivity();
   }
 
   /** Delivers a notification or ack to the endpoint, when the stream can still take it. */
   forward(type: number, payload: Uint8Array): void {
-    if (this.finished || !this.bidi || this.stream === undefined) return;
+    if (this.finished || this.inputClosed || this.stream === undefined) return;
     this.stream.write(encodeFrame(type, payload));
     this.armInactivity();
   }
@@ -332,22 +332,17 @@ export class Attempt {
    */
   private armInactivity(): void {
     if (this.finished) return;
-    if (!this.bidi) {
-      // Request-response (HTTP/1.1, Lambda): a silent endpoint must not hold an invoker slot forever.
-      clearTimeout(this.abortTimer);
-      this.abortTimer = setTimeout(() => this.abortSilent(), this.o.abort_timeout_ms);
-      return;
-    }
     clearTimeout(this.inactivity);
-    if (this.abortTimer !== undefined) {
-      clearTimeout(this.abortTimer);
-      this.abortTimer = setTimeout(() => this.abortSilent(), this.o.abort_timeout_ms);
-      return;
-    }
-    this.inactivity = setTimeout(() => {
-      this.stream?.end();
-      this.abortTimer = setTimeout(() => this.abortSilent(), this.o.abort_timeout_ms);
-    }, this.o.inactivity_timeout_ms);
+    clearTimeout(this.abortTimer);
+    if (this.inputClosed) this.abortTimer = setTimeout(() => this.abortSilent(), this.o.abort_timeout_ms);
+    else this.inactivity = setTimeout(() => this.closeInput(), this.o.inactivity_timeout_ms);
+  }
+
+  /** Ends our side of the stream: nothing more is delivered to this attempt. */
+  private closeInput(): void {
+    this.inputClosed = true;
+    this.stream?.end();
+    this.armInactivity();
   }
 
   private abortSilent(): void {
