@@ -6,7 +6,8 @@ import { splitAddress, type Config } from '../config/index.js';
 import type { Logger } from '../common/logger.js';
 import { InvocationId, isDeploymentId } from '../common/ids.js';
 import { explain, KeelError } from '../errors/index.js';
-import type { Registry } from '../metadata/registry.js';
+import type { Registry, SubscriptionSchema } from '../metadata/registry.js';
+import { isSubscriptionId } from '../metadata/subscriptions.js';
 import type { RegisterRequest, UpdateRequest } from '../metadata/types.js';
 import { emptySource, stateVersion, type IntrospectionSource, type ManageAction } from './introspection.js';
 import { QueryEngine, QueryError, toArrow, toJson } from './sql.js';
@@ -93,6 +94,23 @@ function optStringMap(b: Record<string, unknown>, key: string): Record<string, s
     throw new KeelError(undefined, `the field ${key} must be an object mapping names to string values`, 400);
   }
   return v as Record<string, string>;
+}
+
+function subscriptionView(s: SubscriptionSchema): { id: string; source: string; sink: string; options: Record<string, string> } {
+  return { id: s.id, source: s.source, sink: s.sink, options: s.options };
+}
+
+/** Clusters come from the config file: created and last modified when this server started. */
+const STARTED_AT = new Date().toISOString();
+
+function clusterView(c: { name: string; properties: Record<string, string> }) {
+  return { name: c.name, properties: { ...c.properties }, created_at: STARTED_AT, modified_at: STARTED_AT };
+}
+
+function checkSubscriptionId(id: string): void {
+  if (!isSubscriptionId(id)) {
+    throw new KeelError(undefined, `Invalid URL: Cannot parse \`subscription\` with value \`${id}\`: not a subscription id`, 400);
+  }
 }
 
 function checkDeploymentId(id: string): void {
@@ -340,6 +358,41 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
       }
       await src.setState(s.name, b.object_key, entries, version);
       return reply.status(202).send();
+    });
+
+    r.post('/subscriptions', async (req, reply) => {
+      const b = bodyObject(req);
+      try {
+        const sub = await registry.addSubscription({ source: b.source, sink: b.sink, options: b.options });
+        return reply.status(201).header('location', `subscriptions/${sub.id}`).send(subscriptionView(sub));
+      } catch (err) {
+        if (err instanceof KeelError) req.log.warn({ code: err.code, source: b.source, sink: b.sink, err: err.message }, 'subscription refused');
+        throw err;
+      }
+    });
+
+    r.get('/subscriptions', async () => ({ subscriptions: registry.subscriptions().map(subscriptionView) }));
+
+    const subscriptionOr404 = (id: string) => {
+      checkSubscriptionId(id);
+      const s = registry.subscription(id);
+      if (!s) throw new KeelError(undefined, `The requested subscription '${id}' does not exist`, 404);
+      return s;
+    };
+    r.get<{ Params: { id: string } }>('/subscriptions/:id', async (req) => subscriptionView(subscriptionOr404(req.params.id)));
+    r.delete<{ Params: { id: string } }>('/subscriptions/:id', async (req, reply) => {
+      subscriptionOr404(req.params.id);
+      await registry.removeSubscription(req.params.id);
+      return reply.status(202).send();
+    });
+
+    r.get('/kafka-clusters', async () => ({
+      clusters: registry.kafkaClusters().map(clusterView),
+    }));
+    r.get<{ Params: { name: string } }>('/kafka-clusters/:name', async (req) => {
+      const c = registry.kafkaClusters().find((x) => x.name === req.params.name);
+      if (!c) throw new KeelError(undefined, `The requested kafka cluster '${req.params.name}' does not exist`, 404);
+      return clusterView(c);
     });
 
     r.get<{ Params: { code: string } }>('/errors/:code', async (req) => {

@@ -13,9 +13,17 @@ export interface RetryPolicy {
   on_max_attempts: 'pause' | 'kill';
 }
 
+/** A Kafka cluster subscriptions may read from (`[[ingress.kafka_clusters]]`). */
+export interface KafkaCluster {
+  name: string;
+  brokers: string[];
+  /** librdkafka-style properties: `bootstrap.servers` from `brokers`, plus every other key given. */
+  properties: Record<string, string>;
+}
+
 export interface Config {
   base_dir: string;
-  ingress: { bind_address: string };
+  ingress: { bind_address: string; kafka_clusters: KafkaCluster[] };
   admin: { bind_address: string };
   meta: { storage_path: string };
   worker: {
@@ -149,8 +157,72 @@ function lineOf(text: string, path: string): number | undefined {
   return undefined;
 }
 
+/** Keys that are arrays of tables, read by their own parser (no environment override). */
+const KAFKA_CLUSTERS = 'ingress.kafka_clusters';
+
 function knownPaths(): Set<string> {
-  return new Set(schema.map((s) => s.path));
+  return new Set([...schema.map((s) => s.path), KAFKA_CLUSTERS]);
+}
+
+/** Line of the `index`-th `[[table]]` header, and of `key` inside that table when given. */
+function lineOfArrayTable(text: string, table: string, index: number, key?: string): number | undefined {
+  const lines = text.split('\n');
+  let seen = -1;
+  let inside = false;
+  let header: number | undefined;
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i]!.trim();
+    const h = /^\[\[\s*([^\]]+?)\s*\]\]/.exec(line) ?? /^\[\s*([^\]]+?)\s*\]/.exec(line);
+    if (h) {
+      inside = line.startsWith('[[') && h[1] === table && ++seen === index;
+      if (inside) header = i + 1;
+      continue;
+    }
+    if (inside && key !== undefined && /^([A-Za-z0-9_."-]+)\s*=/.exec(line)?.[1]?.replace(/"/g, '') === key) return i + 1;
+  }
+  return header;
+}
+
+const BROKER = /^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):\d{1,5}$/;
+
+/** Validates `[[ingress.kafka_clusters]]`: unique names usable in `kafka://<name>/<topic>`, host:port brokers. */
+function parseKafkaClusters(raw: unknown, file: string | undefined, text: string): KafkaCluster[] {
+  if (raw === undefined) return [];
+  const at = (i: number | undefined, key?: string) => {
+    const line = i === undefined ? undefined : lineOfArrayTable(text, KAFKA_CLUSTERS, i, key);
+    return `${file}${line ? `:${line}` : ''}`;
+  };
+  if (!Array.isArray(raw)) {
+    throw new KeelError('RT0002', `${at(undefined)}: key '${KAFKA_CLUSTERS}': expected an array of tables ([[${KAFKA_CLUSTERS}]])`);
+  }
+  const out: KafkaCluster[] = [];
+  raw.forEach((c: unknown, i) => {
+    const where = (key?: string) => `${at(i, key)}: key '${KAFKA_CLUSTERS}[${i}]${key ? `.${key}` : ''}'`;
+    if (c === null || typeof c !== 'object' || Array.isArray(c)) throw new KeelError('RT0002', `${where()}: expected a table`);
+    const t = c as Record<string, unknown>;
+    const name = t.name;
+    if (typeof name !== 'string' || !/^[A-Za-z0-9_.-]+$/.test(name)) {
+      throw new KeelError('RT0002', `${where('name')}: expected a cluster name of letters, digits, '_', '.' or '-', got ${JSON.stringify(name)}`);
+    }
+    if (out.some((o) => o.name === name)) throw new KeelError('RT0002', `${where('name')}: the cluster name '${name}' is defined twice`);
+    const brokers = t.brokers;
+    if (!Array.isArray(brokers) || brokers.length === 0 || brokers.some((b) => typeof b !== 'string' || !BROKER.test(b))) {
+      throw new KeelError('RT0002', `${where('brokers')}: expected a non-empty array of "host:port" strings, got ${JSON.stringify(brokers)}`);
+    }
+    const properties: Record<string, string> = { 'bootstrap.servers': (brokers as string[]).join(',') };
+    for (const [k, v] of Object.entries(t)) {
+      if (k === 'name' || k === 'brokers') continue;
+      if (typeof v !== 'string' && typeof v !== 'number' && typeof v !== 'boolean' && typeof v !== 'bigint') {
+        throw new KeelError('RT0002', `${where(k)}: a cluster property must be a string, number or boolean, got ${JSON.stringify(v)}`);
+      }
+      if (k === 'bootstrap.servers' || k === 'metadata.broker.list') {
+        throw new KeelError('RT0002', `${where(k)}: give the brokers in 'brokers', not in '${k}'`);
+      }
+      properties[k] = String(v);
+    }
+    out.push({ name, brokers: [...(brokers as string[])], properties });
+  });
+  return out;
 }
 
 function flatten(obj: Record<string, unknown>, prefix = ''): string[] {
@@ -195,7 +267,7 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
     }
     const known = knownPaths();
     for (const p of flatten(fileValues)) {
-      if (!known.has(p)) {
+      if (!known.has(p) && !p.startsWith(`${KAFKA_CLUSTERS}.`)) {
         const line = lineOf(text, p);
         throw new KeelError('RT0002', `${file}${line ? `:${line}` : ''}: unknown key '${p}'`);
       }
@@ -229,11 +301,12 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
     }
   }
 
+  const kafka_clusters = parseKafkaClusters(lookup(fileValues, KAFKA_CLUSTERS), file, text);
   const r = raw as any;
   const baseDir: string = r.base_dir;
   return {
     base_dir: baseDir,
-    ingress: { bind_address: r.ingress.bind_address },
+    ingress: { bind_address: r.ingress.bind_address, kafka_clusters },
     admin: { bind_address: r.admin.bind_address },
     meta: { storage_path: r.meta.storage_path ?? join(baseDir, 'meta') },
     worker: {

@@ -1,7 +1,8 @@
 // The schema registry: deployments, services with revisions and handlers, folded from the
 // metadata log; registration rules META0004–META0017.
 
-import type { Config } from '../config/index.js';
+import type { Config, KafkaCluster } from '../config/index.js';
+import { isSubscriptionId, newSubscriptionId, validateSubscription } from './subscriptions.js';
 import { formatDuration } from '../config/units.js';
 import type { Logger } from '../common/logger.js';
 import { newDeploymentId } from '../common/ids.js';
@@ -17,6 +18,8 @@ import type {
   RegisterRequest,
   ServiceInfo,
   ServiceSchema,
+  SubscriptionRequest,
+  SubscriptionSchema,
   UpdateRequest,
 } from './types.js';
 
@@ -32,6 +35,8 @@ export type {
   ServiceInfo,
   ServiceSchema,
   ServiceType,
+  SubscriptionRequest,
+  SubscriptionSchema,
   UpdateRequest,
 } from './types.js';
 
@@ -153,6 +158,7 @@ export class Registry {
   private readonly byId = new Map<string, DeploymentSchema>();
   private readonly maxRevision = new Map<string, number>();
   private latest = new Map<string, ServiceSchema>();
+  private readonly subs = new Map<string, SubscriptionSchema>();
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
 
@@ -161,13 +167,14 @@ export class Registry {
     private readonly logger: Logger,
     private readonly discoverFn: (target: DiscoveryTarget) => Promise<DiscoveredEndpoint>,
     private readonly maxJournalRetentionMs: number | undefined,
+    private readonly clusters: KafkaCluster[] = [],
   ) {}
 
   static async open(config: Config, logger: Logger, opts: RegistryOptions = {}): Promise<Registry> {
     const { log, records } = await MetaLog.open(config.meta.storage_path);
     const timeoutMs = opts.discoveryTimeoutMs;
     const discoverFn = opts.discover ?? ((t: DiscoveryTarget) => defaultDiscover(t, timeoutMs !== undefined ? { timeoutMs } : {}));
-    const reg = new Registry(log, logger, discoverFn, config.max_journal_retention_ms);
+    const reg = new Registry(log, logger, discoverFn, config.max_journal_retention_ms, config.ingress.kafka_clusters ?? []);
     try {
       for (const r of records) reg.apply(r);
     } catch (err) {
@@ -180,7 +187,7 @@ export class Registry {
       );
     }
     reg.recompute();
-    logger.info({ deployments: reg.byId.size, services: reg.latest.size }, 'schema registry opened');
+    logger.info({ deployments: reg.byId.size, services: reg.latest.size, subscriptions: reg.subs.size }, 'schema registry opened');
     return reg;
   }
 
@@ -230,6 +237,39 @@ export class Registry {
     });
   }
 
+  kafkaClusters(): KafkaCluster[] {
+    return this.clusters;
+  }
+
+  subscription(id: string): SubscriptionSchema | undefined {
+    return this.subs.get(id);
+  }
+
+  /** In creation order. */
+  subscriptions(): SubscriptionSchema[] {
+    return [...this.subs.values()];
+  }
+
+  /** Validates (META0009) and persists a subscription through the metadata log. */
+  addSubscription(req: SubscriptionRequest): Promise<SubscriptionSchema> {
+    return this.serial(async () => {
+      const fields = validateSubscription(req, this.clusters, (name) => this.latest.get(name));
+      const subscription: SubscriptionSchema = { id: newSubscriptionId(), ...fields, created_at_ms: Date.now() };
+      await this.commit({ kind: 'subscription_added', subscription });
+      this.logger.info({ subscription: subscription.id, source: subscription.source, sink: subscription.sink }, 'subscription created');
+      return subscription;
+    });
+  }
+
+  removeSubscription(id: string): Promise<boolean> {
+    return this.serial(async () => {
+      if (!this.subs.has(id)) return false;
+      await this.commit({ kind: 'subscription_removed', id });
+      this.logger.info({ subscription: id }, 'subscription removed');
+      return true;
+    });
+  }
+
   // ---- internals ----
 
   private serial<T>(fn: () => Promise<T>): Promise<T> {
@@ -246,6 +286,17 @@ export class Registry {
   }
 
   private apply(rec: MetaRecord): void {
+    if (rec.kind === 'subscription_added') {
+      const sub = rec.subscription;
+      if (!isSubscriptionId(sub.id)) throw new Error(`malformed subscription id ${JSON.stringify(sub.id)}`);
+      if (this.subs.has(sub.id)) throw new Error(`subscription ${sub.id} added twice`);
+      this.subs.set(sub.id, sub);
+      return;
+    }
+    if (rec.kind === 'subscription_removed') {
+      this.subs.delete(rec.id);
+      return;
+    }
     if (rec.kind === 'deployment_removed') {
       this.byId.delete(rec.id);
       return;

@@ -5,7 +5,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { join } from 'node:path';
 import { ClassicLevel } from 'classic-level';
 import { KeelError } from '../errors/index.js';
-import type { DeploymentSchema } from './types.js';
+import type { DeploymentSchema, SubscriptionSchema } from './types.js';
 
 export const META_FORMAT_VERSION = 1;
 export const VERSION_FILE = 'KEEL_META_FORMAT_VERSION';
@@ -15,9 +15,32 @@ export type MetaRecord =
   | { kind: 'deployment_added'; deployment: DeploymentSchema }
   | { kind: 'deployment_replaced'; deployment: DeploymentSchema }
   | { kind: 'deployment_updated'; deployment: DeploymentSchema }
-  | { kind: 'deployment_removed'; id: string };
+  | { kind: 'deployment_removed'; id: string }
+  | { kind: 'subscription_added'; subscription: SubscriptionSchema }
+  | { kind: 'subscription_removed'; id: string };
 
-const KINDS = new Set(['deployment_added', 'deployment_replaced', 'deployment_updated', 'deployment_removed']);
+const KINDS = new Set([
+  'deployment_added',
+  'deployment_replaced',
+  'deployment_updated',
+  'deployment_removed',
+  'subscription_added',
+  'subscription_removed',
+]);
+
+function wellFormed(rec: MetaRecord): boolean {
+  switch (rec.kind) {
+    case 'deployment_removed':
+    case 'subscription_removed':
+      return typeof rec.id === 'string';
+    case 'subscription_added': {
+      const s = rec.subscription;
+      return !!s && typeof s.id === 'string' && typeof s.source === 'string' && typeof s.sink === 'string' && !!s.options && typeof s.options === 'object';
+    }
+    default:
+      return !!rec.deployment && typeof rec.deployment.id === 'string' && Array.isArray(rec.deployment.services);
+  }
+}
 
 function key(seq: number): string {
   return `r/${seq.toString().padStart(16, '0')}`;
@@ -101,7 +124,7 @@ export class MetaLog {
           throw corrupt(path, `record ${seq} is not valid JSON`);
         }
         if (!rec || typeof rec !== 'object' || !KINDS.has(rec.kind)) throw corrupt(path, `record ${seq} has an unknown kind`);
-        if (rec.kind === 'deployment_removed' ? typeof rec.id !== 'string' : !rec.deployment || typeof rec.deployment.id !== 'string' || !Array.isArray(rec.deployment.services)) {
+        if (!wellFormed(rec)) {
           throw corrupt(path, `record ${seq} is malformed`);
         }
         records.push(rec);

@@ -113,3 +113,22 @@ export interface UpdateRequest {
   dry_run?: boolean;
   overwrite?: boolean;
 }
+
+/** A subscription: records of a Kafka topic delivered to a handler (delivery comes later). */
+export interface SubscriptionSchema {
+  /** `sub_1` + 22 base62 characters. */
+  id: string;
+  /** `kafka://<cluster>/<topic>` */
+  source: string;
+  /** `service://<service>/<handler>` */
+  sink: string;
+  /** Consumer properties; they take precedence over the cluster's. */
+  options: Record<string, string>;
+  created_at_ms: number;
+}
+
+export interface SubscriptionRequest {
+  source?: unknown;
+  sink?: unknown;
+  options?: unknown;
+}
