@@ -80,6 +80,15 @@ export class Attempt {
   }
 
   start(): void {
+    try {
+      this.open();
+    } catch (err) {
+      // Whatever the endpoint record holds, an attempt that cannot even start is a failed attempt.
+      this.fail({ error_code: 'RT0006', failure_code: 500, message: `cannot start the attempt: ${(err as Error).message}` });
+    }
+  }
+
+  private open(): void {
     const { status, journal, deployment, protocol_version } = this.o;
     const contentType = `application/vnd.restate.invocation.v${protocol_version}`;
     this.stream = openStream(

@@ -24,7 +24,7 @@ export async function openWorkerStore(path: string): Promise<Db> {
   } else {
     const version = readFileSync(versionFile, 'utf8').trim();
     if (version !== String(WORKER_FORMAT_VERSION)) {
-      throw new KeelError('RT0009', `worker storage ${path} has format version '${version}', this server reads version ${WORKER_FORMAT_VERSION}`);
+      throw new KeelError('RT0009', `worker storage ${path} has format version '${version}', this server reads version ${WORKER_FORMAT_VERSION}: use the server version that wrote it, wipe it or set another worker.storage_db.path`);
     }
   }
   const db: Db = new ClassicLevel<string, Buffer>(join(path, 'db'), { keyEncoding: 'utf8', valueEncoding: 'buffer' });
