@@ -33,7 +33,7 @@ export class KeelServer {
       await worker.open(db);
       const invoker = new Invoker(config, registry, logger.child({ component: 'invoker' }));
       const ingress = await createIngressServer({ config, registry, worker, logger });
-      const admin = await createAdminServer({ config, registry, logger: logger.child({ component: 'admin' }), introspection: new WorkerIntrospection(worker, db) });
+      const admin = await createAdminServer({ config, registry, logger, introspection: new WorkerIntrospection(worker, db) });
       await listen(ingress, config.ingress.bind_address, 'ingress');
       try {
         await listen(admin, config.admin.bind_address, 'admin');
