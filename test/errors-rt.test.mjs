@@ -6,7 +6,7 @@ import t from 'tap';
 import * as restate from '@restatedev/restate-sdk';
 import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
 import { logLinesWithCode } from './services/core-services.mjs';
-import { rawEndpoint, encodeFrame, MessageType, outputAndEnd } from './services/p3-raw.mjs';
+import { rawEndpoint, encodeFrame, encode, pb, MessageType, outputAndEnd } from './services/p3-raw.mjs';
 
 const fastRetry = {
   KEEL_DEFAULT_RETRY_POLICY__INITIAL_INTERVAL: '100ms',
@@ -133,8 +133,6 @@ t.test('RT0012: unexpected message type, undecodable message, wrong content type
   for (const h of ['unexpectedMessage', 'badProto', 'truncated', 'wrongContentType']) {
     const id = await send(t, keel, `/Raw/${h}`);
     const row = await eventually(() => invocationRow(keel, id).then((r) => r?.last_failure_error_code && r));
-    // An undecodable message used to crash Keel; the transport's safety net now reports it as a
-    // broken exchange (RT0010) until the attempt itself catches decode errors as RT0012.
     t.equal(row.last_failure_error_code, 'RT0012', h);
     t.ok(logLinesWithCode(keel.logs(), row.last_failure_error_code).some((l) => l.invocation === id), `${h} logged with its code`);
     t.not(row.status, 'completed', h);
@@ -147,6 +145,44 @@ t.test('RT0012: unexpected message type, undecodable message, wrong content type
   const id = r.headers.get('x-restate-id');
   await eventually(() => logLinesWithCode(keel.logs(), 'RT0012').some((l) => l.invocation === id));
   await stillServing(t, keel, 'afterEnd');
+});
+
+t.test('RT0012 from the SDK (ErrorMessage code 571) and RT0017 entry preconditions (state on a Service, promises outside a workflow)', async (t) => {
+  const keel = await keelWithAlive(t);
+  const ok200 = (res, ctx) => res.writeHead(200, { 'content-type': ctx.contentType });
+  const ep = await rawEndpoint(t, {
+    handlers: {
+      error571: (_req, res, ctx) => {
+        ok200(res, ctx);
+        res.end(encodeFrame(MessageType.Error, encode(pb.Error, { code: 571, message: 'the SDK saw a protocol violation' })));
+      },
+      stateOnService: (_req, res, ctx) => {
+        ok200(res, ctx);
+        res.write(encodeFrame(MessageType.SetStateCommand, encode(pb.SetState, { key: Buffer.from('k'), value: { content: Buffer.from('1') } })));
+      },
+      promiseOutsideWorkflow: (_req, res, ctx) => {
+        ok200(res, ctx);
+        res.write(encodeFrame(MessageType.GetPromiseCommand, encode(pb.GetPromise, { key: 'p', result_completion_id: 1 })));
+      },
+    },
+  });
+  await register(keel, ep.uri);
+  for (const [h, code, text] of [
+    ['error571', 'RT0012', /protocol violation/],
+    ['stateOnService', 'RT0017', /state operations/],
+    ['promiseOutsideWorkflow', 'RT0017', /durable promises/],
+  ]) {
+    const id = await send(t, keel, `/Raw/${h}`);
+    const row = await eventually(() => invocationRow(keel, id).then((r) => r?.last_failure_error_code && r));
+    t.equal(row.last_failure_error_code, code, h);
+    t.match(row.last_failure, text, h);
+    t.not(row.status, 'completed', h);
+    t.ok(logLinesWithCode(keel.logs(), code).some((l) => l.invocation === id), `${h} logged with ${code}`);
+    // The refused entry is not journalled: the journal still holds only the input.
+    const journal = await query(keel, `SELECT entry_type FROM sys_journal WHERE id = '${id}'`);
+    t.same(journal.map((e) => e.entry_type), ['Command: Input'], `${h}: nothing recorded past the input`);
+    await stillServing(t, keel, h);
+  }
 });
 
 t.test('RT0015 (415) and RT0019 (413) answers of the endpoint', async (t) => {
