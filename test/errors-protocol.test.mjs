@@ -1,7 +1,8 @@
 // Protocol and journal codes created for real against a real Keel process, each followed by its
 // remedy and a check that Keel keeps serving:
 // - RT0013: a deployment (registered by an older server: its stored protocol range is [3, 4])
-//   supports none of 5–7 -> every attempt fails with RT0013; re-registering the endpoint fixes it.
+//   supports none of 5–7 -> an invocation accepted before (in flight) fails every attempt with
+//   RT0013 (new requests get RT0020, see errors-rt0020); re-registering the endpoint fixes it.
 // - RT0014: an invocation pinned to protocol v6 whose deployment now only supports v7 -> it cannot
 //   be resumed; killing it is the way out, new invocations run on v7.
 // - RT0018: a real SDK handler calling an unknown service -> RT0018 (transient), then registering
@@ -114,6 +115,12 @@ t.test('RT0013: a deployment whose protocol range has nothing in 5–7; fixed by
   const answer = { current: succeed('old ok') };
   const ep = await versionedEndpoint(t, { service: 'Old', min: 5, max: 7, answer });
   const dep = await register(keel, ep.uri);
+  // The invocation is accepted while the deployment is current and is due after the restart:
+  // once the deployment looks deprecated the ingress refuses new requests (RT0020), but an
+  // invocation already accepted is in flight and must fail with RT0013.
+  const accepted = await ingress(keel, '/Old/h/send?delay=1s', null);
+  t.equal(accepted.status, 202, JSON.stringify(accepted.body));
+  const id = accepted.body.invocationId;
   await keel.stop();
 
   // The meta storage now holds this deployment as an older server (protocol versions 3–4) wrote it.
@@ -128,7 +135,6 @@ t.test('RT0013: a deployment whose protocol range has nothing in 5–7; fixed by
   await db.close();
   await keel.launch();
 
-  const id = await send(t, keel, '/Old/h');
   await eventually(() => coded(keel, 'RT0013', id).length >= 2, { timeout_ms: 10_000 });
   t.match(coded(keel, 'RT0013', id)[0].msg, /supports none of the protocol versions 5-7/);
   const row = await lastFailure(keel, id, 'RT0013');

@@ -1,5 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../config/index.js';
+import type { Logger } from '../common/logger.js';
+import { MIN_PROTOCOL_VERSION } from '../invoker/index.js';
 import { parseDuration_ms } from '../config/units.js';
 import type { Header } from '../log/commands.js';
 import { resolveTarget } from '../metadata/targets.js';
@@ -10,6 +12,8 @@ import { ingressError, respond } from './respond.js';
 /** What the ingress needs of the schema registry. */
 export interface IngressRegistry {
   service(name: string): ServiceSchema | undefined;
+  /** The deployment a service's latest revision lives on (its protocol range decides RT0020). */
+  deployment(id: string): { id: string; max_protocol_version: number } | undefined;
 }
 
 /** Headers that describe the hop, not the request: they do not reach the handler. */
@@ -22,6 +26,7 @@ export interface InvokeDeps {
   config: Config;
   registry: IngressRegistry;
   worker: Worker;
+  logger: Logger;
 }
 
 /**
@@ -35,6 +40,14 @@ export async function invoke(deps: InvokeDeps, req: FastifyRequest, reply: Fasti
   if (segments.length < 2) return ingressError(reply, 404, `no route for ${req.url}`);
   const service = registry.service(segments[0]!);
   if (service === undefined) return ingressError(reply, 404, `service '${segments[0]}' not found, make sure to register the deployment that exposes it`);
+  // RT0020: the latest deployment only speaks deprecated protocol versions (metadata stored by an
+  // older server). New requests are refused; invocations already in flight fail with RT0013.
+  const deployment = deps.registry.deployment(service.deployment_id);
+  if (deployment !== undefined && deployment.max_protocol_version < MIN_PROTOCOL_VERSION) {
+    const message = `[RT0020] service '${service.name}' is exposed by deployment ${deployment.id}, which uses the deprecated service protocol version ${deployment.max_protocol_version} (this server speaks ${MIN_PROTOCOL_VERSION} and above): new requests are not accepted; register a new deployment with an upgraded SDK`;
+    deps.logger.warn({ code: 'RT0020', service: service.name, deployment: deployment.id }, message);
+    return ingressError(reply, 400, message);
+  }
   const keyed = service.ty !== 'Service';
   const handlerAt = keyed ? 2 : 1;
   if (segments.length <= handlerAt) return ingressError(reply, 400, `${service.name} is a ${service.ty}: call /${service.name}/{key}/{handler}`);

@@ -12,7 +12,7 @@ const REQUEST_SIZE_LIMIT_BYTES = 32 * 1024 * 1024;
 
 /** The ingress on port 8080: calls, sends, attach/output, awakeables, as Restate 1.7 serves them. */
 export async function createIngressServer(opts: { config: Config; registry: IngressRegistry; worker: Worker; logger: Logger }): Promise<FastifyInstance> {
-  const deps = { config: opts.config, registry: opts.registry, worker: opts.worker };
+  const deps = { config: opts.config, registry: opts.registry, worker: opts.worker, logger: opts.logger.child({ component: 'ingress' }) };
   const app = Fastify({ logger: false, bodyLimit: REQUEST_SIZE_LIMIT_BYTES });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
