@@ -1,7 +1,7 @@
 // RT0020 against a real Keel: a service whose latest deployment only speaks deprecated service
 // protocol versions (metadata stored by an older server: protocol range [3, 4]) refuses new
 // requests. The ingress answers 400 with [RT0020] and the remedy, and logs it at warn; a call from
-// a handler is refused too (reported by the attempt as RT0018, its message carrying [RT0020]).
+// a handler is refused too, with RT0020 as the attempt's failure.
 // Keel keeps serving other services, and registering the endpoint again (an upgraded SDK) lifts it.
 import t from 'tap';
 import path from 'node:path';
@@ -97,8 +97,8 @@ t.test('RT0020: new requests to a service on a deprecated protocol version are r
   t.match(lines[0].msg, /^\[RT0020\].*register a new deployment with an upgraded SDK/);
   await stillServing(t, keel, 'rt0020');
 
-  // A call from a handler is a new request too: refused with the RT0020 message (the attempt
-  // reports call refusals as RT0018), and the invocation waits for the remedy.
+  // A call from a handler is a new request too: the attempt fails with RT0020, and the
+  // invocation waits for the remedy.
   const viaCaller = await ingress(keel, '/Caller/callOld/send', 'z');
   t.equal(viaCaller.status, 202, JSON.stringify(viaCaller.body));
   const id = viaCaller.body.invocationId;
@@ -106,10 +106,10 @@ t.test('RT0020: new requests to a service on a deprecated protocol version are r
     const r = await invocationRow(keel, id);
     return r?.last_failure_error_code && r;
   });
-  t.equal(row.last_failure_error_code, 'RT0018');
-  t.match(row.last_failure, /\[RT0020\].*register a new deployment with an upgraded SDK/);
+  t.equal(row.last_failure_error_code, 'RT0020');
+  t.match(row.last_failure, /RT0020.*register a new deployment with an upgraded SDK/);
   t.not(row.status, 'completed');
-  t.match(keel.logs(), /\[RT0020\] call to service 'Old'/);
+  t.match(keel.logs(), /"code":"RT0020"[^\n]*call to service 'Old'/);
   await stillServing(t, keel, 'rt0020-call');
 
   // Remedy: register the endpoint again (its SDK speaks 5+): new requests are accepted, and the

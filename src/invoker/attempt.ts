@@ -37,7 +37,7 @@ export interface AttemptOptions {
   /** Eager state for StartMessage; `partial` makes the SDK ask for what is missing. */
   state: { entries: Array<{ key: Buffer; value: Buffer }>; partial: boolean };
   /** Schema facts and the id of a call's target, or why it cannot be called (RT0018). */
-  resolveCall: (service: string, handler: string, key: string, idempotencyKey: string | undefined) => ResolvedTarget | string;
+  resolveCall: (service: string, handler: string, key: string, idempotencyKey: string | undefined) => ResolvedTarget | { error_code: string; message: string };
   logger: Logger;
 }
 
@@ -260,8 +260,8 @@ export class Attempt {
   private call(type: number, entry: Buffer): void {
     const m = decode(type === MessageType.CallCommand ? pb.Call : pb.OneWayCall, entry);
     const target = this.o.resolveCall(m.service_name ?? '', m.handler_name ?? '', m.key ?? '', m.idempotency_key || undefined);
-    if (typeof target === 'string') {
-      this.fail({ error_code: 'RT0018', failure_code: 500, message: target, related_entry_type: type, ...(m.name ? { related_entry_name: m.name } : {}) });
+    if ('error_code' in target) {
+      this.fail({ ...target, failure_code: 500, related_entry_type: type, ...(m.name ? { related_entry_name: m.name } : {}) });
       return;
     }
     this.record({

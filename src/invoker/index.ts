@@ -170,18 +170,22 @@ export class Invoker {
       resolveCall: (svc, hdl, key, idem) => {
         const target = this.registry.handler(svc, hdl);
         if (target === undefined) {
-          return this.registry.service(svc) === undefined
+          const message = this.registry.service(svc) === undefined
             ? `call to service '${svc}', which is not registered: register it`
             : `call to handler '${svc}/${hdl}', which does not exist`;
+          return { error_code: 'RT0018', message };
         }
-        if (target.service.ty !== 'Service' && key === '') return `call to ${target.service.ty} '${svc}' without a key`;
-        // RT0020: a call or send to a service whose latest deployment only speaks deprecated
-        // protocol versions is a new request, refused like at the ingress. The attempt reports
-        // every string returned here as RT0018 (attempt.ts decides the code), so the message
-        // carries [RT0020] and the remedy for the log and the invocation's last failure.
+        if (target.service.ty !== 'Service' && key === '') {
+          return { error_code: 'RT0017', message: `call to ${target.service.ty} '${svc}' without a key` };
+        }
+        // A call or send is a new request: refused, like at the ingress, when the callee's
+        // deployment speaks only deprecated protocol versions.
         const callee = this.registry.deployment(target.service.deployment_id);
         if (callee !== undefined && callee.max_protocol_version < MIN_PROTOCOL_VERSION) {
-          return `[RT0020] call to service '${svc}', exposed by deployment ${callee.id} with the deprecated service protocol version ${callee.max_protocol_version}: new requests are not accepted; register a new deployment with an upgraded SDK`;
+          return {
+            error_code: 'RT0020',
+            message: `call to service '${svc}', exposed by deployment ${callee.id} with the deprecated service protocol version ${callee.max_protocol_version}: new requests are not accepted; register a new deployment with an upgraded SDK`,
+          };
         }
         return resolveTarget(this.config, target.service, target.handler, key, idem);
       },
