@@ -74,17 +74,12 @@ t.test('crash loop: backoff doubles, pauses after max_attempts, resumes once fix
   const gaps = gapsOf(tag);
   t.equal(gaps.length, 4);
   t.comment(`gaps between attempts (ms): ${gaps.join(', ')}`);
-  // Each gap is the configured delay 100·2^i plus Keel's and the SDK's per-attempt overhead
-  // (a few ms, occasionally a few tens on the first retry): never early, never far late.
+  // Each gap is the configured delay 100·2^i plus the per-attempt overhead. Never early: that
+  // is what proves the doubling. The upper bound only rules out a far later schedule (the next
+  // doubling), so a loaded machine does not make it flaky.
   for (const [i, g] of gaps.entries()) {
     const delay = 100 * 2 ** i;
-    t.ok(g >= delay - 5 && g < delay + 150, `gap ${i} (${g} ms) ≈ the ${delay} ms backoff`);
-  }
-  // Roughly doubling. The first pair gets an absolute tolerance: 1.5 × (100 + overhead) can
-  // reach 200 + overhead when the first retry is a few tens of ms slower.
-  t.ok(gaps[1] > 1.5 * gaps[0] || gaps[1] - gaps[0] >= 50, `gap 1 (${gaps[1]} ms) roughly doubles gap 0 (${gaps[0]} ms)`);
-  for (let i = 1; i + 1 < gaps.length; i++) {
-    t.ok(gaps[i + 1] > 1.5 * gaps[i], `gap ${i + 1} (${gaps[i + 1]} ms) > 1.5 × gap ${i} (${gaps[i]} ms)`);
+    t.ok(g >= delay - 5 && g < 2 * delay, `gap ${i} (${g} ms) ≈ the ${delay} ms backoff`);
   }
 
   // Paused: no 6th attempt, even well after the next backoff would have been due (1600 ms).
@@ -124,13 +119,15 @@ t.test('crash loop: max_interval caps the delay', async (t) => {
   t.equal(attemptTimes.get(tag).length, 9);
   const gaps = gapsOf(tag);
   t.comment(`gaps between attempts (ms): ${gaps.join(', ')}`);
-  t.ok(gaps[0] < gaps[1] && gaps[2] > 1.5 * gaps[1], `the gaps grow below the cap (${gaps.slice(0, 3).join(', ')})`);
+  for (const [i, delay] of [50, 100, 200].entries()) {
+    t.ok(gaps[i] >= delay - 5 && gaps[i] < 2 * delay + 50, `gap ${i} (${gaps[i]} ms) ≈ the ${delay} ms backoff below the cap`);
+  }
   const capped = gaps.slice(3);
   t.equal(capped.length, 5);
+  // Uncapped they would be 400, 800, 1600, 3200, 6400 ms.
   for (const [i, g] of capped.entries()) {
-    t.ok(g >= 290 && g < 550, `gap ${i + 3} stays at the 300 ms cap (${g} ms)`);
+    t.ok(g >= 295 && g < 600, `gap ${i + 3} stays at the 300 ms cap (${g} ms)`);
   }
-  t.ok(Math.max(...capped) < 1.5 * Math.min(...capped), 'past the cap the gaps stop growing');
   const total = capped.reduce((a, b) => a + b, 0);
   t.ok(total < 2500, `uncapped these delays would sum to 12.4 s; capped: ${total} ms`);
 });
