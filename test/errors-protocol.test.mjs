@@ -29,21 +29,6 @@ async function stillServing(t, keel, tag) {
   t.equal(r.body, `pong ${tag}`);
 }
 
-/** Keel's JSON log lines carrying `code`, optionally for one invocation. */
-function coded(keel, code, invocation) {
-  return keel
-    .logs()
-    .split('\n')
-    .flatMap((l) => {
-      try {
-        return [JSON.parse(l)];
-      } catch {
-        return [];
-      }
-    })
-    .filter((l) => l.code === code && (invocation === undefined || l.invocation === invocation));
-}
-
 async function send(t, keel, p, body = null) {
   const r = await ingress(keel, `${p}/send`, body);
   t.equal(r.status, 202, JSON.stringify(r.body));
@@ -135,8 +120,8 @@ t.test('RT0013: a deployment whose protocol range has nothing in 5–7; fixed by
   await db.close();
   await keel.launch();
 
-  await eventually(() => coded(keel, 'RT0013', id).length >= 2, { timeout_ms: 10_000 });
-  t.match(coded(keel, 'RT0013', id)[0].msg, /supports none of the protocol versions 5-7/);
+  await eventually(() => keel.logLines('RT0013', id).length >= 2, { timeout_ms: 10_000 });
+  t.match(keel.logLines('RT0013', id)[0].msg, /supports none of the protocol versions 5-7/);
   const row = await lastFailure(keel, id, 'RT0013');
   t.not(row.status, 'completed');
   t.equal(ep.calls.length, 0, 'the endpoint was never called with a protocol it does not speak');
@@ -179,8 +164,8 @@ t.test('RT0014: an invocation pinned to protocol v6 cannot resume on a deploymen
   t.ok(re.status < 300, re.text);
   t.equal(re.json.id, dep.id);
 
-  await eventually(() => coded(keel, 'RT0014', id).length >= 1);
-  t.match(coded(keel, 'RT0014', id)[0].msg, /protocol version 6/);
+  await eventually(() => keel.logLines('RT0014', id).length >= 1);
+  t.match(keel.logLines('RT0014', id)[0].msg, /protocol version 6/);
   await lastFailure(keel, id, 'RT0014');
   const callsAtRt0014 = ep.calls.length;
   await new Promise((r) => setTimeout(r, 300));
@@ -223,8 +208,8 @@ t.test('RT0018: a call to an unregistered service is transient; registering it l
   });
   await register(keel, await serveServices(t, [alive, caller]));
   const id = await send(t, keel, '/Caller/callNope');
-  await eventually(() => coded(keel, 'RT0018', id).length >= 2);
-  t.match(coded(keel, 'RT0018', id)[0].msg, /Nope/);
+  await eventually(() => keel.logLines('RT0018', id).length >= 2);
+  t.match(keel.logLines('RT0018', id)[0].msg, /Nope/);
   const row = await lastFailure(keel, id, 'RT0018');
   t.not(row.status, 'completed');
   await stillServing(t, keel, 'rt0018');
@@ -310,7 +295,7 @@ t.test('RT0016: code changed behind a registered URI; fixed by update in place, 
   await serveOn(t, [v2], first.port);
 
   for (const id of [fixMe, killMe]) {
-    await eventually(() => coded(keel, 'RT0016', id).length >= 1, { timeout_ms: 15_000 });
+    await eventually(() => keel.logLines('RT0016', id).length >= 1, { timeout_ms: 15_000 });
     const row = await lastFailure(keel, id, 'RT0016');
     t.not(row.status, 'completed');
   }

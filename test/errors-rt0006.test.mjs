@@ -16,20 +16,6 @@ const BAD_URI = 'http://[bad';
 const alive = restate.service({ name: 'Alive', handlers: { ping: async (_ctx, x) => `pong ${x}` } });
 const broken = restate.service({ name: 'Broken', handlers: { h: async (_ctx, x) => `never ${x}` } });
 
-function coded(keel, code, invocation) {
-  return keel
-    .logs()
-    .split('\n')
-    .flatMap((l) => {
-      try {
-        return [JSON.parse(l)];
-      } catch {
-        return [];
-      }
-    })
-    .filter((l) => l.code === code && (invocation === undefined || l.invocation === invocation));
-}
-
 async function stillServing(t, keel, tag) {
   t.equal(keel.proc.exitCode, null, `${tag}: Keel process still running`);
   const r = await ingress(keel, '/Alive/ping', tag);
@@ -67,8 +53,8 @@ t.test('RT0006: a deployment whose stored uri is unusable; attempts fail with RT
   const id = sent.body.invocationId;
 
   // Several attempts, each failing with RT0006 (more than the invoker's 2 slots: none leaks).
-  await eventually(() => coded(keel, 'RT0006', id).length >= 4);
-  t.match(coded(keel, 'RT0006', id)[0].msg, /cannot start the attempt/);
+  await eventually(() => keel.logLines('RT0006', id).length >= 4);
+  t.match(keel.logLines('RT0006', id)[0].msg, /cannot start the attempt/);
   const row = await eventually(async () => {
     const r = await failureRow(keel, id);
     return r?.last_failure_error_code === 'RT0006' && r;
@@ -89,8 +75,8 @@ t.test('RT0006: a deployment whose stored uri is unusable; attempts fail with RT
   t.match(out.body.message, /killed/);
   const done = await failureRow(keel, id);
   t.equal(done?.status ?? 'completed', 'completed');
-  const seen = coded(keel, 'RT0006', id).length;
+  const seen = keel.logLines('RT0006', id).length;
   await new Promise((r) => setTimeout(r, 300));
-  t.equal(coded(keel, 'RT0006', id).length, seen, 'no attempt after the kill');
+  t.equal(keel.logLines('RT0006', id).length, seen, 'no attempt after the kill');
   await stillServing(t, keel, 'rt0006-after');
 });

@@ -21,21 +21,6 @@ const caller = restate.service({
   },
 });
 
-/** Keel's JSON log lines carrying `code`. */
-function coded(keel, code) {
-  return keel
-    .logs()
-    .split('\n')
-    .flatMap((l) => {
-      try {
-        return [JSON.parse(l)];
-      } catch {
-        return [];
-      }
-    })
-    .filter((l) => l.code === code);
-}
-
 async function stillServing(t, keel, tag) {
   t.equal(keel.proc.exitCode, null, `${tag}: Keel process still running`);
   const r = await ingress(keel, '/Alive/ping', tag);
@@ -89,7 +74,7 @@ t.test('RT0020: new requests to a service on a deprecated protocol version are r
 
   // Keel's log carries the code at warn level.
   const lines = await eventually(() => {
-    const l = coded(keel, 'RT0020');
+    const l = keel.logLines('RT0020');
     return l.length >= 4 && l;
   });
   t.equal(lines[0].level, 40, 'logged at warn');

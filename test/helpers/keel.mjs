@@ -44,6 +44,18 @@ export async function startKeel(t, { env = {}, dir = tempDir(t), nodePath = proc
     logs() {
       return keel.output;
     },
+    /** Keel's JSON log lines carrying `code`, optionally only those about one invocation. */
+    logLines(code, invocation) {
+      const out = [];
+      for (const line of keel.output.split('\n')) {
+        if (!line.startsWith('{')) continue;
+        try {
+          const j = JSON.parse(line);
+          if (j.code === code && (invocation === undefined || j.invocation === invocation)) out.push(j);
+        } catch {}
+      }
+      return out;
+    },
     async launch() {
       // Only this launch's output counts: after a restart the old "keel is ready" is still there.
       const from = keel.output.length;
