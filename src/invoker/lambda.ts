@@ -41,10 +41,6 @@ export function parseLambdaArn(arn: unknown): LambdaArn {
   return { arn: m[0], partition: m[1]!, region: m[2]!, account: m[3]!, function_name: m[4]!, qualifier: m[5] };
 }
 
-export function isLambdaArn(s: string | undefined): boolean {
-  return typeof s === 'string' && s.startsWith('arn:');
-}
-
 /** One HTTP-like answer of the function: what the SDK's Lambda handler returned. */
 export interface LambdaResponse {
   status: number;

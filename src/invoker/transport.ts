@@ -1,6 +1,6 @@
 import http from 'node:http';
 import http2 from 'node:http2';
-import { closeLambdaClients, invokeLambda, isLambdaArn, LambdaApiError, LambdaFunctionError } from './lambda.js';
+import { closeLambdaClients, invokeLambda, LambdaApiError, LambdaFunctionError } from './lambda.js';
 
 /** What an attempt hears from its HTTP exchange with the endpoint. */
 export interface StreamHandlers {
@@ -24,9 +24,8 @@ export interface StreamTarget {
   /** Base URI of the deployment; `/invoke/{service}/{handler}` is appended to its path. */
   uri: string;
   /**
-   * Function-platform deployment: the qualified Lambda ARN. When set (or when `uri` itself is an
-   * ARN, as the registry stores Lambda deployments) the exchange is one Lambda Invoke in
-   * request-response mode and `uri`/`use_http_11` are ignored.
+   * Function-platform deployment: the qualified Lambda ARN. When set, the exchange is one
+   * Lambda Invoke in request-response mode and `uri`/`use_http_11` are ignored.
    */
   arn?: string;
   /** Role assumed to invoke the function (STS AssumeRole). */
@@ -95,8 +94,7 @@ export function openStream(target: StreamTarget, handlers: StreamHandlers): Invo
 }
 
 function open(target: StreamTarget, h: StreamHandlers): InvocationStream {
-  const arn = target.arn || (isLambdaArn(target.uri) ? target.uri : undefined);
-  if (arn) return openLambda(arn, target, h);
+  if (target.arn) return openLambda(target.arn, target, h);
   const url = joinPath(target.uri, target.path);
   return target.use_http_11 ? openHttp1(url, target.headers, h) : openHttp2(url, target.headers, h);
 }
