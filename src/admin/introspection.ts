@@ -23,8 +23,8 @@ export interface JournalRow {
 export type ManageAction = 'cancel' | 'kill' | 'pause' | 'resume' | 'purge' | 'restart-as-new';
 
 export interface IntrospectionSource {
-  /** Every partition, in memory. */
-  invocations(): Iterable<InvocationStatus>;
+  /** Every invocation of every partition (completed ones may come from the store). */
+  invocations(): AsyncIterable<InvocationStatus> | Iterable<InvocationStatus>;
   /** Read from the store. */
   journal(id: string): Promise<JournalRow[]>;
   state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer }>;

@@ -26,6 +26,7 @@ import {
 } from 'apache-arrow';
 import { InvocationId } from '../common/ids.js';
 import type { Registry } from '../metadata/registry.js';
+import type { InvocationStatus } from '../partition/state.js';
 import {
   INFORMATION_SCHEMA_COLUMNS, INFORMATION_SCHEMA_TABLES, TABLES, deploymentRows, invocationRow, invocationStatusRow,
   journalRowToSql, promiseRow, serviceRows, stateRow, ts, type IntrospectionSource, type Row, type TableSchema,
@@ -613,8 +614,13 @@ export class QueryEngine {
       insertRows(db, 'information_schema_tables', INFORMATION_SCHEMA_TABLES,
         Object.keys(TABLES).map((t) => ({ table_catalog: 'datafusion', table_schema: 'public', table_name: t, table_type: 'BASE TABLE' })));
     }
-    if (want('sys_invocation')) insertRows(db, 'sys_invocation', TABLES.sys_invocation!, map(src.invocations(), invocationRow));
-    if (want('sys_invocation_status')) insertRows(db, 'sys_invocation_status', TABLES.sys_invocation_status!, map(src.invocations(), invocationStatusRow));
+    const journalFilter = want('sys_journal') ? journalIds(tokens) : undefined;
+    const invocations: InvocationStatus[] = [];
+    if (want('sys_invocation') || want('sys_invocation_status') || (want('sys_journal') && journalFilter === undefined)) {
+      for await (const s of src.invocations()) invocations.push(s);
+    }
+    if (want('sys_invocation')) insertRows(db, 'sys_invocation', TABLES.sys_invocation!, invocations.map(invocationRow));
+    if (want('sys_invocation_status')) insertRows(db, 'sys_invocation_status', TABLES.sys_invocation_status!, invocations.map(invocationStatusRow));
     if (want('sys_deployment')) insertRows(db, 'sys_deployment', TABLES.sys_deployment!, deploymentRows(this.registry));
     if (want('sys_service')) insertRows(db, 'sys_service', TABLES.sys_service!, serviceRows(this.registry));
     if (want('sys_inbox')) {
@@ -638,7 +644,7 @@ export class QueryEngine {
       insertRows(db, 'sys_promise', TABLES.sys_promise!, rows);
     }
     if (want('sys_journal')) {
-      const ids = journalIds(tokens) ?? [...map(src.invocations(), (s) => s.id)];
+      const ids = journalFilter ?? invocations.map((s) => s.id);
       const rows: Row[] = [];
       for (let i = 0; i < ids.length; i += 64) {
         const chunk = ids.slice(i, i + 64);

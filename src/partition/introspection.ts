@@ -15,8 +15,19 @@ export class WorkerIntrospection implements IntrospectionSource {
     private readonly db: Db,
   ) {}
 
-  *invocations(): Iterable<InvocationStatus> {
-    for (const p of this.worker.processors) yield* p.state.invocations.values();
+  /** In memory first (it is ahead of the store by at most the batch being written), then the store. */
+  async *invocations(): AsyncIterable<InvocationStatus> {
+    for (const p of this.worker.processors) {
+      const inMemory = new Set<string>();
+      for (const s of [...p.state.invocations.values()]) {
+        inMemory.add(s.id);
+        yield s;
+      }
+      const prefix = `${p.state.prefix}inv/`;
+      for await (const [key, value] of this.db.iterator({ gte: prefix, lt: `${prefix}~` })) {
+        if (!inMemory.has(key.slice(prefix.length))) yield JSON.parse(value.toString('utf8')) as InvocationStatus;
+      }
+    }
   }
 
   async journal(id: string): Promise<JournalRow[]> {
@@ -73,7 +84,7 @@ export class WorkerIntrospection implements IntrospectionSource {
       for (const [objectKey, queue] of p.state.inboxes) {
         const [service, key] = objectKey.split('/').map(unescape);
         for (const e of queue) {
-          yield { service: service!, key: key!, id: e.id, seq: e.seq, created_at_ms: p.state.invocations.get(e.id)?.created_at_ms ?? 0 };
+          yield { service: service!, key: key!, id: e.id, seq: e.seq, created_at_ms: p.state.status(e.id)?.created_at_ms ?? 0 };
         }
       }
     }

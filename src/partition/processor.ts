@@ -83,7 +83,7 @@ export class PartitionProcessor {
   }
 
   invocation(id: string): InvocationStatus | undefined {
-    return this.state.invocations.get(id);
+    return this.state.status(id);
   }
 
   /** Waits for the batch in flight and every queued command, then refuses new ones. */
@@ -136,13 +136,14 @@ export class PartitionProcessor {
 
 async function loadState(db: Db, partition: number): Promise<PartitionState> {
   const state = new PartitionState(partition);
+  state.loader = (key) => db.getSync(key);
   const prefix = state.prefix;
+  // Completed invocations stay in the store; the fold reads them back when it needs one.
   for await (const [, value] of db.iterator({ gte: `${prefix}inv/`, lt: `${prefix}inv/~` })) {
     const s = JSON.parse(value.toString('utf8')) as InvocationStatus;
-    state.invocations.set(s.id, s);
+    if (s.status !== 'completed') state.invocations.set(s.id, s);
   }
   for (const s of state.invocations.values()) {
-    if (s.status === 'completed') continue;
     const journal = [];
     for await (const [, value] of db.iterator({ gte: `${prefix}j/${s.id}/`, lt: `${prefix}j/${s.id}/~` })) journal.push(decodeEntry(value));
     if (journal.length !== s.journal_length) {
@@ -193,6 +194,7 @@ export async function verifyPartition(db: Db, partition: number): Promise<string
   const log = await PartitionLog.open(db, partition);
   const fresh = new PartitionState(partition);
   const rebuilt = new Map<string, Buffer>();
+  fresh.loader = (key) => rebuilt.get(key);
   for await (const [, record] of log.read(1)) {
     const cmd = decodeCommand(record);
     try {

@@ -108,8 +108,16 @@ export type Action =
  * The state of one partition, in memory, written through to the store. Folds change it only
  * through these methods, which record every store write of the current batch.
  */
+/** Completed invocations kept in memory; older ones are read back from the store when needed. */
+export const COMPLETED_IN_MEMORY = 10_000;
+
 export class PartitionState {
+  /** Every invocation that has not completed, and the most recently used completed ones. */
   readonly invocations = new Map<string, InvocationStatus>();
+  /** Completed ids in memory, least recently used first. */
+  private readonly completed = new Set<string>();
+  /** Reads a key of the store synchronously (the fold may not wait); set when there is a store. */
+  loader: ((key: string) => Buffer | undefined) | undefined;
   /** Journals of invocations that have not completed; completed ones stay on disk only. */
   readonly journals = new Map<string, JournalEntry[]>();
   readonly timers = new Map<string, Timer>();
@@ -133,9 +141,39 @@ export class PartitionState {
     return `p${this.partition}/s/`;
   }
 
+  /**
+   * The status of `id`, from memory or else from the store. Both give the same content, so the
+   * fold does not depend on what happens to be cached.
+   */
+  status(id: string): InvocationStatus | undefined {
+    const cached = this.invocations.get(id);
+    if (cached !== undefined) {
+      if (cached.status === 'completed') this.touchCompleted(id);
+      return cached;
+    }
+    const key = this.statusKey(id);
+    const raw = this.writes.has(key) ? this.writes.get(key) : this.loader?.(key);
+    if (raw === undefined || raw === null) return undefined;
+    const s = JSON.parse(raw.toString('utf8')) as InvocationStatus;
+    this.invocations.set(id, s);
+    if (s.status === 'completed') this.touchCompleted(id);
+    return s;
+  }
+
   putStatus(s: InvocationStatus): void {
     this.invocations.set(s.id, s);
     this.writes.set(this.statusKey(s.id), Buffer.from(JSON.stringify(s)));
+    if (s.status === 'completed') this.touchCompleted(s.id);
+  }
+
+  private touchCompleted(id: string): void {
+    this.completed.delete(id);
+    this.completed.add(id);
+    while (this.completed.size > COMPLETED_IN_MEMORY) {
+      const oldest = this.completed.values().next().value as string;
+      this.completed.delete(oldest);
+      this.invocations.delete(oldest);
+    }
   }
 
   appendEntry(s: InvocationStatus, entry: JournalEntry): number {
@@ -154,6 +192,7 @@ export class PartitionState {
 
   deleteStatus(s: InvocationStatus): void {
     this.invocations.delete(s.id);
+    this.completed.delete(s.id);
     this.writes.set(this.statusKey(s.id), null);
   }
 

@@ -23,6 +23,8 @@ export class Worker implements Effects {
   private readonly timers = new Set<NodeJS.Timeout>();
   private stopped = false;
   private cleaner: NodeJS.Timeout | undefined;
+  private cleaning = false;
+  private db: Db | undefined;
 
   constructor(
     private readonly config: Config,
@@ -30,6 +32,7 @@ export class Worker implements Effects {
   ) {}
 
   async open(db: Db): Promise<void> {
+    this.db = db;
     for (let p = 0; p < this.config.worker.partitions; p++) {
       this.processors.push(await PartitionProcessor.open(db, p, this.config.worker.storage_db.fsync, this, this.logger));
     }
@@ -39,18 +42,28 @@ export class Worker implements Effects {
   start(invoker: Invoker): void {
     this.invoker = invoker;
     for (const p of this.processors) p.start();
-    this.cleaner = setInterval(() => this.clean(Date.now()), this.config.worker.cleanup_interval_ms);
+    this.cleaner = setInterval(() => {
+      if (this.cleaning) return;
+      this.cleaning = true;
+      this.clean(Date.now())
+        .catch((err) => this.logger.error({ err }, 'retention cleanup failed'))
+        .finally(() => (this.cleaning = false));
+    }, this.config.worker.cleanup_interval_ms);
     this.cleaner.unref();
   }
 
   /**
    * Retention: completed invocations whose retention is over are purged (status and journal),
    * or lose only their journal when the journal retention is shorter. Nothing else is deleted.
+   * Completed invocations live in the store, so the scan reads it.
    */
-  clean(now_ms: number): number {
+  async clean(now_ms: number): Promise<number> {
     let purged = 0;
     for (const p of this.processors) {
-      for (const s of p.state.invocations.values()) {
+      const prefix = `${p.state.prefix}inv/`;
+      for await (const value of this.db!.values({ gte: prefix, lt: `${prefix}~` })) {
+        if (this.stopped) return purged;
+        const s = JSON.parse(value.toString('utf8')) as InvocationStatus;
         if (s.status !== 'completed' || s.completed_at_ms === undefined) continue;
         const id = InvocationId.parse(s.id)!;
         if (now_ms >= s.completed_at_ms + s.completion_retention_ms) {

@@ -19,7 +19,7 @@ export interface FoldContext {
 
 export function statusOf(ctx: FoldContext, idBytes: Buffer | undefined): InvocationStatus | undefined {
   const id = idBytes === undefined ? undefined : InvocationId.fromBytes(idBytes)?.text;
-  return id === undefined ? undefined : ctx.state.invocations.get(id);
+  return id === undefined ? undefined : ctx.state.status(id);
 }
 
 /**
@@ -170,7 +170,7 @@ function releaseLock(ctx: FoldContext, s: InvocationStatus): void {
   const next = ctx.state.inboxes.get(key)?.[0];
   if (next === undefined) return;
   ctx.state.removeFromInbox(key, next.id);
-  const n = ctx.state.invocations.get(next.id);
+  const n = ctx.state.status(next.id);
   if (n === undefined) return;
   startOrEnqueue(ctx, n);
   ctx.state.putStatus(n);

@@ -64,7 +64,7 @@ export const promiseEntries: Array<[number, EntryRule]> = [
         ctx.state.putPromise(key, done);
         reply(ctx, s, MessageType.CompletePromiseCompletion, id, { void: {} });
         for (const w of p?.waiters ?? []) {
-          const waiter = ctx.state.invocations.get(w.id);
+          const waiter = ctx.state.status(w.id);
           if (waiter === undefined || waiter.status === 'completed') continue;
           notify(ctx, waiter, notification(w.entry_type, { completion_id: w.completion_id }, promiseResult(done)!), { completion: w.completion_id });
           ctx.state.putStatus(waiter);

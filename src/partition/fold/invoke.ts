@@ -14,7 +14,7 @@ export function foldInvoke(ctx: FoldContext, cmd: Invoke): void {
   const id = InvocationId.fromBytes(cmd.invocation_id);
   if (id === undefined) return;
   const caller = cmd.caller_invocation_id ? InvocationId.fromBytes(cmd.caller_invocation_id)?.text : undefined;
-  const existing = ctx.state.invocations.get(id.text);
+  const existing = ctx.state.status(id.text);
   if (existing !== undefined) {
     if (caller !== undefined) attachCaller(ctx, existing, caller, cmd.caller_completion_id ?? 0);
     return;

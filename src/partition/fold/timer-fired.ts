@@ -10,7 +10,7 @@ export function foldTimerFired(ctx: FoldContext, cmd: TimerFired): void {
   const kind = cmd.kind ?? TimerKind.SLEEP;
   const completion_id = cmd.completion_id ?? 0;
   if (!ctx.state.deleteTimer({ id, completion_id, wake_up_ms: cmd.wake_up_ms ?? 0, kind })) return;
-  const s = ctx.state.invocations.get(id);
+  const s = ctx.state.status(id);
   if (s === undefined) return;
   if (kind === TimerKind.INVOKE) {
     if (s.status !== 'scheduled') return;
