@@ -2,7 +2,7 @@
 // exhausted retries (kill and pause), journal mismatches and an endpoint that is down.
 import t from 'tap';
 import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
-import { failingServices, controllableEndpoint, logLinesWithCode, relaunch } from './services/core-services.mjs';
+import { failingServices, controllableEndpoint, logLinesWithCode } from './services/core-services.mjs';
 
 const fastRetry = {
   KEEL_DEFAULT_RETRY_POLICY__INITIAL_INTERVAL: '50ms',
@@ -69,7 +69,7 @@ t.test('retries exhausted with on_max_attempts=pause: paused, and still paused a
   t.equal(f.get('p2', 'attempts'), 3);
   t.equal(answered, false, 'the paused invocation did not complete');
   t.equal(logLinesWithCode(keel.logs(), 'RT0007').filter((l) => l.invocation === sent.body.invocationId).length, 3);
-  await relaunch(keel);
+  await keel.restart();
   await call;
   await sleep(1500);
   t.equal(f.get('p1', 'attempts'), 3, 'the restart did not resume the paused invocation');

@@ -3,7 +3,7 @@
 import t from 'tap';
 import path from 'node:path';
 import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
-import { countingGreeter, failingServices, workService, relaunch } from './services/core-services.mjs';
+import { countingGreeter, failingServices, workService } from './services/core-services.mjs';
 import { openWorkerStore } from '../dist/storage/store.js';
 import { verifyPartition } from '../dist/partition/processor.js';
 
@@ -23,7 +23,7 @@ t.test('SIGKILL during the sleep: completes after restart, Notification once, sl
   t.equal(g.count('Reminder'), 0, 'still sleeping when killed');
   const killedAt = Date.now();
   const old = keel.proc;
-  await relaunch(keel, 'SIGKILL');
+  await keel.restart();
   t.equal(old.signalCode, 'SIGKILL');
   const readyAt = Date.now();
   t.ok(readyAt - killedAt < SLEEP_MS, 'restarted before the original wake-up (otherwise the test proves little)');
@@ -46,7 +46,7 @@ t.test('SIGKILL while a call waits: the call is lost, the invocation is not', as
   await register(keel, await serveServices(t, [g.service]));
   const pending = ingress(keel, '/Greeter/greet', { name: 'Waiting' }).catch((err) => err);
   await eventually(() => g.count('Notification', 'Waiting') === 1);
-  await relaunch(keel);
+  await keel.restart();
   t.type(await pending, Error, 'the client connection died with the server');
   await eventually(() => g.count('Reminder', 'Waiting') === 1);
   t.equal(g.count('Notification', 'Waiting'), 1);
@@ -58,7 +58,7 @@ t.test('registrations survive SIGKILL and restart', async (t) => {
   const f = failingServices();
   const dep = await register(keel, await serveServices(t, [g.service, f.service]));
   t.same((await ingress(keel, '/Greeter/greet', { name: 'before' })).body, { result: 'You said hi to before!' });
-  await relaunch(keel);
+  await keel.restart();
   const deployments = await (await fetch(`${keel.admin}/deployments`)).json();
   t.same(deployments.deployments.map((d) => d.id), [dep.id], 'the same deployment, nothing registered again');
   const r = await ingress(keel, '/Greeter/greet', { name: 'after' });

@@ -238,20 +238,3 @@ export function logLinesWithCode(output, code) {
   }
   return out;
 }
-
-/**
- * Kills Keel (SIGKILL by default) and starts it again, resolving once the *new* process has
- * logged that it is ready. (keel.launch() alone looks for "keel is ready" in the whole
- * accumulated output, which the first process already wrote.)
- */
-export async function relaunch(keel, signal = 'SIGKILL') {
-  await keel.kill(signal);
-  const mark = keel.logs().length;
-  await keel.launch();
-  const deadline = Date.now() + 20_000;
-  while (!keel.logs().slice(mark).includes('keel is ready')) {
-    if (keel.proc.exitCode !== null) throw new Error(`keel exited during restart:\n${keel.logs().slice(mark)}`);
-    if (Date.now() > deadline) throw new Error(`keel did not restart:\n${keel.logs().slice(mark)}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
