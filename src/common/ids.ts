@@ -52,6 +52,22 @@ function readLE(bytes: Uint8Array): bigint {
 
 export const INVOCATION_ID_BYTES = 24;
 
+// The base62 conversions cost microseconds of BigInt arithmetic, and every journal entry of an
+// invocation converts its id: recently seen ids are remembered (both ways), up to a bound.
+const MEMO_LIMIT = 65_536;
+const byBytes = new Map<string, InvocationId>();
+const byText = new Map<string, InvocationId>();
+
+function remember(id: InvocationId): InvocationId {
+  if (byText.size >= MEMO_LIMIT) {
+    byText.clear();
+    byBytes.clear();
+  }
+  byText.set(id.text, id);
+  byBytes.set(id.bytes.toString('latin1'), id);
+  return id;
+}
+
 /** An invocation id: 8 bytes partition key (big-endian) then 16 random bytes. */
 export class InvocationId {
   private constructor(readonly bytes: Buffer, readonly text: string) {}
@@ -69,10 +85,15 @@ export class InvocationId {
   static fromBytes(bytes: Uint8Array): InvocationId | undefined {
     if (bytes.length !== INVOCATION_ID_BYTES) return undefined;
     const b = Buffer.from(bytes);
-    return new InvocationId(b, encodeInvocationId(b));
+    const key = b.toString('latin1');
+    const known = byBytes.get(key);
+    if (known !== undefined) return known;
+    return remember(new InvocationId(b, encodeInvocationId(b)));
   }
 
   static parse(text: string): InvocationId | undefined {
+    const known = byText.get(text);
+    if (known !== undefined) return known;
     const m = /^inv_1([0-9a-zA-Z]{11})([0-9a-zA-Z]{22})$/.exec(text);
     if (!m) return undefined;
     const pk = unbase62(m[1]!);
@@ -80,7 +101,7 @@ export class InvocationId {
     if (pk === undefined || uuid === undefined || pk >= 1n << 64n || uuid >= 1n << 128n) return undefined;
     // The text holds the byte-swapped values: write them little-endian to get the original bytes.
     const bytes = Buffer.concat([writeBE(pk, 8).reverse(), writeBE(uuid, 16).reverse()]);
-    return new InvocationId(bytes, text);
+    return remember(new InvocationId(bytes, text));
   }
 
   get partitionKey(): bigint {

@@ -74,7 +74,8 @@ export async function invoke(deps: InvokeDeps, req: FastifyRequest, reply: Fasti
   if (target.workflow_run && idempotencyKey) return ingressError(reply, 400, 'the idempotency key is not supported for workflow run handlers');
 
   void reply.header('x-restate-id', target.id.text);
-  const existing = worker.invocation(target.id);
+  // Only workflow runs and idempotent requests have ids that can already exist.
+  const existing = target.deterministic ? worker.invocation(target.id) : undefined;
   if (existing !== undefined) {
     if (isSend) return reply.code(202).send({ invocationId: target.id.text, status: 'PreviouslyAccepted' });
     if (target.workflow_run) return ingressError(reply, 409, 'the workflow method was already invoked', 'invocation');
@@ -109,7 +110,7 @@ export async function invoke(deps: InvokeDeps, req: FastifyRequest, reply: Fasti
     return reply.code(202).send({ invocationId: target.id.text, status: 'Accepted', ...(execute_at_ms ? { executionTime: new Date(execute_at_ms).toISOString() } : {}) });
   }
   // Wait before appending, so that a fast completion cannot slip past us.
-  const done = worker.awaitCompletion(target.id);
+  const done = worker.awaitCompletion(target.id, { fresh: true });
   await worker.append(target.id, command);
   return respondCompleted(reply, await done, handler);
 }

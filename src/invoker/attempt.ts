@@ -61,6 +61,7 @@ export interface AttemptFailure {
 export class Attempt {
   readonly id: string;
   readonly epoch: number;
+  private readonly idBytes: Buffer;
   private stream: InvocationStream | undefined;
   private decoder: FrameDecoder;
   private finished = false;
@@ -74,6 +75,7 @@ export class Attempt {
 
   constructor(private readonly o: AttemptOptions) {
     this.id = o.status.id;
+    this.idBytes = InvocationId.parse(o.status.id)!.bytes;
     this.epoch = o.status.epoch;
     this.decoder = new FrameDecoder(o.message_size_limit_bytes);
     this.bidi = o.deployment.protocol_type === 'BidiStream' && !o.deployment.use_http_11;
@@ -278,7 +280,7 @@ export class Attempt {
 
   private entry(type: number, entry: Buffer) {
     return {
-      invocation_id: InvocationId.parse(this.id)!.bytes,
+      invocation_id: this.idBytes,
       epoch: this.epoch,
       entry_type: type,
       entry,
@@ -298,7 +300,7 @@ export class Attempt {
 
   private end(ended: Omit<AttemptEnded, 'invocation_id' | 'epoch'>): void {
     const cmd: AttemptEnded = {
-      invocation_id: InvocationId.parse(this.id)!.bytes,
+      invocation_id: this.idBytes,
       epoch: this.epoch,
       deployment_id: this.o.deployment.id,
       protocol_version: this.o.protocol_version,

@@ -11,6 +11,8 @@ export interface ResolvedTarget {
   journal_retention_ms: number;
   /** A workflow's run handler: one invocation per key. */
   workflow_run: boolean;
+  /** The id is derived from the request (workflow run, idempotency key): it may exist already. */
+  deterministic: boolean;
 }
 
 /**
@@ -48,5 +50,6 @@ export function resolveTarget(
     completion_retention_ms: completion,
     journal_retention_ms: Math.min(journal, completion),
     workflow_run,
+    deterministic: workflow_run || Boolean(idempotencyKey),
   };
 }

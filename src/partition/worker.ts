@@ -104,9 +104,12 @@ export class Worker implements Effects {
     return this.processorFor(id).invocation(id.text);
   }
 
-  /** Resolves with the status once the invocation has completed. */
-  awaitCompletion(id: InvocationId): Promise<InvocationStatus> {
-    const now = this.invocation(id);
+  /**
+   * Resolves with the status once the invocation has completed. `fresh`: the caller is about to
+   * create it, so there is nothing to look up (which would cost a store read for a new id).
+   */
+  awaitCompletion(id: InvocationId, { fresh = false } = {}): Promise<InvocationStatus> {
+    const now = fresh ? undefined : this.invocation(id);
     if (now?.status === 'completed') return Promise.resolve(now);
     return new Promise((resolve, reject) => {
       let list = this.waiters.get(id.text);

@@ -14,7 +14,10 @@ export function foldInvoke(ctx: FoldContext, cmd: Invoke): void {
   const id = InvocationId.fromBytes(cmd.invocation_id);
   if (id === undefined) return;
   const caller = cmd.caller_invocation_id ? InvocationId.fromBytes(cmd.caller_invocation_id)?.text : undefined;
-  const existing = ctx.state.status(id.text);
+  // Random ids are new by construction; only derived ones (idempotent requests, workflow runs)
+  // may name an invocation that completed and left memory, which the store lookup finds.
+  const derived = Boolean(cmd.idempotency_key) || (cmd.service_type === 'Workflow' && cmd.handler_type === 'Workflow');
+  const existing = derived ? ctx.state.status(id.text) : ctx.state.invocations.get(id.text);
   if (existing !== undefined) {
     if (caller !== undefined) attachCaller(ctx, existing, caller, cmd.caller_completion_id ?? 0);
     return;
