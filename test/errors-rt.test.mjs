@@ -4,8 +4,7 @@
 // (RT0011), and the registration-time notes RT0021/RT0022. After each, Keel keeps serving.
 import t from 'tap';
 import * as restate from '@restatedev/restate-sdk';
-import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
-import { logLinesWithCode } from './services/core-services.mjs';
+import { startKeel, serveServices, register, ingress, eventually, query } from './helpers/keel.mjs';
 import { rawEndpoint, encodeFrame, encode, pb, MessageType, outputAndEnd } from './services/p3-raw.mjs';
 
 const fastRetry = {
@@ -14,15 +13,6 @@ const fastRetry = {
 };
 
 const alive = restate.service({ name: 'Alive', handlers: { ping: async (_ctx, s) => `pong ${s}` } });
-
-async function query(keel, sql) {
-  const res = await fetch(`${keel.admin}/query`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'application/json' },
-    body: JSON.stringify({ query: sql }),
-  });
-  return (await res.json()).rows;
-}
 
 async function invocationRow(keel, id) {
   const rows = await query(keel, `SELECT status, last_failure_error_code, last_failure FROM sys_invocation WHERE id = '${id}'`);
@@ -62,8 +52,8 @@ t.test('RT0003: a real SDK handler returning more than message_size_limit', asyn
   // Under the limit it works.
   t.equal((await ingress(keel, '/Big/make', 8)).body.length, 8 * 1024);
   const id = await send(t, keel, '/Big/make', 100);
-  await eventually(() => logLinesWithCode(keel.logs(), 'RT0003').some((l) => l.invocation === id));
-  const line = logLinesWithCode(keel.logs(), 'RT0003').find((l) => l.invocation === id);
+  await eventually(() => keel.logLines('RT0003').some((l) => l.invocation === id));
+  const line = keel.logLines('RT0003').find((l) => l.invocation === id);
   t.match(line.msg, /65536|64/, 'the message names the limit');
   const row = await eventually(async () => {
     const r = await invocationRow(keel, id);
@@ -89,7 +79,7 @@ t.test('RT0001: an endpoint that answers 200 and then stays silent is aborted af
   await register(keel, ep.uri);
   const started = Date.now();
   const id = await send(t, keel, '/Raw/silent');
-  await eventually(() => logLinesWithCode(keel.logs(), 'RT0001').some((l) => l.invocation === id));
+  await eventually(() => keel.logLines('RT0001').some((l) => l.invocation === id));
   t.ok(Date.now() - started >= 450, 'not before inactivity (200 ms) + abort (300 ms) timeouts');
   t.equal((await eventually(() => invocationRow(keel, id).then((r) => r?.last_failure_error_code && r))).last_failure_error_code, 'RT0001');
   // The slot is freed and the attempt retried.
@@ -134,7 +124,7 @@ t.test('RT0012: unexpected message type, undecodable message, wrong content type
     const id = await send(t, keel, `/Raw/${h}`);
     const row = await eventually(() => invocationRow(keel, id).then((r) => r?.last_failure_error_code && r));
     t.equal(row.last_failure_error_code, 'RT0012', h);
-    t.ok(logLinesWithCode(keel.logs(), row.last_failure_error_code).some((l) => l.invocation === id), `${h} logged with its code`);
+    t.ok(keel.logLines(row.last_failure_error_code).some((l) => l.invocation === id), `${h} logged with its code`);
     t.not(row.status, 'completed', h);
     await stillServing(t, keel, h);
   }
@@ -143,7 +133,7 @@ t.test('RT0012: unexpected message type, undecodable message, wrong content type
   t.equal(r.status, 200);
   t.equal(r.body, 'done');
   const id = r.headers.get('x-restate-id');
-  await eventually(() => logLinesWithCode(keel.logs(), 'RT0012').some((l) => l.invocation === id));
+  await eventually(() => keel.logLines('RT0012').some((l) => l.invocation === id));
   await stillServing(t, keel, 'afterEnd');
 });
 
@@ -177,7 +167,7 @@ t.test('RT0012 from the SDK (ErrorMessage code 571) and RT0017 entry preconditio
     t.equal(row.last_failure_error_code, code, h);
     t.match(row.last_failure, text, h);
     t.not(row.status, 'completed', h);
-    t.ok(logLinesWithCode(keel.logs(), code).some((l) => l.invocation === id), `${h} logged with ${code}`);
+    t.ok(keel.logLines(code).some((l) => l.invocation === id), `${h} logged with ${code}`);
     // The refused entry is not journalled: the journal still holds only the input.
     const journal = await query(keel, `SELECT entry_type FROM sys_journal WHERE id = '${id}'`);
     t.same(journal.map((e) => e.entry_type), ['Command: Input'], `${h}: nothing recorded past the input`);
@@ -196,7 +186,7 @@ t.test('RT0015 (415) and RT0019 (413) answers of the endpoint', async (t) => {
   await register(keel, ep.uri);
   for (const [h, code] of [['unsupported', 'RT0015'], ['tooLarge', 'RT0019']]) {
     const id = await send(t, keel, `/Raw/${h}`);
-    await eventually(() => logLinesWithCode(keel.logs(), code).some((l) => l.invocation === id));
+    await eventually(() => keel.logLines(code).some((l) => l.invocation === id));
     const row = await eventually(() => invocationRow(keel, id).then((r) => r?.last_failure_error_code && r));
     t.equal(row.last_failure_error_code, code, h);
     await stillServing(t, keel, h);
@@ -213,7 +203,7 @@ t.test('RT0011: the deployment is removed (DELETE ?force=true) before a delayed 
   const id = r.body.invocationId;
   const del = await fetch(`${keel.admin}/deployments/${dep.id}?force=true`, { method: 'DELETE' });
   t.equal(del.status, 202);
-  await eventually(() => logLinesWithCode(keel.logs(), 'RT0011').some((l) => l.invocation === id));
+  await eventually(() => keel.logLines('RT0011').some((l) => l.invocation === id));
   const row = await eventually(() => invocationRow(keel, id).then((x) => x?.last_failure_error_code && x));
   t.equal(row.last_failure_error_code, 'RT0011');
   t.same(ran, [], 'the handler never ran');
@@ -235,11 +225,11 @@ t.test('RT0021 and RT0022: reported on the service at registration and logged wi
   t.match(svc.info.filter((i) => i.code === 'RT0021').map((i) => i.message).join('\n'), /Opts\/run[\s\S]*HTTP\/1\.1|HTTP\/1\.1[\s\S]*Opts\/run/);
   t.equal(svc.journal_retention, '1d', 'clamped');
   t.same(reg.services[0].info, svc.info, 'the registration answer shows them too');
-  t.ok(logLinesWithCode(keel.logs(), 'RT0021').length >= 2);
-  const rt22 = logLinesWithCode(keel.logs(), 'RT0022');
+  t.ok(keel.logLines('RT0021').length >= 2);
+  const rt22 = keel.logLines('RT0022');
   t.equal(rt22.length, 1);
   t.equal(rt22[0].level, 40, 'RT0022 is a warning');
-  t.equal(logLinesWithCode(keel.logs(), 'RT0021')[0].level, 30, 'RT0021 is informational');
+  t.equal(keel.logLines('RT0021')[0].level, 30, 'RT0021 is informational');
   // The clamped retention is what invocations get.
   t.equal((await ingress(keel, '/Opts/run', null)).body, 'ok');
   const rows = await query(keel, `SELECT journal_retention FROM sys_invocation WHERE target_service_name = 'Opts'`);

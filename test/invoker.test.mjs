@@ -2,7 +2,7 @@
 // exhausted retries (kill and pause), journal mismatches and an endpoint that is down.
 import t from 'tap';
 import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
-import { failingServices, controllableEndpoint, logLinesWithCode } from './services/core-services.mjs';
+import { failingServices, controllableEndpoint } from './services/core-services.mjs';
 
 const fastRetry = {
   KEEL_DEFAULT_RETRY_POLICY__INITIAL_INTERVAL: '50ms',
@@ -19,7 +19,7 @@ t.test('a retryable error twice, then success: the earlier ctx.run ran exactly o
   t.same(r.body, { ok: 'r1', step: 'step1-of-r1', attempt: 3 });
   t.equal(f.get('r1', 'attempts'), 3, 'three attempts');
   t.equal(f.get('r1', 'step1'), 1, 'step1 executed once; the retries replayed its result');
-  const rt7 = logLinesWithCode(keel.logs(), 'RT0007');
+  const rt7 = keel.logLines('RT0007');
   t.equal(rt7.length, 2, 'each failed attempt logged as RT0007');
   t.ok(rt7.every((l) => l.invocation === r.headers.get('x-restate-id')), 'the lines name the invocation');
   t.match(rt7[0].msg, /transient failure 1 of r1/);
@@ -34,7 +34,7 @@ t.test('a terminal error completes the invocation with its code and message, no 
   t.match(r.body, { code: 418, message: 'nope' });
   await sleep(300);
   t.equal(f.get('t1', 'attempts'), 1, 'not retried');
-  t.equal(logLinesWithCode(keel.logs(), 'RT0007').length, 0);
+  t.equal(keel.logLines('RT0007').length, 0);
 });
 
 t.test('retries exhausted with on_max_attempts=kill: the call answers with the failure', async (t) => {
@@ -68,7 +68,7 @@ t.test('retries exhausted with on_max_attempts=pause: paused, and still paused a
   t.equal(f.get('p1', 'attempts'), 3, 'no fourth attempt');
   t.equal(f.get('p2', 'attempts'), 3);
   t.equal(answered, false, 'the paused invocation did not complete');
-  t.equal(logLinesWithCode(keel.logs(), 'RT0007').filter((l) => l.invocation === sent.body.invocationId).length, 3);
+  t.equal(keel.logLines('RT0007').filter((l) => l.invocation === sent.body.invocationId).length, 3);
   await keel.restart();
   await call;
   await sleep(1500);
@@ -86,10 +86,10 @@ t.test('a handler whose code path changes between attempts: journal mismatch RT0
   const r = await ingress(keel, '/Flaky/nondeterministic', { id: 'm1' });
   t.ok(r.status >= 500, `failed, got ${r.status} ${JSON.stringify(r.body)}`);
   t.equal(f.get('m1', 'a'), 1, 'the run of the first attempt is not executed again');
-  const rt16 = logLinesWithCode(keel.logs(), 'RT0016');
+  const rt16 = keel.logLines('RT0016');
   t.ok(rt16.length >= 1, 'journal mismatch logged as RT0016');
   t.equal(rt16[0].invocation, r.headers.get('x-restate-id'));
-  t.equal(logLinesWithCode(keel.logs(), 'RT0007').length, 1, 'only the first attempt was an ordinary retryable error');
+  t.equal(keel.logLines('RT0007').length, 1, 'only the first attempt was an ordinary retryable error');
 });
 
 t.test('endpoint down: RT0010 and retries; back on the same port, the invocation completes', async (t) => {
@@ -101,9 +101,9 @@ t.test('endpoint down: RT0010 and retries; back on the same port, the invocation
   await ep.close();
   const sent = await ingress(keel, '/Flaky/echo/send', { id: 'd1' });
   t.equal(sent.status, 202);
-  await eventually(() => logLinesWithCode(keel.logs(), 'RT0010').length >= 2);
+  await eventually(() => keel.logLines('RT0010').length >= 2);
   t.equal(f.get('d1', 'attempts'), 0);
-  t.ok(logLinesWithCode(keel.logs(), 'RT0010').every((l) => l.invocation === sent.body.invocationId));
+  t.ok(keel.logLines('RT0010').every((l) => l.invocation === sent.body.invocationId));
   await ep.listen(port);
   t.equal(ep.port, port);
   await eventually(() => f.get('d1', 'run') === 1);

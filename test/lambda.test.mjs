@@ -5,24 +5,10 @@ import t from 'tap';
 import * as restate from '@restatedev/restate-sdk';
 import { createEndpointHandler } from '@restatedev/restate-sdk/lambda';
 import { greeter } from '../examples/greeter/greeter.mjs';
-import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
+import { startKeel, serveServices, register, ingress, eventually, adminCall as admin } from './helpers/keel.mjs';
 import { startLambdaEmulator, manifestFunction } from './services/p3-lambda.mjs';
 
 const ARN = 'arn:aws:lambda:eu-central-1:123456789012:function:greeter:7';
-
-async function admin(keel, method, path, body) {
-  const res = await fetch(`${keel.admin}${path}`, {
-    method,
-    headers: body === undefined ? {} : { 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {}
-  return { status: res.status, json, text };
-}
 
 async function setup(t, env = {}) {
   const emu = await startLambdaEmulator(t);

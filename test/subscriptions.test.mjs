@@ -10,7 +10,7 @@ import { execFile, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import * as restate from '@restatedev/restate-sdk';
 import { loadConfig } from '../dist/config/index.js';
-import { startKeel, serveServices, register, ingress, tempDir } from './helpers/keel.mjs';
+import { startKeel, serveServices, register, ingress, tempDir, adminCall as admin } from './helpers/keel.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const CLI = path.join(root, 'node_modules', '.bin', 'restate');
@@ -38,20 +38,6 @@ function writeConfig(t, text = CONFIG) {
   const file = path.join(tempDir(t), 'keel.toml');
   fs.writeFileSync(file, text);
   return file;
-}
-
-async function admin(keel, method, p, body) {
-  const res = await fetch(keel.admin + p, {
-    method,
-    headers: body !== undefined ? { 'content-type': 'application/json' } : {},
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  let json;
-  try {
-    json = text ? JSON.parse(text) : undefined;
-  } catch {}
-  return { status: res.status, json, text };
 }
 
 async function setup(t, { dir } = {}) {

@@ -130,6 +130,33 @@ export async function serveServices(t, services, { http1 = false } = {}) {
   return `http://127.0.0.1:${server.address().port}/`;
 }
 
+/** Any request to the admin API; returns { status, text, json (when the body parses) }. */
+export async function adminCall(keel, method, pathname, body) {
+  const res = await fetch(keel.admin + pathname, {
+    method,
+    headers: body !== undefined ? { 'content-type': 'application/json' } : {},
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let json;
+  try {
+    json = text ? JSON.parse(text) : undefined;
+  } catch {}
+  return { status: res.status, text, json };
+}
+
+/** SQL on the admin API (`POST /query`, JSON rows); throws unless it answers 200. */
+export async function query(keel, sql) {
+  const res = await fetch(`${keel.admin}/query`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'application/json' },
+    body: JSON.stringify({ query: sql }),
+  });
+  const text = await res.text();
+  if (res.status !== 200) throw new Error(`query ${res.status}: ${text}`);
+  return JSON.parse(text).rows;
+}
+
 export async function register(keel, uri, extra = {}) {
   const res = await fetch(`${keel.admin}/deployments`, {
     method: 'POST',

@@ -226,15 +226,3 @@ export async function controllableEndpoint(t, services, port = 0) {
   return ep;
 }
 
-/** Lines of a JSON log that carry `code`. */
-export function logLinesWithCode(output, code) {
-  const out = [];
-  for (const line of output.split('\n')) {
-    if (!line.startsWith('{')) continue;
-    try {
-      const j = JSON.parse(line);
-      if (j.code === code) out.push(j);
-    } catch {}
-  }
-  return out;
-}

@@ -4,23 +4,14 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { query } from '../helpers/keel.mjs';
+
+export { query };
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const CLI = path.join(here, '..', '..', 'node_modules', '.bin', 'restate');
 
 export const INV_ID = /^inv_1[0-9a-zA-Z]{33}$/;
-
-/** POST /query on the admin API with accept: application/json; returns the rows. */
-export async function query(keel, sql) {
-  const res = await fetch(`${keel.admin}/query`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'application/json' },
-    body: JSON.stringify({ query: sql }),
-  });
-  const text = await res.text();
-  if (res.status !== 200) throw new Error(`query failed ${res.status}: ${text}`);
-  return JSON.parse(text).rows;
-}
 
 export async function statusOf(keel, id) {
   const rows = await query(keel, `SELECT id, status FROM sys_invocation WHERE id = '${id}'`);

@@ -4,6 +4,9 @@
 import http2 from 'node:http2';
 import { randomUUID } from 'node:crypto';
 import * as restate from '@restatedev/restate-sdk';
+import { adminCall, query } from '../helpers/keel.mjs';
+
+export { adminCall, query };
 
 /** tag -> array of things handlers recorded (from ctx.run bodies or plain code, per attempt). */
 export const records = new Map();
@@ -30,31 +33,6 @@ export const broken = new Map();
 
 export function tag(prefix = 't') {
   return `${prefix}-${randomUUID().slice(0, 8)}`;
-}
-
-export async function adminCall(keel, method, p, body) {
-  const res = await fetch(keel.admin + p, {
-    method,
-    headers: body !== undefined ? { 'content-type': 'application/json' } : {},
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  let json;
-  try {
-    json = text ? JSON.parse(text) : undefined;
-  } catch {}
-  return { status: res.status, text, json };
-}
-
-export async function query(keel, sql) {
-  const res = await fetch(`${keel.admin}/query`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'application/json' },
-    body: JSON.stringify({ query: sql }),
-  });
-  const text = await res.text();
-  if (res.status !== 200) throw new Error(`query ${res.status}: ${text}`);
-  return JSON.parse(text).rows;
 }
 
 export async function invocationRow(keel, id) {
