@@ -145,21 +145,18 @@ export function deterministicUuid(...parts: string[]): Buffer {
   return h.digest().subarray(0, 16);
 }
 
-// Awakeable ids carry the invocation id bytes and a signal index (v5+: `sign_1`), base64url.
-export function encodeAwakeableId(invocation: InvocationId, signalIndex: number): string {
-  const idx = Buffer.alloc(4);
-  idx.writeUInt32BE(signalIndex);
-  return `sign_1${Buffer.concat([invocation.bytes, idx]).toString('base64url')}`;
-}
-
-export function decodeAwakeableId(text: string): { invocation: InvocationId; signalIndex: number; legacy: boolean } | undefined {
+/**
+ * Awakeable ids (made by the SDK) carry the invocation id bytes and a signal index, base64url:
+ * `sign_1…` since protocol v5, `prom_1…` before.
+ */
+export function decodeAwakeableId(text: string): { invocation: InvocationId; signalIndex: number } | undefined {
   const m = /^(sign|prom)_1([A-Za-z0-9_-]+)$/.exec(text);
   if (!m) return undefined;
   const raw = Buffer.from(m[2]!, 'base64url');
   if (raw.length !== INVOCATION_ID_BYTES + 4) return undefined;
   const invocation = InvocationId.fromBytes(raw.subarray(0, INVOCATION_ID_BYTES));
   if (!invocation) return undefined;
-  return { invocation, signalIndex: raw.readUInt32BE(INVOCATION_ID_BYTES), legacy: m[1] === 'prom' };
+  return { invocation, signalIndex: raw.readUInt32BE(INVOCATION_ID_BYTES) };
 }
 
 /** Partition key of a virtual object or workflow instance: all its invocations share it. */

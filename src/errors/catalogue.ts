@@ -115,8 +115,6 @@ const entries: CodeEntry[] = [
 
 export const catalogue: ReadonlyMap<string, CodeEntry> = new Map(entries.map((e) => [e.code, e]));
 
-export type ErrorCode = (typeof entries)[number]['code'];
-
 export function explain(code: string): CodeEntry | undefined {
   return catalogue.get(code.toUpperCase());
 }

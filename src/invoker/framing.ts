@@ -52,10 +52,6 @@ export class FrameDecoder {
     return frames;
   }
 
-  get pending_bytes(): number {
-    return this.buffered_bytes;
-  }
-
   private peek(n: number): Buffer {
     if (this.chunks[0]!.length >= n) return this.chunks[0]!;
     const merged = Buffer.concat(this.chunks);

@@ -46,10 +46,6 @@ export const MessageType = {
 
 export const REQUESTED_ACK_FLAG = 0x8000;
 
-export function isCommand(type: number): boolean {
-  return type >= 0x0400 && type < 0x8000;
-}
-
 export function isNotification(type: number): boolean {
   return type >= 0x8000 && type < 0xfc00;
 }
