@@ -5,7 +5,7 @@ import { createLogger, type Logger } from './common/logger.js';
 import { KeelError } from './errors/index.js';
 import { createIngressServer } from './ingress/server.js';
 import { Invoker } from './invoker/index.js';
-import { closeAllSessions } from './invoker/transport.js';
+import { EndpointClient } from './endpoint/client.js';
 import { Registry } from './metadata/registry.js';
 import { Worker } from './partition/worker.js';
 import { WorkerIntrospection } from './partition/introspection.js';
@@ -20,6 +20,7 @@ export class KeelServer {
     readonly registry: Registry,
     readonly worker: Worker,
     readonly invoker: Invoker,
+    readonly endpoints: EndpointClient,
     readonly ingress: FastifyInstance,
     readonly admin: FastifyInstance,
   ) {}
@@ -31,7 +32,8 @@ export class KeelServer {
       registry = await Registry.open(config, logger.child({ component: 'metadata' }));
       const worker = new Worker(config, logger.child({ component: 'worker' }));
       await worker.open(db);
-      const invoker = new Invoker(config, registry, logger.child({ component: 'invoker' }));
+      const endpoints = new EndpointClient();
+      const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }));
       const ingress = await createIngressServer({ config, registry, worker, logger });
       const admin = await createAdminServer({ config, registry, logger, introspection: new WorkerIntrospection(worker, db) });
       await listen(ingress, config.ingress.bind_address, 'ingress');
@@ -46,7 +48,7 @@ export class KeelServer {
         { ingress: config.ingress.bind_address, admin: config.admin.bind_address, partitions: config.worker.partitions, fsync: config.worker.storage_db.fsync },
         'keel is ready',
       );
-      return new KeelServer(config, logger, db, registry, worker, invoker, ingress, admin);
+      return new KeelServer(config, logger, db, registry, worker, invoker, endpoints, ingress, admin);
     } catch (err) {
       await registry?.close().catch(() => {});
       await db.close().catch(() => {});
@@ -57,7 +59,7 @@ export class KeelServer {
   async stop(): Promise<void> {
     await Promise.allSettled([this.ingress.close(), this.admin.close()]);
     await this.worker.stop();
-    closeAllSessions();
+    this.endpoints.close();
     await this.registry.close();
     await this.db.close();
   }

@@ -38,7 +38,7 @@ const expectedDefaults = {
   admin: { bind_address: '0.0.0.0:9070' },
   meta: { storage_path: path.join('./keel-data', 'meta') },
   worker: {
-    storage_db: { path: path.join('./keel-data', 'worker'), fsync: false },
+    storage_db: { path: path.join('./keel-data', 'worker'), fsync: true },
     invoker: { inactivity_timeout_ms: 60_000, abort_timeout_ms: 600_000, message_size_limit_bytes: 32 * 1024 * 1024 },
   },
   default_retry_policy: { initial_interval_ms: 500, exponentiation_factor: 2, max_interval_ms: 60_000, max_attempts: 70, on_max_attempts: 'pause' },
@@ -93,14 +93,14 @@ t.test('KEEL_ environment variables win over the file', async (t) => {
     KEEL_INGRESS__BIND_ADDRESS: '127.0.0.1:18080',
     KEEL_WORKER__INVOKER__ABORT_TIMEOUT: '30s',
     KEEL_DEFAULT_RETRY_POLICY__MAX_ATTEMPTS: 'unlimited',
-    KEEL_WORKER__STORAGE_DB__FSYNC: 'true',
+    KEEL_WORKER__STORAGE_DB__FSYNC: 'false',
     KEEL_BASE_DIR: '/data',
     PATH: '/usr/bin',
   });
   t.equal(c.ingress.bind_address, '127.0.0.1:18080');
   t.equal(c.worker.invoker.abort_timeout_ms, 30_000);
   t.equal(c.default_retry_policy.max_attempts, undefined);
-  t.equal(c.worker.storage_db.fsync, true);
+  t.equal(c.worker.storage_db.fsync, false);
   t.equal(c.worker.storage_db.path, '/data/worker');
 });
 

@@ -56,7 +56,7 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'meta.storage_path', kind: 'string', dflt: undefined },
   { path: 'worker.partitions', kind: 'int', dflt: 8 },
   { path: 'worker.storage_db.path', kind: 'string', dflt: undefined },
-  { path: 'worker.storage_db.fsync', kind: 'bool', dflt: false },
+  { path: 'worker.storage_db.fsync', kind: 'bool', dflt: true },
   { path: 'worker.invoker.inactivity_timeout', kind: 'duration', dflt: 60_000 },
   { path: 'worker.invoker.abort_timeout', kind: 'duration', dflt: 600_000 },
   { path: 'worker.invoker.message_size_limit', kind: 'size', dflt: 32 * 1024 * 1024 },

@@ -6,7 +6,7 @@ import { Outcome, type AttemptEnded, type CommandKind } from '../log/commands.js
 import type { InvocationStatus, JournalEntry } from '../partition/state.js';
 import { FrameDecoder, encodeFrame } from './framing.js';
 import { MessageType, REQUESTED_ACK_FLAG, commandTypes, decode, encode, isCustomEntry, pb } from './messages.js';
-import { openStream, type InvocationStream } from './transport.js';
+import type { EndpointClient, InvocationStream } from '../endpoint/client.js';
 import type { ResolvedTarget } from '../metadata/targets.js';
 
 export interface AttemptDeployment {
@@ -38,6 +38,7 @@ export interface AttemptOptions {
   state: { entries: Array<{ key: Buffer; value: Buffer }>; partial: boolean };
   /** Schema facts and the id of a call's target, or why it cannot be called (RT0018). */
   resolveCall: (service: string, handler: string, key: string, idempotencyKey: string | undefined) => ResolvedTarget | { error_code: string; message: string };
+  endpoints: EndpointClient;
   logger: Logger;
 }
 
@@ -93,7 +94,7 @@ export class Attempt {
   private open(): void {
     const { status, journal, deployment, protocol_version } = this.o;
     const contentType = `application/vnd.restate.invocation.v${protocol_version}`;
-    this.stream = openStream(
+    this.stream = this.o.endpoints.openStream(
       {
         uri: deployment.arn !== undefined ? '' : deployment.uri,
         use_http_11: deployment.use_http_11,
@@ -146,7 +147,7 @@ export class Attempt {
   /** Stops the attempt without recording anything (kill, shutdown). */
   abort(): void {
     if (this.finished) return;
-    this.close();
+    this.close('abort');
   }
 
   private onResponse(code: number, headers: Record<string, string | string[] | undefined>, contentType: string): void {
@@ -248,7 +249,7 @@ export class Attempt {
         if (e.related_command_type !== undefined) failure.related_entry_type = e.related_command_type;
         if (e.next_retry_delay !== undefined) failure.next_retry_delay_ms = Number(e.next_retry_delay);
         if (e.behavior) failure.behavior = e.behavior;
-        this.fail(failure);
+        this.fail(failure, 'finish');
         return;
       }
       case MessageType.AwaitingOn:
@@ -291,11 +292,14 @@ export class Attempt {
 
   private onStreamEnd(): void {
     if (this.finished) return;
-    this.fail({
-      error_code: this.responded ? 'RT0012' : 'RT0010',
-      failure_code: 571,
-      message: 'the endpoint closed the invocation stream without End, Suspension or Error',
-    });
+    this.fail(
+      {
+        error_code: this.responded ? 'RT0012' : 'RT0010',
+        failure_code: 571,
+        message: 'the endpoint closed the invocation stream without End, Suspension or Error',
+      },
+      'finish',
+    );
   }
 
   private end(ended: Omit<AttemptEnded, 'invocation_id' | 'epoch'>): void {
@@ -308,10 +312,14 @@ export class Attempt {
       ...ended,
     };
     this.record({ attempt_ended: cmd });
-    this.close();
+    this.close('finish');
   }
 
-  private fail(f: AttemptFailure): void {
+  /**
+   * `finish` when the endpoint ended the exchange on its own terms (an Error message, the end
+   * of its answer); `abort` (a reset) when Keel ends it: timeouts, protocol violations, limits.
+   */
+  private fail(f: AttemptFailure, how: 'finish' | 'abort' = 'abort'): void {
     if (this.finished) return;
     const level = f.error_code === 'RT0007' ? 'warn' : 'error';
     this.o.logger[level]({ code: f.error_code, invocation: this.id, epoch: this.epoch, failure_code: f.failure_code }, f.message);
@@ -320,7 +328,7 @@ export class Attempt {
     cmd.protocol_version = this.o.protocol_version;
     if (this.sdk_version) cmd.sdk_version = this.sdk_version;
     this.record({ attempt_ended: cmd });
-    this.close();
+    this.close(how);
   }
 
   /** The partition queues appends in call order, so the log sees the endpoint's messages in order. */
@@ -328,11 +336,12 @@ export class Attempt {
     this.o.append(kind).catch((err) => this.o.logger.error({ err, invocation: this.id }, 'cannot record a message of the attempt'));
   }
 
-  private close(): void {
+  private close(how: 'finish' | 'abort'): void {
     this.finished = true;
     clearTimeout(this.inactivity);
     clearTimeout(this.abortTimer);
-    this.stream?.abort();
+    if (how === 'finish') this.stream?.finish();
+    else this.stream?.abort();
     this.o.onClose();
   }
 

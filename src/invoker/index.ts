@@ -1,6 +1,7 @@
 import type { Config, RetryPolicy } from '../config/index.js';
 import { InvocationId } from '../common/ids.js';
 import type { Logger } from '../common/logger.js';
+import type { EndpointClient } from '../endpoint/client.js';
 import { Outcome, Then, type AttemptEnded } from '../log/commands.js';
 import type { PartitionProcessor } from '../partition/processor.js';
 import { Attempt, type AttemptDeployment, type AttemptFailure } from './attempt.js';
@@ -40,6 +41,7 @@ export class Invoker {
   constructor(
     private readonly config: Config,
     private readonly registry: DeploymentLookup,
+    private readonly endpoints: EndpointClient,
     private readonly logger: Logger,
   ) {}
 
@@ -197,6 +199,7 @@ export class Invoker {
       abort_timeout_ms: handler?.abort_timeout_ms ?? service?.abort_timeout_ms ?? this.config.worker.invoker.abort_timeout_ms,
       message_size_limit_bytes: this.config.worker.invoker.message_size_limit_bytes,
       append: (kind) => processor.append(kind),
+      endpoints: this.endpoints,
       failed,
       onClose: () => {
         if (this.live.get(id) === attempt) this.live.delete(id);

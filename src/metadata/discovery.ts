@@ -4,7 +4,7 @@ import http from 'node:http';
 import https from 'node:https';
 import http2 from 'node:http2';
 import { KeelError } from '../errors/index.js';
-import { invokeLambda, LambdaApiError, LambdaFunctionError, parseLambdaArn } from '../invoker/lambda.js';
+import { invokeLambda, LambdaApiError, LambdaFunctionError, parseLambdaArn } from '../endpoint/lambda.js';
 import type {
   DiscoveredEndpoint,
   DiscoveredService,

@@ -8,7 +8,7 @@ import type { Logger } from '../common/logger.js';
 import { newDeploymentId } from '../common/ids.js';
 import { KeelError } from '../errors/index.js';
 import { discover as defaultDiscover, normaliseUri, type DiscoveryTarget } from './discovery.js';
-import { parseLambdaArn } from '../invoker/lambda.js';
+import { parseLambdaArn } from '../endpoint/lambda.js';
 import { MetaLog, type MetaRecord } from './store.js';
 import type {
   DeploymentSchema,
