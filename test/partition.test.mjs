@@ -3,6 +3,7 @@
 import t from 'tap';
 import path from 'node:path';
 import { openWorkerStore } from '../dist/storage/store.js';
+import { GroupWriter } from '../dist/storage/group-writer.js';
 import { PartitionProcessor, verifyPartition } from '../dist/partition/processor.js';
 import { PartitionState } from '../dist/partition/state.js';
 import { fold } from '../dist/partition/fold/index.js';
@@ -58,7 +59,7 @@ async function setup(t) {
 
 t.test('group commit: commands issued in one tick share few store writes', async (t) => {
   const { db, stats, effects } = await setup(t);
-  const p = await PartitionProcessor.open(db, 0, false, effects, silentLogger);
+  const p = await PartitionProcessor.open(db, new GroupWriter(db), 0, false, effects, silentLogger);
   const N = 500;
   const cmds = [...Array(N).keys()].map(invoke);
   await Promise.all(cmds.map((c) => p.append(c)));
@@ -116,14 +117,14 @@ t.test('the fold is deterministic: the same log gives the same writes, byte for 
 
 t.test('reopening a partition restores its state and the attempts to restart', async (t) => {
   const { db, effects } = await setup(t);
-  const p = await PartitionProcessor.open(db, 1, true, effects, silentLogger);
+  const p = await PartitionProcessor.open(db, new GroupWriter(db), 1, true, effects, silentLogger);
   const cmds = [...Array(20).keys()].map(invoke);
   await Promise.all(cmds.map((c) => p.append(c)));
   const snapshot = JSON.stringify([...p.state.invocations.entries()].sort());
   await p.close();
   await t.rejects(p.append(invoke(99)), /closed/, 'a closed partition refuses commands');
 
-  const again = await PartitionProcessor.open(db, 1, true, effects, silentLogger);
+  const again = await PartitionProcessor.open(db, new GroupWriter(db), 1, true, effects, silentLogger);
   t.equal(JSON.stringify([...again.state.invocations.entries()].sort()), snapshot, 'same invocations after reopening');
   const starts = again.recoveryActions().filter((a) => a.kind === 'start').map((a) => a.id).sort();
   t.same(starts, cmds.map((c) => InvocationId.fromBytes(c.invoke.invocation_id).text).sort(), 'every running invocation restarts');

@@ -295,7 +295,7 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
         const result = await engine.run(b.query);
         // exactly `application/json`: with `; charset=utf-8` the CLI says the server "lacks JSON /query support"
         if (json) return reply.status(200).header('content-type', 'application/json').send(Buffer.from(JSON.stringify(toJson(result))));
-        return reply.status(200).type('application/vnd.apache.arrow.stream').send(Buffer.from(toArrow(result)));
+        return reply.status(200).type('application/vnd.apache.arrow.stream').send(Buffer.from(await toArrow(result)));
       } catch (err) {
         if (err instanceof QueryError) {
           req.log.warn({ status: err.status, err: err.message }, 'query failed');

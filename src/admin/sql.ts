@@ -19,11 +19,8 @@
 // comparison is bool, CAST the target type, MIN/MAX/FIRST_VALUE their argument's; anything
 // else is inferred from the values.
 
-import initSqlJs, { type Database, type SqlJsStatic, type SqlValue } from 'sql.js';
-import {
-  Binary, Bool, Field, Float64, Int64, Schema, Struct, RecordBatch, Table, TimeUnit, Timestamp, Uint64, Utf8,
-  makeData, tableToIPC, vectorFromArray, type DataType,
-} from 'apache-arrow';
+import type { Database, SqlJsStatic, SqlValue } from 'sql.js';
+import type { DataType } from 'apache-arrow';
 import { InvocationId } from '../common/ids.js';
 import type { Registry } from '../metadata/registry.js';
 import type { InvocationStatus } from '../partition/state.js';
@@ -477,11 +474,16 @@ export interface QueryResult {
   rows: SqlValue[][];
 }
 
+// sql.js (~30 ms) and Arrow (~150 ms) load on the first query that needs them, not at startup.
 let sqlJs: Promise<SqlJsStatic> | undefined;
 function sqlite(): Promise<SqlJsStatic> {
-  sqlJs ??= initSqlJs();
+  sqlJs ??= import('sql.js').then((m) => m.default());
   return sqlJs;
 }
+
+type Arrow = typeof import('apache-arrow');
+let arrowModule: Promise<Arrow> | undefined;
+const loadArrow = () => (arrowModule ??= import('apache-arrow'));
 
 const SQLITE_TYPE: Record<ColumnKind, string> = {
   utf8: 'TEXT', int64: 'INTEGER', uint64: 'INTEGER', float64: 'REAL', bool: 'BOOLEAN', ts: 'TEXT', binary: 'BLOB',
@@ -727,7 +729,8 @@ export function toJson(r: QueryResult): { rows: Array<Record<string, unknown>> }
   };
 }
 
-function arrowType(kind: ColumnKind): DataType {
+function arrowType(a: Arrow, kind: ColumnKind): DataType {
+  const { Utf8, Int64, Uint64, Float64, Bool, Timestamp, TimeUnit, Binary } = a;
   switch (kind) {
     case 'utf8':
       return new Utf8();
@@ -772,11 +775,13 @@ function arrowValue(kind: ColumnKind, v: SqlValue): unknown {
 }
 
 /** An Arrow IPC stream (schema, one record batch, end-of-stream). */
-export function toArrow(r: QueryResult): Uint8Array {
-  const fields = r.columns.map((c) => new Field(c.name, arrowType(c.kind), c.nullable));
+export async function toArrow(r: QueryResult): Promise<Uint8Array> {
+  const a = await loadArrow();
+  const { Field, Schema, Struct, RecordBatch, Table, makeData, tableToIPC, vectorFromArray } = a;
+  const fields = r.columns.map((c) => new Field(c.name, arrowType(a, c.kind), c.nullable));
   const children = r.columns.map((c, i) => {
     const values = r.rows.map((row) => arrowValue(c.kind, row[i]!));
-    return vectorFromArray(values, arrowType(c.kind)).data[0]!;
+    return vectorFromArray(values, arrowType(a, c.kind)).data[0]!;
   });
   const schema = new Schema(fields);
   const data = makeData({ type: new Struct(fields), length: r.rows.length, nullCount: 0, children });

@@ -5,7 +5,7 @@
 // The endpoint is the AWS one unless the environment says otherwise: the AWS SDK itself honours
 // AWS_ENDPOINT_URL_LAMBDA / AWS_ENDPOINT_URL (that is how tests point it at a local emulator).
 
-import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
+import type { LambdaClient } from '@aws-sdk/client-lambda';
 import { KeelError } from '../errors/index.js';
 
 export interface LambdaArn {
@@ -120,9 +120,16 @@ function assumeRoleProvider(region: string, roleArn: string): () => Promise<Cred
   };
 }
 
-function client(region: string, assumeRole: string | undefined): LambdaClient {
+/** The AWS SDK costs ~100 ms to load: only servers with function-platform deployments pay it. */
+let lambdaSdk: Promise<typeof import('@aws-sdk/client-lambda')> | undefined;
+const loadLambdaSdk = () => (lambdaSdk ??= import('@aws-sdk/client-lambda'));
+
+async function client(region: string, assumeRole: string | undefined): Promise<LambdaClient> {
   const key = `${region}|${assumeRole ?? ''}`;
   let c = clients.get(key);
+  if (c) return c;
+  const { LambdaClient } = await loadLambdaSdk();
+  c = clients.get(key);
   if (c) return c;
   const credentials = assumeRole
     ? assumeRoleProvider(region, assumeRole)
@@ -157,7 +164,8 @@ export async function invokeLambda(req: LambdaRequest): Promise<LambdaResponse> 
   const timer = req.timeoutMs !== undefined ? setTimeout(() => abort.abort(), req.timeoutMs) : undefined;
   let out;
   try {
-    out = await client(region, req.assume_role_arn).send(
+    const { InvokeCommand } = await loadLambdaSdk();
+    out = await (await client(region, req.assume_role_arn)).send(
       new InvokeCommand({ FunctionName: req.arn, Payload: Buffer.from(JSON.stringify(event)) }),
       { abortSignal: abort.signal },
     );

@@ -1,3 +1,4 @@
+import type { GroupWriter } from '../storage/group-writer.js';
 import type { Db } from '../storage/store.js';
 import { pad } from '../storage/store.js';
 
@@ -14,17 +15,19 @@ export class PartitionLog {
 
   private constructor(
     private readonly db: Db,
+    private readonly writer: GroupWriter | undefined,
     readonly partition: number,
     applied: number,
   ) {
     this.next_position = applied + 1;
   }
 
-  static async open(db: Db, partition: number): Promise<PartitionLog> {
+  /** Opens the log; without a writer it can only be read. */
+  static async open(db: Db, partition: number, writer?: GroupWriter): Promise<PartitionLog> {
     const raw = await db.get(appliedKey(partition));
     const applied = raw === undefined ? 0 : Number(raw.toString('utf8'));
     if (!Number.isSafeInteger(applied) || applied < 0) throw new Error(`partition ${partition}: corrupt applied position`);
-    return new PartitionLog(db, partition, applied);
+    return new PartitionLog(db, writer, partition, applied);
   }
 
   get applied_position(): number {
@@ -36,15 +39,19 @@ export class PartitionLog {
    * a machine crash (fsync), otherwise it is durable against a process crash.
    */
   async append(records: Buffer[], writes: StateWrite[], sync: boolean): Promise<number> {
-    const batch = this.db.batch();
-    for (const record of records) batch.put(logKey(this.partition, this.next_position++), record);
-    for (const [key, value] of writes) {
-      if (value === null) batch.del(key);
-      else batch.put(key, value);
-    }
-    batch.put(appliedKey(this.partition), Buffer.from(String(this.next_position - 1)));
-    await batch.write({ sync });
-    return this.next_position - 1;
+    if (this.writer === undefined) throw new Error(`partition ${this.partition}: the log was opened read-only`);
+    const first = this.next_position;
+    this.next_position += records.length;
+    const last = this.next_position - 1;
+    await this.writer.write((batch) => {
+      for (let i = 0; i < records.length; i++) batch.put(logKey(this.partition, first + i), records[i]!);
+      for (const [key, value] of writes) {
+        if (value === null) batch.del(key);
+        else batch.put(key, value);
+      }
+      batch.put(appliedKey(this.partition), Buffer.from(String(last)));
+    }, sync);
+    return last;
   }
 
   /** Records from `from` (inclusive) on, in order. */

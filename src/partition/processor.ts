@@ -2,6 +2,7 @@ import type { Logger } from '../common/logger.js';
 import { KeelError } from '../errors/index.js';
 import { decodeCommand, encodeCommand, type Command, type CommandKind } from '../log/commands.js';
 import { PartitionLog } from '../log/partition-log.js';
+import type { GroupWriter } from '../storage/group-writer.js';
 import type { Db } from '../storage/store.js';
 import { fold } from './fold/index.js';
 import {
@@ -48,8 +49,8 @@ export class PartitionProcessor {
   ) {}
 
   /** Opens the partition and loads its materialised state from the store. */
-  static async open(db: Db, partition: number, fsync: boolean, effects: Effects, logger: Logger): Promise<PartitionProcessor> {
-    const log = await PartitionLog.open(db, partition);
+  static async open(db: Db, writer: GroupWriter, partition: number, fsync: boolean, effects: Effects, logger: Logger): Promise<PartitionProcessor> {
+    const log = await PartitionLog.open(db, partition, writer);
     const state = await loadState(db, partition);
     return new PartitionProcessor(partition, log, state, fsync, effects, logger.child({ partition }));
   }

@@ -3,6 +3,7 @@ import { InvocationId } from '../common/ids.js';
 import type { Logger } from '../common/logger.js';
 import type { Invoker } from '../invoker/index.js';
 import { decodeCommand, type CommandKind } from '../log/commands.js';
+import { GroupWriter } from '../storage/group-writer.js';
 import type { Db } from '../storage/store.js';
 import { PartitionProcessor, type Effects } from './processor.js';
 import type { Action, InvocationStatus, OutboxEntry, Timer } from './state.js';
@@ -33,8 +34,9 @@ export class Worker implements Effects {
 
   async open(db: Db): Promise<void> {
     this.db = db;
+    const writer = new GroupWriter(db);
     for (let p = 0; p < this.config.worker.partitions; p++) {
-      this.processors.push(await PartitionProcessor.open(db, p, this.config.worker.storage_db.fsync, this, this.logger));
+      this.processors.push(await PartitionProcessor.open(db, writer, p, this.config.worker.storage_db.fsync, this, this.logger));
     }
   }
 

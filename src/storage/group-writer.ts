@@ -1,0 +1,60 @@
+import type { Db } from './store.js';
+
+type ChainedBatch = ReturnType<Db['batch']>;
+
+interface Submission {
+  fill: (batch: ChainedBatch) => void;
+  sync: boolean;
+  resolve: () => void;
+  reject: (err: Error) => void;
+}
+
+/** Submissions merged into one store write at most; past it the rest go in the next one. */
+const MAX_SUBMISSIONS_PER_WRITE = 256;
+
+/**
+ * Group commit across partitions: every write submitted while one is in flight goes into the
+ * next store write, together. A store write costs ~65 µs of CPU (~135 µs with fsync, measured
+ * here with classic-level) whatever its size, and an fsync ~2 ms of latency: one write for
+ * eight partitions' batches instead of eight keeps both flat as partitions are added.
+ * Each submission stays atomic (it is inside one batch) and submissions of one caller keep
+ * their order, since a caller waits for its write before submitting the next.
+ */
+export class GroupWriter {
+  private readonly pending: Submission[] = [];
+  private writing = false;
+
+  constructor(private readonly db: Db) {}
+
+  /** Resolves once `fill`'s operations are durable (fsynced when `sync`). */
+  write(fill: (batch: ChainedBatch) => void, sync: boolean): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.pending.push({ fill, sync, resolve, reject });
+      if (!this.writing) {
+        this.writing = true;
+        // The other partitions' flushes of this turn of the event loop join the same write.
+        setImmediate(() => void this.flush());
+      }
+    });
+  }
+
+  private async flush(): Promise<void> {
+    while (this.pending.length > 0) {
+      const group = this.pending.splice(0, MAX_SUBMISSIONS_PER_WRITE);
+      const batch = this.db.batch();
+      let sync = false;
+      try {
+        for (const s of group) {
+          s.fill(batch);
+          sync ||= s.sync;
+        }
+        await batch.write({ sync });
+      } catch (err) {
+        for (const s of group) s.reject(err as Error);
+        continue;
+      }
+      for (const s of group) s.resolve();
+    }
+    this.writing = false;
+  }
+}
