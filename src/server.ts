@@ -8,7 +8,7 @@ import { Invoker } from './invoker/index.js';
 import { EndpointClient } from './endpoint/client.js';
 import { Registry } from './metadata/registry.js';
 import { Worker } from './partition/worker.js';
-import { WorkerIntrospection } from './partition/introspection.js';
+import { WorkerIntrospection } from './admin/partition-source.js';
 import { openWorkerStore, type Db } from './storage/store.js';
 
 /** A running Keel node: store, registry, partitions, invoker, ingress and admin servers. */
@@ -35,7 +35,7 @@ export class KeelServer {
       const endpoints = new EndpointClient();
       const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }));
       const ingress = await createIngressServer({ config, registry, worker, logger });
-      const admin = await createAdminServer({ config, registry, logger, introspection: new WorkerIntrospection(worker, db) });
+      const admin = await createAdminServer({ config, registry, logger, introspection: new WorkerIntrospection(worker), failures: () => worker.failures() });
       await listen(ingress, config.ingress.bind_address, 'ingress');
       try {
         await listen(admin, config.admin.bind_address, 'admin');

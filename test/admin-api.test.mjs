@@ -58,7 +58,7 @@ t.test('version, health, api version prefixes', async (t) => {
   const nope = await call('GET', '/v4/nope');
   t.equal(nope.status, 404);
   t.same(Object.keys(nope.json).sort(), ['message', 'restate_code']);
-  t.equal(nope.json.restate_code, null);
+  t.equal(nope.json.restate_code, 'KEEL0004');
 });
 
 t.test('register, list, describe, services, handlers', async (t) => {
@@ -156,27 +156,31 @@ t.test('error bodies and statuses', async (t) => {
 
   const bad = await call('POST', '/v4/deployments', '{"uri": ');
   t.equal(bad.status, 400);
-  t.equal(bad.json.restate_code, null);
+  t.equal(bad.json.restate_code, 'KEEL0001');
   t.match(bad.json.message, /JSON/);
   const arr = await call('POST', '/v4/deployments', '[1,2]');
   t.equal(arr.status, 400);
+  t.equal(arr.json.restate_code, 'KEEL0001');
   const missing = await call('POST', '/v4/deployments', { force: true });
   t.equal(missing.status, 400);
   t.match(missing.json.message, /uri/);
+  t.equal(missing.json.restate_code, 'KEEL0007');
   const badType = await call('POST', '/v4/deployments', { uri: ep.uri, force: 'yes' });
   t.equal(badType.status, 400);
+  t.same([badType.json.restate_code, /force/.test(badType.json.message)], ['KEEL0002', true], 'the field is named');
   const badUri = await call('POST', '/v4/deployments', { uri: 'not a uri' });
   t.equal(badUri.status, 400);
+  t.equal(badUri.json.restate_code, 'KEEL0007');
 
   const malformed = await call('GET', '/v4/deployments/dp_doesnotexist');
   t.equal(malformed.status, 400);
-  t.equal(malformed.json.restate_code, null);
+  t.equal(malformed.json.restate_code, 'KEEL0003');
   const unknown = await call('GET', `/v4/deployments/${unknownId}`);
   t.equal(unknown.status, 404);
-  t.same(unknown.json, { message: `The requested deployment '${unknownId}' does not exist`, restate_code: null });
+  t.same(unknown.json, { message: `[KEEL0004] The requested deployment '${unknownId}' does not exist`, restate_code: 'KEEL0004' });
   const noSvc = await call('GET', '/v4/services/NoSuch');
   t.equal(noSvc.status, 404);
-  t.same(noSvc.json, { message: "The requested service 'NoSuch' does not exist", restate_code: null });
+  t.same(noSvc.json, { message: "[KEEL0004] The requested service 'NoSuch' does not exist", restate_code: 'KEEL0004' });
 
   const code = await call('GET', '/v4/errors/META0004');
   t.equal(code.status, 200);

@@ -28,14 +28,14 @@ t.test('PATCH /invocations/{id}/{action} and DELETE /invocations/{id}', async (t
   const { ids } = source;
   const bad = await call(base, 'PATCH', '/v4/invocations/inv_notvalid/kill');
   t.equal(bad.status, 400);
-  t.same(bad.json, { message: "The request field 'invocation_id' is invalid. Reason: bad format", restate_code: null });
+  t.same(bad.json, { message: "[KEEL0003] The request field 'invocation_id' is invalid. Reason: bad format", restate_code: 'KEEL0003' });
   const unknown = newId();
   const nf = await call(base, 'PATCH', `/v4/invocations/${unknown}/purge`);
   t.equal(nf.status, 404);
-  t.same(nf.json, { message: `The requested invocation '${unknown}' does not exist`, restate_code: null });
+  t.same(nf.json, { message: `[KEEL0004] The requested invocation '${unknown}' does not exist`, restate_code: 'KEEL0004' });
   const done = await call(base, 'PATCH', `/invocations/${ids.completed}/kill`);
   t.equal(done.status, 409);
-  t.same(done.json, { message: `The invocation '${ids.completed}' was already completed.`, restate_code: null });
+  t.same(done.json, { message: `[KEEL0008] The invocation '${ids.completed}' was already completed.`, restate_code: 'KEEL0008' });
   t.equal((await call(base, 'PATCH', `/v4/invocations/${ids.running}/cancel`)).status, 202);
   t.equal((await call(base, 'PATCH', `/v3/invocations/${ids.running}/pause`)).status, 202);
   t.equal((await call(base, 'PATCH', `/v2/invocations/${ids.running}/resume`)).status, 200);
@@ -71,7 +71,7 @@ t.test('POST /services/{svc}/state', async (t) => {
   const { base, source } = await startAdmin(t);
   const svc = await call(base, 'POST', '/v4/services/Greeter/state', { object_key: 'x', new_state: {} });
   t.equal(svc.status, 400);
-  t.same(svc.json, { message: 'Cannot modify state for service type Service', restate_code: null });
+  t.same(svc.json, { message: '[KEEL0002] Cannot modify state for service type Service', restate_code: 'KEEL0002' });
   t.equal((await call(base, 'POST', '/v4/services/Nope/state', { object_key: 'x', new_state: {} })).status, 404);
   t.equal((await call(base, 'POST', '/v4/services/Counter/state', { new_state: {} })).status, 400);
   t.equal((await call(base, 'POST', '/v4/services/Counter/state', { object_key: 'c1', new_state: { a: [300] } })).status, 400);

@@ -338,10 +338,12 @@ t.test('errors', async (t) => {
   const syntax = await query(base, 'SELECT id FROM sys_invocation WHERE');
   t.equal(syntax.status, 400);
   const schema = await query(base, 'SELECT nope FROM sys_invocation', { json: false });
-  t.equal(schema.status, 500);
+  t.equal(schema.status, 400, 'an unknown column is the query\'s fault');
   t.match(schema.body.message, /nope/);
+  t.equal(schema.body.restate_code, 'KEEL0010');
   const table = await query(base, 'SELECT * FROM nope');
-  t.equal(table.status, 500);
+  t.equal(table.status, 400, 'so is an unknown table');
+  t.equal(table.body.restate_code, 'KEEL0010');
   for (const body of [{}, { query: 5 }, [], 'null']) {
     const res = await fetch(base + '/v4/query', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
     t.ok(res.status === 400 || res.status === 422, String(res.status));

@@ -15,8 +15,8 @@ import path from 'node:path';
 import * as restate from '@restatedev/restate-sdk';
 import { ClassicLevel } from 'classic-level';
 import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
-import { invocationRow, getInvocation, adminCall, FAST_RETRY } from './services/p2b-common.mjs';
-import { outputAndEnd } from './services/p3-raw.mjs';
+import { invocationRow, getInvocation, adminCall, FAST_RETRY } from './services/invocation-helpers.mjs';
+import { outputAndEnd } from './services/raw-endpoint.mjs';
 
 const UNLIMITED = { ...FAST_RETRY, KEEL_DEFAULT_RETRY_POLICY__MAX_ATTEMPTS: 'unlimited' };
 
@@ -159,7 +159,6 @@ t.test('RT0014: an invocation pinned to protocol v6 cannot resume on a deploymen
   // (same deployment id, new protocol range).
   ep.manifest.minProtocolVersion = 7;
   ep.manifest.maxProtocolVersion = 7;
-  answer.current = succeed('v7 ok');
   const re = await adminCall(keel, 'POST', '/deployments', { uri: ep.uri, force: true });
   t.ok(re.status < 300, re.text);
   t.equal(re.json.id, dep.id);
@@ -170,6 +169,9 @@ t.test('RT0014: an invocation pinned to protocol v6 cannot resume on a deploymen
   const callsAtRt0014 = ep.calls.length;
   await new Promise((r) => setTimeout(r, 300));
   t.equal(ep.calls.length, callsAtRt0014, 'no attempt reaches the endpoint with the unsupported version');
+  // Only now does the endpoint succeed: had it earlier, a retry still on v6 (before the
+  // re-registration landed) would have completed the invocation.
+  answer.current = succeed('v7 ok');
   await stillServing(t, keel, 'rt0014');
 
   // Remedy: kill the invocation.

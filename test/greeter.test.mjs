@@ -43,14 +43,15 @@ t.test('/send answers 202 at once and the invocation completes in the background
   t.ok(m.at - n.at >= 500, 'the reminder ran after the sleep');
 });
 
-t.test('unknown service and unknown handler: 404 with {code, message}', async (t) => {
+t.test('unknown service and unknown handler: 404 with {code, message, restate_code}', async (t) => {
   const keel = await startKeel(t);
   await register(keel, await serveServices(t, [greeter]));
   for (const path of ['/Nope/greet', '/Greeter/nope', '/Nope/greet/send', '/Greeter/nope/send']) {
     const r = await ingress(keel, path, { name: 'x' });
     t.equal(r.status, 404, path);
     t.match(r.headers.get('content-type'), /^application\/json/, path);
-    t.same(Object.keys(r.body).sort(), ['code', 'message'], path);
+    t.same(Object.keys(r.body).sort(), ['code', 'message', 'restate_code'], path);
+    t.equal(r.body.restate_code, 'KEEL0011', path);
     t.equal(r.body.code, 404, path);
     t.type(r.body.message, 'string');
     t.ok(r.body.message.length > 0);

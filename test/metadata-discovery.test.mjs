@@ -1,5 +1,6 @@
 import t from 'tap';
-import { discover, discoverUrl, MANIFEST_ACCEPT } from '../dist/metadata/discovery.js';
+import { discover, discoverUrl } from '../dist/metadata/discovery.js';
+import { MANIFEST_ACCEPT } from '../dist/protocol/versions.js';
 import {
   serveH2, serveH1, serveRawH1, serveRawH2, deadPort, greeter, counter, signup, manifest,
 } from './services/meta-helpers.mjs';

@@ -154,7 +154,7 @@ t.test('update in place: META0016, shared destination, META0017', async (t) => {
   await rejectsCode(t, reg.updateInPlace(da.id, {}), 'META0016', 409, /Counter/);
   a.use([greeterAsObject, counter]);
   await rejectsCode(t, reg.updateInPlace(da.id, {}), 'META0016', 409, /type/);
-  await rejectsCode(t, reg.updateInPlace(unknownId, {}), undefined, 404);
+  await rejectsCode(t, reg.updateInPlace(unknownId, {}), 'KEEL0004', 404);
 
   // Protocol versions must stay exactly equal.
   const raw = await serveRawH1(t, { body: manifest({ minProtocolVersion: 5, maxProtocolVersion: 6, services: [{ name: 'Counter', ty: 'VIRTUAL_OBJECT', handlers: [{ name: 'add' }, { name: 'get', ty: 'SHARED' }] }] }) });

@@ -4,8 +4,9 @@ import t from 'tap';
 import { COMPLETED_IN_MEMORY, PartitionState } from '../dist/partition/state.js';
 import { fold } from '../dist/partition/fold/index.js';
 import { Outcome } from '../dist/log/commands.js';
-import { MessageType, encode, pb } from '../dist/invoker/messages.js';
+import { MessageType, encode, pb } from '../dist/protocol/messages.js';
 import { InvocationId, idempotentInvocationId } from '../dist/common/ids.js';
+import { invocationsTable } from '../dist/storage/tables/invocations.js';
 
 /** A partition state over an in-memory "store" that receives every batch's writes. */
 function partition() {
@@ -22,6 +23,7 @@ function partition() {
 
 function complete(apply, id, result) {
   apply({
+    kind: 'journal_append',
     journal_append: {
       invocation_id: id.bytes,
       epoch: 0,
@@ -29,7 +31,7 @@ function complete(apply, id, result) {
       entry: Buffer.from(encode(pb.Output, { value: { content: Buffer.from(JSON.stringify(result)) } })),
     },
   });
-  apply({ attempt_ended: { invocation_id: id.bytes, epoch: 0, outcome: Outcome.END } });
+  apply({ kind: 'attempt_ended', attempt_ended: { invocation_id: id.bytes, epoch: 0, outcome: Outcome.END } });
 }
 
 t.test('memory holds a bounded number of completed invocations; the rest come back from the store', async (t) => {
@@ -39,7 +41,7 @@ t.test('memory holds a bounded number of completed invocations; the rest come ba
   for (let i = 0; i < total; i++) {
     const id = idempotentInvocationId('Svc', '', 'h', `key-${i}`);
     ids.push(id);
-    apply({ invoke: { invocation_id: id.bytes, service: 'Svc', handler: 'h', idempotency_key: `key-${i}`, service_type: 'Service' } });
+    apply({ kind: 'invoke', invoke: { invocation_id: id.bytes, service: 'Svc', handler: 'h', idempotency_key: `key-${i}`, service_type: 'Service' } });
     complete(apply, id, i);
   }
   t.ok(state.invocations.size <= COMPLETED_IN_MEMORY, `in memory: ${state.invocations.size}`);
@@ -47,29 +49,29 @@ t.test('memory holds a bounded number of completed invocations; the rest come ba
   const first = state.status(ids[0].text);
   t.equal(first?.status, 'completed', 'read back from the store');
   t.equal(Buffer.from(first.result.value, 'base64').toString(), '0');
-  t.same(JSON.parse(store.get(state.statusKey(ids[0].text)).toString()), first, 'same content as stored');
+  t.same(JSON.parse(store.get(invocationsTable.key(0, ids[0].text)).toString()), first, 'same content as stored');
 
   // A repeat of an evicted idempotent request lands on the existing invocation: nothing new starts.
   const before = store.size;
   const actions = [];
-  fold({ state, actions, now_ms: 9e9 }, { timestamp_ms: 9e9, invoke: { invocation_id: ids[1].bytes, service: 'Svc', handler: 'h', idempotency_key: 'key-1', service_type: 'Service' } });
+  fold({ state, actions, now_ms: 9e9 }, { timestamp_ms: 9e9, kind: 'invoke', invoke: { invocation_id: ids[1].bytes, service: 'Svc', handler: 'h', idempotency_key: 'key-1', service_type: 'Service' } });
   t.same(actions, [], 'no attempt for a request that already completed');
   t.equal(state.takeWrites().length, 0);
   t.equal(store.size, before);
 
   // Purging an evicted invocation removes it from the store.
-  apply({ purge: { invocation_id: ids[2].bytes } });
+  apply({ kind: 'purge', purge: { invocation_id: ids[2].bytes } });
   t.equal(state.status(ids[2].text), undefined);
-  t.equal(store.get(state.statusKey(ids[2].text)), undefined);
+  t.equal(store.get(invocationsTable.key(0, ids[2].text)), undefined);
 });
 
 t.test('running invocations are never evicted', async (t) => {
   const { state, apply } = partition();
   const running = InvocationId.fromBytes(idempotentInvocationId('Svc', '', 'h', 'running').bytes);
-  apply({ invoke: { invocation_id: running.bytes, service: 'Svc', handler: 'h', service_type: 'Service' } });
+  apply({ kind: 'invoke', invoke: { invocation_id: running.bytes, service: 'Svc', handler: 'h', service_type: 'Service' } });
   for (let i = 0; i < COMPLETED_IN_MEMORY + 10; i++) {
     const id = idempotentInvocationId('Svc', '', 'h', `c-${i}`);
-    apply({ invoke: { invocation_id: id.bytes, service: 'Svc', handler: 'h', service_type: 'Service' } });
+    apply({ kind: 'invoke', invoke: { invocation_id: id.bytes, service: 'Svc', handler: 'h', service_type: 'Service' } });
     complete(apply, id, i);
   }
   t.equal(state.invocations.get(running.text)?.status, 'running');

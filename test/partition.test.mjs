@@ -4,17 +4,21 @@ import t from 'tap';
 import path from 'node:path';
 import { openWorkerStore } from '../dist/storage/store.js';
 import { GroupWriter } from '../dist/storage/group-writer.js';
-import { PartitionProcessor, verifyPartition } from '../dist/partition/processor.js';
+import { PartitionProcessor } from '../dist/partition/processor.js';
+import { recoveryActions } from '../dist/partition/recovery.js';
+import { verifyPartition } from '../dist/partition/verify.js';
+import { invocationsTable } from '../dist/storage/tables/invocations.js';
 import { PartitionState } from '../dist/partition/state.js';
 import { fold } from '../dist/partition/fold/index.js';
 import { decodeCommand } from '../dist/log/commands.js';
-import { PartitionLog } from '../dist/log/partition-log.js';
+import { EmbeddedLog } from '../dist/log/partition-log.js';
 import { InvocationId, randomPartitionKey } from '../dist/common/ids.js';
 import { silentLogger } from '../dist/common/logger.js';
 import { tempDir } from './helpers/keel.mjs';
 
 function invoke(i) {
   return {
+    kind: 'invoke',
     invoke: {
       invocation_id: InvocationId.random(randomPartitionKey()).bytes,
       service: 'Svc',
@@ -50,7 +54,7 @@ async function setup(t) {
       // action names is already stored.
       const stored = actions
         .filter((a) => a.kind === 'start')
-        .every((a) => db.getSync(processor.state.statusKey(a.id)) !== undefined);
+        .every((a) => db.getSync(invocationsTable.key(processor.partition, a.id)) !== undefined);
       stats.executes.push({ actions: actions.length, starts: actions.filter((a) => a.kind === 'start').length, stored });
     },
   };
@@ -59,7 +63,7 @@ async function setup(t) {
 
 t.test('group commit: commands issued in one tick share few store writes', async (t) => {
   const { db, stats, effects } = await setup(t);
-  const p = await PartitionProcessor.open(db, new GroupWriter(db), 0, false, effects, silentLogger);
+  const p = await PartitionProcessor.open(db, new GroupWriter(db), 0, { fsync: false, effects, logger: silentLogger });
   const N = 500;
   const cmds = [...Array(N).keys()].map(invoke);
   await Promise.all(cmds.map((c) => p.append(c)));
@@ -68,7 +72,7 @@ t.test('group commit: commands issued in one tick share few store writes', async
   t.ok(stats.executes.every((e) => e.stored), 'actions ran after their batch was durable');
 
   // The log holds every command, in the order they were appended.
-  const log = await PartitionLog.open(db, 0);
+  const log = await EmbeddedLog.open(db, 0);
   t.equal(log.applied_position, N);
   const handlers = [];
   const positions = [];
@@ -117,22 +121,38 @@ t.test('the fold is deterministic: the same log gives the same writes, byte for 
 
 t.test('reopening a partition restores its state and the attempts to restart', async (t) => {
   const { db, effects } = await setup(t);
-  const p = await PartitionProcessor.open(db, new GroupWriter(db), 1, true, effects, silentLogger);
+  const p = await PartitionProcessor.open(db, new GroupWriter(db), 1, { fsync: true, effects, logger: silentLogger });
   const cmds = [...Array(20).keys()].map(invoke);
   await Promise.all(cmds.map((c) => p.append(c)));
   const snapshot = JSON.stringify([...p.state.invocations.entries()].sort());
   await p.close();
   await t.rejects(p.append(invoke(99)), /closed/, 'a closed partition refuses commands');
 
-  const again = await PartitionProcessor.open(db, new GroupWriter(db), 1, true, effects, silentLogger);
+  const again = await PartitionProcessor.open(db, new GroupWriter(db), 1, { fsync: true, effects, logger: silentLogger });
   t.equal(JSON.stringify([...again.state.invocations.entries()].sort()), snapshot, 'same invocations after reopening');
-  const starts = again.recoveryActions().filter((a) => a.kind === 'start').map((a) => a.id).sort();
+  const starts = recoveryActions(again.state).filter((a) => a.kind === 'start').map((a) => a.id).sort();
   t.same(starts, cmds.map((c) => InvocationId.fromBytes(c.invoke.invocation_id).text).sort(), 'every running invocation restarts');
   // New appends continue the log after the recovered position.
   await again.append(invoke(20));
-  t.equal((await PartitionLog.open(db, 1)).applied_position, 21);
+  t.equal((await EmbeddedLog.open(db, 1)).applied_position, 21);
   t.same(await verifyPartition(db, 1), []);
   // Other partitions in the same store are untouched.
   t.same(await verifyPartition(db, 0), []);
-  t.equal((await PartitionLog.open(db, 0)).applied_position, 0);
+  t.equal((await EmbeddedLog.open(db, 0)).applied_position, 0);
+});
+
+t.test('a fold that throws stops the partition: nothing of the batch is written, every append is refused', async (t) => {
+  const { db, effects } = await setup(t);
+  const p = await PartitionProcessor.open(db, new GroupWriter(db), 2, { fsync: false, effects, logger: silentLogger });
+  await p.append(invoke(1));
+  const before = (await EmbeddedLog.open(db, 2)).applied_position;
+  const good = p.append(invoke(2));
+  // A command without an invocation id breaks the fold's invariants, in the same batch as a good one.
+  const bad = p.append({ kind: 'manage', manage: { action: 0 } });
+  await t.rejects(bad, { code: 'KEEL0503', status: 503 });
+  await t.rejects(good, { code: 'KEEL0503' }, 'the whole batch fails with it');
+  await t.rejects(p.append(invoke(3)), { code: 'KEEL0503' }, 'later appends are refused');
+  t.match(p.health, { partition: 2, reason: /without a valid invocation id/ });
+  t.equal((await EmbeddedLog.open(db, 2)).applied_position, before, 'nothing was written');
+  t.same(await verifyPartition(db, 2), [], 'the store is still the fold of its log');
 });

@@ -2,10 +2,10 @@
 // survive a restart, and the rebuild check (state folded again from the log equals the store).
 import t from 'tap';
 import path from 'node:path';
-import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
+import { startKeel, serveServices, register, ingress, eventually, query } from './helpers/keel.mjs';
 import { countingGreeter, failingServices, workService } from './services/core-services.mjs';
 import { openWorkerStore } from '../dist/storage/store.js';
-import { verifyPartition } from '../dist/partition/processor.js';
+import { verifyPartition } from '../dist/partition/verify.js';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -46,6 +46,8 @@ t.test('SIGKILL while a call waits: the call is lost, the invocation is not', as
   await register(keel, await serveServices(t, [g.service]));
   const pending = ingress(keel, '/Greeter/greet', { name: 'Waiting' }).catch((err) => err);
   await eventually(() => g.count('Notification', 'Waiting') === 1);
+  // ctx.run is at-least-once until its result is durable: kill only once it is journalled.
+  await eventually(async () => (await query(keel, "SELECT count(*) AS n FROM sys_journal WHERE entry_type = 'Notification: Run'"))[0].n >= 1);
   await keel.restart();
   t.type(await pending, Error, 'the client connection died with the server');
   await eventually(() => g.count('Reminder', 'Waiting') === 1);

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { parseDuration_ms, parseSize_bytes } from '../dist/config/units.js';
+import { parseDuration_ms, parseSize_bytes } from '../dist/common/units.js';
 
 t.test('durations', async (t) => {
   t.equal(parseDuration_ms('10s'), 10_000);

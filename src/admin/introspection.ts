@@ -4,8 +4,7 @@
 import { createHash } from 'node:crypto';
 import type { InvocationStatus } from '../partition/state.js';
 import type { Registry } from '../metadata/registry.js';
-import { entryTypeName } from '../invoker/messages.js';
-import type { ColumnKind } from './sql.js';
+import { entryTypeName } from '../protocol/messages.js';
 
 export interface JournalRow {
   index: number;
@@ -68,6 +67,8 @@ export function stateVersion(entries: Iterable<[string, Buffer]>): string {
 
 // ---------------------------------------------------------------------------------------------
 // Table schemas. Kinds drive both the SQLite declaration and the output encoding.
+
+export type ColumnKind = 'utf8' | 'int64' | 'uint64' | 'float64' | 'bool' | 'ts' | 'binary';
 
 export type TableSchema = Array<[name: string, kind: ColumnKind]>;
 

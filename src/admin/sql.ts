@@ -22,20 +22,13 @@
 import type { Database, SqlJsStatic, SqlValue } from 'sql.js';
 import type { DataType } from 'apache-arrow';
 import { InvocationId } from '../common/ids.js';
+import { KeelError } from '../errors/index.js';
 import type { Registry } from '../metadata/registry.js';
 import type { InvocationStatus } from '../partition/state.js';
 import {
   INFORMATION_SCHEMA_COLUMNS, INFORMATION_SCHEMA_TABLES, TABLES, deploymentRows, invocationRow, invocationStatusRow,
-  journalRowToSql, promiseRow, serviceRows, stateRow, ts, type IntrospectionSource, type Row, type TableSchema,
+  journalRowToSql, promiseRow, serviceRows, stateRow, ts, type ColumnKind, type IntrospectionSource, type Row, type TableSchema,
 } from './introspection.js';
-
-export type ColumnKind = 'utf8' | 'int64' | 'uint64' | 'float64' | 'bool' | 'ts' | 'binary';
-
-export class QueryError extends Error {
-  constructor(readonly status: number, message: string) {
-    super(message);
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Tokenizer
@@ -63,13 +56,13 @@ export function tokenize(sql: string): Token[] {
       out.push({ t: 'comment', v: sql.slice(start, i) });
     } else if (c === '/' && sql[i + 1] === '*') {
       const end = sql.indexOf('*/', i + 2);
-      if (end < 0) throw new QueryError(400, 'SQL error: ParserError("Unterminated block comment")');
+      if (end < 0) throw new KeelError('KEEL0010', 'SQL error: ParserError("Unterminated block comment")');
       i = end + 2;
       out.push({ t: 'comment', v: sql.slice(start, i) });
     } else if (c === "'" || c === '"' || c === '`') {
       i++;
       for (;;) {
-        if (i >= n) throw new QueryError(400, `SQL error: TokenizerError("Unterminated ${c === "'" ? 'string literal' : 'delimited identifier'} at position ${start}")`);
+        if (i >= n) throw new KeelError('KEEL0010', `SQL error: TokenizerError("Unterminated ${c === "'" ? 'string literal' : 'delimited identifier'} at position ${start}")`);
         if (sql[i] === c) {
           if (sql[i + 1] === c) {
             i += 2;
@@ -213,7 +206,7 @@ function rewriteFirstValue(toks: Token[]): void {
     let keyToks = toks.slice(by + 1, endKey);
     const nulls = keyToks.findIndex((x) => isKw(x, 'NULLS'));
     if (nulls >= 0) keyToks = keyToks.slice(0, nulls);
-    if (keyToks.some((x) => isOp(x, ','))) throw new QueryError(500, 'This feature is not implemented: FIRST_VALUE with more than one ORDER BY key');
+    if (keyToks.some((x) => isOp(x, ','))) throw new KeelError('KEEL0010', 'This feature is not implemented: FIRST_VALUE with more than one ORDER BY key');
     const value = toks.slice(open + 1, order);
     const fn = desc !== last ? 'keel_first_by_desc' : 'keel_first_by';
     toks.splice(i, close - i + 1, { t: 'ident', v: fn }, { t: 'op', v: '(' }, ...value, { t: 'op', v: ',' }, ...keyToks, { t: 'op', v: ')' });
@@ -284,11 +277,11 @@ export function rewrite(sql: string): Rewritten {
   let end = toks.length;
   while (end > 0 && (!sig(toks[end - 1]) || isOp(toks[end - 1], ';'))) end--;
   toks.length = end;
-  if (toks.some((x) => isOp(x, ';'))) throw new QueryError(400, 'SQL error: ParserError("only one statement per query is supported")');
+  if (toks.some((x) => isOp(x, ';'))) throw new KeelError('KEEL0010', 'SQL error: ParserError("only one statement per query is supported")');
   const first = toks.find(sig);
-  if (!first) throw new QueryError(400, 'SQL error: ParserError("Expected: an SQL statement, found: EOF")');
+  if (!first) throw new KeelError('KEEL0010', 'SQL error: ParserError("Expected: an SQL statement, found: EOF")');
   if (!isKw(first, 'SELECT', 'WITH', 'VALUES', 'EXPLAIN') && !isOp(first, '(')) {
-    throw new QueryError(400, `SQL error: ParserError("Expected: an SQL statement, found: ${first.v}")`);
+    throw new KeelError('KEEL0010', `SQL error: ParserError("Expected: an SQL statement, found: ${first.v}")`);
   }
   rewriteIdentifiers(toks);
   rewriteCasts(toks);
@@ -523,13 +516,13 @@ function keelFirstBy(desc: boolean) {
   };
 }
 
-function classify(err: unknown): QueryError {
-  if (err instanceof QueryError) return err;
+function classify(err: unknown): KeelError {
+  if (err instanceof KeelError) return err;
   const msg = (err as Error)?.message ?? String(err);
-  if (/syntax error|incomplete input|unrecognized token|unterminated/i.test(msg)) return new QueryError(400, `SQL error: ParserError("${msg}")`);
-  if (/no such column|ambiguous column/i.test(msg)) return new QueryError(500, `Schema error: ${msg}`);
-  if (/no such table/i.test(msg)) return new QueryError(500, `Error during planning: table not found: ${msg}`);
-  return new QueryError(500, `Error during planning: ${msg}`);
+  if (/syntax error|incomplete input|unrecognized token|unterminated/i.test(msg)) return new KeelError('KEEL0010', `SQL error: ParserError("${msg}")`);
+  if (/no such column|ambiguous column/i.test(msg)) return new KeelError('KEEL0010', `Schema error: ${msg}`);
+  if (/no such table/i.test(msg)) return new KeelError('KEEL0010', `Error during planning: table not found: ${msg}`);
+  return new KeelError('KEEL0010', `Error during planning: ${msg}`);
 }
 
 export class QueryEngine {

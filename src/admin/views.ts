@@ -1,7 +1,7 @@
 // JSON shapes of the admin API (Restate 1.7 compatible) built from the registry's schemas.
 
 import type { Config } from '../config/index.js';
-import { formatDuration } from '../config/units.js';
+import { formatDuration } from '../common/units.js';
 import type { DeploymentSchema, HandlerSchema, RetryPolicyOverride, ServiceSchema } from '../metadata/types.js';
 
 function onMax(v: 'pause' | 'kill'): 'Pause' | 'Kill' {

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse as parseToml, TomlError } from 'smol-toml';
 import { KeelError } from '../errors/index.js';
-import { parseDuration_ms, parseSize_bytes } from './units.js';
+import { parseDuration_ms, parseSize_bytes } from '../common/units.js';
 
 export interface RetryPolicy {
   initial_interval_ms: number;
@@ -302,38 +302,39 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
   }
 
   const kafka_clusters = parseKafkaClusters(lookup(fileValues, KAFKA_CLUSTERS), file, text);
-  const r = raw as any;
-  const baseDir: string = r.base_dir;
+  // Every value was coerced to its schema kind above.
+  const v = <T>(path: string): T => lookup(raw, path) as T;
+  const baseDir = v<string>('base_dir');
   return {
     base_dir: baseDir,
-    ingress: { bind_address: r.ingress.bind_address, kafka_clusters },
-    admin: { bind_address: r.admin.bind_address },
-    meta: { storage_path: r.meta.storage_path ?? join(baseDir, 'meta') },
+    ingress: { bind_address: v<string>('ingress.bind_address'), kafka_clusters },
+    admin: { bind_address: v<string>('admin.bind_address') },
+    meta: { storage_path: v<string | undefined>('meta.storage_path') ?? join(baseDir, 'meta') },
     worker: {
-      partitions: r.worker.partitions,
-      storage_db: { path: r.worker.storage_db.path ?? join(baseDir, 'worker'), fsync: r.worker.storage_db.fsync },
+      partitions: v<number>('worker.partitions'),
+      storage_db: { path: v<string | undefined>('worker.storage_db.path') ?? join(baseDir, 'worker'), fsync: v<boolean>('worker.storage_db.fsync') },
       invoker: {
-        inactivity_timeout_ms: r.worker.invoker.inactivity_timeout,
-        abort_timeout_ms: r.worker.invoker.abort_timeout,
-        message_size_limit_bytes: r.worker.invoker.message_size_limit,
-        concurrent_invocations_limit: r.worker.invoker.concurrent_invocations_limit,
+        inactivity_timeout_ms: v<number>('worker.invoker.inactivity_timeout'),
+        abort_timeout_ms: v<number>('worker.invoker.abort_timeout'),
+        message_size_limit_bytes: v<number>('worker.invoker.message_size_limit'),
+        concurrent_invocations_limit: v<number>('worker.invoker.concurrent_invocations_limit'),
       },
-      cleanup_interval_ms: r.worker.cleanup_interval,
+      cleanup_interval_ms: v<number>('worker.cleanup_interval'),
     },
     default_retry_policy: {
-      initial_interval_ms: r.default_retry_policy.initial_interval,
-      exponentiation_factor: r.default_retry_policy.exponentiation_factor,
-      max_interval_ms: r.default_retry_policy.max_interval,
-      max_attempts: r.default_retry_policy.max_attempts,
-      on_max_attempts: r.default_retry_policy.on_max_attempts,
+      initial_interval_ms: v<number>('default_retry_policy.initial_interval'),
+      exponentiation_factor: v<number>('default_retry_policy.exponentiation_factor'),
+      max_interval_ms: v<number>('default_retry_policy.max_interval'),
+      max_attempts: v<number | undefined>('default_retry_policy.max_attempts'),
+      on_max_attempts: v<'pause' | 'kill'>('default_retry_policy.on_max_attempts'),
     },
     // The default is bounded by the maximum too (RT0022 applies to it as to manifest values).
     default_journal_retention_ms:
-      r.max_journal_retention !== undefined ? Math.min(r.default_journal_retention, r.max_journal_retention) : r.default_journal_retention,
-    max_journal_retention_ms: r.max_journal_retention,
-    default_idempotency_retention_ms: r.default_idempotency_retention,
-    default_workflow_completion_retention_ms: r.default_workflow_completion_retention,
-    log: { level: r.log.level, format: r.log.format },
+      Math.min(v<number>('default_journal_retention'), v<number | undefined>('max_journal_retention') ?? Number.POSITIVE_INFINITY),
+    max_journal_retention_ms: v<number | undefined>('max_journal_retention'),
+    default_idempotency_retention_ms: v<number>('default_idempotency_retention'),
+    default_workflow_completion_retention_ms: v<number>('default_workflow_completion_retention'),
+    log: { level: v<string>('log.level'), format: v<'pretty' | 'json' | 'auto'>('log.format') },
   };
 }
 

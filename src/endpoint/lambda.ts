@@ -6,7 +6,7 @@
 // AWS_ENDPOINT_URL_LAMBDA / AWS_ENDPOINT_URL (that is how tests point it at a local emulator).
 
 import type { LambdaClient } from '@aws-sdk/client-lambda';
-import { KeelError } from '../errors/index.js';
+import { KeelError, keelError } from '../errors/index.js';
 
 export interface LambdaArn {
   arn: string;
@@ -21,18 +21,18 @@ const ARN = /^arn:(aws[a-zA-Z-]*):lambda:([a-z0-9-]+):(\d{12}):function:([a-zA-Z
 
 /** Parses a function ARN; it must carry a version or alias (a qualified ARN). 400 otherwise. */
 export function parseLambdaArn(arn: unknown): LambdaArn {
-  if (typeof arn !== 'string') throw new KeelError(undefined, 'the field arn must be a string', 400);
+  if (typeof arn !== 'string') throw keelError('KEEL0002', { field: 'arn', expected: 'a string' });
   const m = ARN.exec(arn.trim());
   if (!m) {
     throw new KeelError(
-      undefined,
+      'KEEL0007',
       `invalid Lambda ARN '${arn}': expected arn:<partition>:lambda:<region>:<account>:function:<name>:<version or alias>`,
       400,
     );
   }
   if (m[5] === undefined) {
     throw new KeelError(
-      undefined,
+      'KEEL0007',
       `invalid Lambda ARN '${arn}': A qualified ARN needs a version or alias suffix. If you want to use the unpublished version, ` +
         `provide $LATEST and make sure your shell doesn't expand it`,
       400,
@@ -100,6 +100,17 @@ function hasAwsCredentials(): boolean {
 
 type Credentials = { accessKeyId: string; secretAccessKey: string; sessionToken?: string; expiration?: Date };
 
+/** The part of the AWS SDK's STS client that assuming a role uses (loaded on demand, untyped package path). */
+interface StsModule {
+  STSClient: new (config: { region: string; maxAttempts: number; credentials: unknown }) => {
+    send(command: unknown): Promise<{ Credentials?: { AccessKeyId?: string; SecretAccessKey?: string; SessionToken?: string; Expiration?: Date } }>;
+  };
+  AssumeRoleCommand: new (input: { RoleArn: string; RoleSessionName: string }) => unknown;
+}
+interface CredentialProviderModule {
+  defaultProvider(): unknown;
+}
+
 /** Credentials of an assumed role, refreshed a minute before they expire. */
 function assumeRoleProvider(region: string, roleArn: string): () => Promise<Credentials> {
   let cached: Credentials | undefined;
@@ -107,10 +118,10 @@ function assumeRoleProvider(region: string, roleArn: string): () => Promise<Cred
     if (cached && (!cached.expiration || cached.expiration.getTime() - Date.now() > 60_000)) return cached;
     // STS comes with the AWS SDK's credential chain (a dependency of @aws-sdk/client-lambda).
     // AWS_ENDPOINT_URL_STS / AWS_ENDPOINT_URL redirect it like Lambda.
-    const sts = (await import('@aws-sdk/nested-clients/sts' as string)) as any;
+    const sts = (await import('@aws-sdk/nested-clients/sts' as string)) as StsModule;
     const base = endpointOverridden() && !hasAwsCredentials()
       ? { accessKeyId: 'keel', secretAccessKey: 'keel' }
-      : ((await import('@aws-sdk/credential-provider-node' as string)) as any).defaultProvider();
+      : ((await import('@aws-sdk/credential-provider-node' as string)) as CredentialProviderModule).defaultProvider();
     const client = new sts.STSClient({ region, maxAttempts: 1, credentials: base });
     const out = await client.send(new sts.AssumeRoleCommand({ RoleArn: roleArn, RoleSessionName: 'keel' }));
     const c = out.Credentials;

@@ -1,9 +1,9 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../config/index.js';
 import type { Logger } from '../common/logger.js';
-import { MIN_PROTOCOL_VERSION } from '../invoker/index.js';
-import { parseDuration_ms } from '../config/units.js';
-import type { Header } from '../log/commands.js';
+import { MIN_SERVICE_PROTOCOL_VERSION as MIN_PROTOCOL_VERSION } from '../protocol/versions.js';
+import { parseDuration_ms } from '../common/units.js';
+import type { CommandKind, Header } from '../log/commands.js';
 import { resolveTarget } from '../metadata/targets.js';
 import type { HandlerSchema, ServiceSchema } from '../metadata/types.js';
 import type { Worker } from '../partition/worker.js';
@@ -37,48 +37,48 @@ export interface InvokeDeps {
  */
 export async function invoke(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], forceSend?: boolean): Promise<FastifyReply> {
   const { registry, worker } = deps;
-  if (segments.length < 2) return ingressError(reply, 404, `no route for ${req.url}`);
+  if (segments.length < 2) return ingressError(reply, 'KEEL0011', `no route for ${req.url}`);
   const service = registry.service(segments[0]!);
-  if (service === undefined) return ingressError(reply, 404, `service '${segments[0]}' not found, make sure to register the deployment that exposes it`);
+  if (service === undefined) return ingressError(reply, 'KEEL0011', `service '${segments[0]}' not found, make sure to register the deployment that exposes it`);
   // RT0020: the latest deployment only speaks deprecated protocol versions (metadata stored by an
   // older server). New requests are refused; invocations already in flight fail with RT0013.
   const deployment = deps.registry.deployment(service.deployment_id);
   if (deployment !== undefined && deployment.max_protocol_version < MIN_PROTOCOL_VERSION) {
     const message = `[RT0020] service '${service.name}' is exposed by deployment ${deployment.id}, which uses the deprecated service protocol version ${deployment.max_protocol_version} (this server speaks ${MIN_PROTOCOL_VERSION} and above): new requests are not accepted; register a new deployment with an upgraded SDK`;
     deps.logger.warn({ code: 'RT0020', service: service.name, deployment: deployment.id }, message);
-    return ingressError(reply, 400, message);
+    return ingressError(reply, 'RT0020', message, 400);
   }
   const keyed = service.ty !== 'Service';
   const handlerAt = keyed ? 2 : 1;
-  if (segments.length <= handlerAt) return ingressError(reply, 400, `${service.name} is a ${service.ty}: call /${service.name}/{key}/{handler}`);
+  if (segments.length <= handlerAt) return ingressError(reply, 'KEEL0012', `${service.name} is a ${service.ty}: call /${service.name}/{key}/{handler}`);
   const rest = segments.slice(handlerAt + 1);
   const isSend = forceSend ?? (rest.length === 1 && rest[0] === 'send');
-  if (rest.length > (forceSend === undefined && isSend ? 1 : 0)) return ingressError(reply, 404, `no route for ${req.url}`);
+  if (rest.length > (forceSend === undefined && isSend ? 1 : 0)) return ingressError(reply, 'KEEL0011', `no route for ${req.url}`);
   const handler = service.handlers.find((h) => h.name === segments[handlerAt]);
-  if (handler === undefined) return ingressError(reply, 404, `handler '${segments[handlerAt]}' not found in service '${service.name}'`);
-  if (!handler.public || !service.public) return ingressError(reply, 400, `the invoked service '${service.name}' is not public`);
+  if (handler === undefined) return ingressError(reply, 'KEEL0011', `handler '${segments[handlerAt]}' not found in service '${service.name}'`);
+  if (!handler.public || !service.public) return ingressError(reply, 'KEEL0012', `the invoked service '${service.name}' is not public`);
   const key = keyed ? segments[1]! : '';
   const url = new URL(req.url, 'http://ingress');
 
   const delayParam = url.searchParams.get('delay');
   let execute_at_ms = 0;
   if (delayParam !== null) {
-    if (!isSend) return ingressError(reply, 400, 'delay is only supported on /send');
+    if (!isSend) return ingressError(reply, 'KEEL0012', 'delay is only supported on /send');
     const delay_ms = parseDuration_ms(delayParam);
-    if (delay_ms === undefined) return ingressError(reply, 400, `cannot parse delay '${delayParam}': use ISO 8601 (PT10S) or 10s`);
+    if (delay_ms === undefined) return ingressError(reply, 'KEEL0012', `cannot parse delay '${delayParam}': use ISO 8601 (PT10S) or 10s`);
     execute_at_ms = Date.now() + delay_ms;
   }
   const idempotencyKey = headerValue(req.headers['idempotency-key']);
-  if (idempotencyKey === '') return ingressError(reply, 400, 'the idempotency-key header must not be empty');
+  if (idempotencyKey === '') return ingressError(reply, 'KEEL0012', 'the idempotency-key header must not be empty');
   const target = resolveTarget(deps.config, service, handler, key, idempotencyKey);
-  if (target.workflow_run && idempotencyKey) return ingressError(reply, 400, 'the idempotency key is not supported for workflow run handlers');
+  if (target.workflow_run && idempotencyKey) return ingressError(reply, 'KEEL0012', 'the idempotency key is not supported for workflow run handlers');
 
   void reply.header('x-restate-id', target.id.text);
   // Only workflow runs and idempotent requests have ids that can already exist.
   const existing = target.deterministic ? worker.invocation(target.id) : undefined;
   if (existing !== undefined) {
     if (isSend) return reply.code(202).send({ invocationId: target.id.text, status: 'PreviouslyAccepted' });
-    if (target.workflow_run) return ingressError(reply, 409, 'the workflow method was already invoked', 'invocation');
+    if (target.workflow_run) return ingressError(reply, 'KEEL0008', 'the workflow method was already invoked', 409, 'invocation');
     return attachAndRespond(deps, reply, target.id, handler);
   }
 
@@ -89,7 +89,8 @@ export async function invoke(deps: InvokeDeps, req: FastifyRequest, reply: Fasti
   }
   headers.push({ key: 'x-restate-ingress-path', value: url.pathname + url.search });
   const body = req.body instanceof Buffer ? req.body : Buffer.alloc(0);
-  const command = {
+  const command: CommandKind = {
+    kind: 'invoke',
     invoke: {
       invocation_id: target.id.bytes,
       service: service.name,

@@ -1,4 +1,5 @@
 import type { FastifyReply } from 'fastify';
+import { catalogue, type ErrorCode } from '../errors/index.js';
 import type { InvocationStatus } from '../partition/state.js';
 
 interface OutputRules {
@@ -6,9 +7,15 @@ interface OutputRules {
   output_set_content_type_if_empty: boolean;
 }
 
-/** Errors the ingress itself raises: `{code, message}` with `x-restate-error-source`. */
-export function ingressError(reply: FastifyReply, status: number, message: string, source: 'ingress' | 'invocation' = 'ingress'): FastifyReply {
-  return reply.code(status).header('x-restate-error-source', source).send({ code: status, message });
+/**
+ * Errors the ingress itself raises: `{code, message}` as Restate shapes them (code is the HTTP
+ * status), plus the stable code in `restate_code` and in front of the message; the status is
+ * the catalogue's unless given.
+ */
+export function ingressError(reply: FastifyReply, code: ErrorCode, message: string, status?: number, source: 'ingress' | 'invocation' = 'ingress'): FastifyReply {
+  const http = status ?? catalogue.get(code)!.status;
+  const text = message.startsWith(`[${code}]`) ? message : `[${code}] ${message}`;
+  return reply.code(http).header('x-restate-error-source', source).send({ code: http, message: text, restate_code: code });
 }
 
 /** Answers with the invocation's output, or its failure with the failure's code as status. */

@@ -24,27 +24,27 @@ function idOf(t: Target): InvocationId | string {
 
 /** Attach (wait for the result) or output (the result now, 470 while running). */
 async function attachOrOutput(deps: InvokeDeps, reply: FastifyReply, id: InvocationId | string, mode: string): Promise<FastifyReply> {
-  if (typeof id === 'string') return ingressError(reply, 400, id);
+  if (typeof id === 'string') return ingressError(reply, 'KEEL0012', id);
   const s = deps.worker.invocation(id);
-  if (s === undefined) return ingressError(reply, 404, `invocation '${id.text}' not found`);
+  if (s === undefined) return ingressError(reply, 'KEEL0004', `invocation '${id.text}' not found`);
   const handler = deps.registry.service(s.service)?.handlers.find((h) => h.name === s.handler);
   if (mode === 'output') {
-    if (s.status !== 'completed') return ingressError(reply, 470, `invocation '${id.text}' has not completed yet`);
+    if (s.status !== 'completed') return ingressError(reply, 'KEEL0013', `invocation '${id.text}' has not completed yet`);
     return respond(reply, s, handler);
   }
-  if (mode !== 'attach') return ingressError(reply, 404, `no route for ${mode}`);
+  if (mode !== 'attach') return ingressError(reply, 'KEEL0011', `no route for ${mode}`);
   return attachAndRespond(deps, reply, id, handler);
 }
 
 async function completeAwakeable(worker: Worker, req: FastifyRequest, reply: FastifyReply, awakeable: string, how: string): Promise<FastifyReply> {
   const a = decodeAwakeableId(awakeable);
-  if (a === undefined) return ingressError(reply, 400, `invalid awakeable id '${awakeable}'`);
+  if (a === undefined) return ingressError(reply, 'KEEL0012', `invalid awakeable id '${awakeable}'`);
   const body = req.body instanceof Buffer ? req.body : Buffer.alloc(0);
   let result;
   if (how === 'resolve') result = { value: body };
   else if (how === 'reject') result = { failure: { code: 500, message: body.toString('utf8') } };
-  else return ingressError(reply, 404, `no route for ${how}: use resolve or reject`);
-  await worker.append(a.invocation, { signal: { invocation_id: a.invocation.bytes, idx: a.signalIndex, ...result } });
+  else return ingressError(reply, 'KEEL0011', `no route for ${how}: use resolve or reject`);
+  await worker.append(a.invocation, { kind: 'signal', signal: { invocation_id: a.invocation.bytes, idx: a.signalIndex, ...result } });
   return reply.code(202).send();
 }
 
@@ -63,7 +63,7 @@ export function restateRoutes(app: FastifyInstance, deps: InvokeDeps): void {
     app.route({
       method: ['GET', 'PUT', 'DELETE', 'PATCH'],
       url: `${prefix}/:id/:how`,
-      handler: async (_req, reply) => ingressError(reply, 405, 'method not allowed: awakeables are completed with POST'),
+      handler: async (_req, reply) => ingressError(reply, 'KEEL0005', 'method not allowed: awakeables are completed with POST'),
     });
   }
 
@@ -74,7 +74,7 @@ export function restateRoutes(app: FastifyInstance, deps: InvokeDeps): void {
     if (s.length === 1) return attachOrOutput(deps, reply, InvocationId.parse(s[0]!) ?? `invalid invocation id '${s[0]}'`, mode);
     if (s.length === 3) return attachOrOutput(deps, reply, idempotentInvocationId(s[0]!, '', s[1]!, s[2]!), mode);
     if (s.length === 4) return attachOrOutput(deps, reply, idempotentInvocationId(s[0]!, s[1]!, s[2]!, s[3]!), mode);
-    return ingressError(reply, 404, `no route for ${req.url}`);
+    return ingressError(reply, 'KEEL0011', `no route for ${req.url}`);
   });
   app.get('/restate/workflow/:name/:key/:mode', (req, reply) => {
     const { name, key, mode } = req.params as { name: string; key: string; mode: string };
@@ -91,7 +91,7 @@ export function restateRoutes(app: FastifyInstance, deps: InvokeDeps): void {
   }
   app.post('/restate/lookup', (req, reply) => {
     const id = idOf(jsonBody(req) as Target);
-    if (typeof id === 'string') return ingressError(reply, 400, id);
+    if (typeof id === 'string') return ingressError(reply, 'KEEL0012', id);
     return reply.send({ invocationId: id.text });
   });
   app.post('/restate/call/*', (req, reply) => invoke(deps, req, reply, segs(req), false));

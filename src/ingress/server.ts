@@ -1,5 +1,6 @@
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Config } from '../config/index.js';
+import { KeelError } from '../errors/index.js';
 import type { Logger } from '../common/logger.js';
 import type { Worker } from '../partition/worker.js';
 import { invoke, type IngressRegistry } from './invoke.js';
@@ -17,12 +18,19 @@ export async function createIngressServer(opts: { config: Config; registry: Ingr
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
 
-  app.setErrorHandler((err: any, _req, reply) => {
-    const status = typeof err.statusCode === 'number' && err.statusCode >= 400 ? err.statusCode : 500;
-    if (status >= 500) opts.logger.error({ err }, 'ingress request failed');
-    void ingressError(reply, status, err.message);
+  app.setErrorHandler((err: unknown, req, reply) => {
+    if (err instanceof KeelError) {
+      // Back-pressure (KEEL0501) and a stopped partition (KEEL0503) are the server's answers, not faults.
+      deps.logger[err.status >= 500 && err.code !== 'KEEL0501' ? 'error' : 'warn']({ code: err.code, url: req.url, err: err.message }, 'ingress request refused');
+      return void ingressError(reply, err.code, err.message, err.status);
+    }
+    const e = err as { statusCode?: number; message?: string };
+    const status = typeof e.statusCode === 'number' && e.statusCode >= 400 ? e.statusCode : 500;
+    if (status >= 500) deps.logger.error({ err, code: 'RT0006' }, 'ingress request failed');
+    else deps.logger.warn({ status, url: req.url, err: e.message }, 'ingress request rejected');
+    void ingressError(reply, status >= 500 ? 'RT0006' : 'KEEL0012', e.message ?? 'internal error', status);
   });
-  app.setNotFoundHandler((req, reply) => void ingressError(reply, 404, `no route for ${req.method} ${req.url}`));
+  app.setNotFoundHandler((req, reply) => void ingressError(reply, 'KEEL0011', `no route for ${req.method} ${req.url}`));
 
   restateRoutes(app, deps);
   const call = (req: FastifyRequest, reply: FastifyReply) => {
@@ -30,12 +38,12 @@ export async function createIngressServer(opts: { config: Config; registry: Ingr
     try {
       segments = new URL(req.url, 'http://ingress').pathname.split('/').filter((s) => s.length > 0).map(decodeURIComponent);
     } catch {
-      return ingressError(reply, 400, 'the request path cannot be decoded');
+      return ingressError(reply, 'KEEL0012', 'the request path cannot be decoded');
     }
     return invoke(deps, req, reply, segments);
   };
   app.post('/*', call);
   app.get('/*', call);
-  app.route({ method: ['PUT', 'DELETE', 'PATCH'], url: '/*', handler: async (_req, reply) => ingressError(reply, 405, 'method not allowed: use POST (or GET)') });
+  app.route({ method: ['PUT', 'DELETE', 'PATCH'], url: '/*', handler: async (_req, reply) => ingressError(reply, 'KEEL0005', 'method not allowed: use POST (or GET)') });
   return app;
 }

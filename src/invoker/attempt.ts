@@ -4,8 +4,9 @@ import type { Logger } from '../common/logger.js';
 import { KeelError } from '../errors/index.js';
 import { Outcome, type AttemptEnded, type CommandKind } from '../log/commands.js';
 import type { InvocationStatus, JournalEntry } from '../partition/state.js';
-import { FrameDecoder, encodeFrame } from './framing.js';
-import { MessageType, REQUESTED_ACK_FLAG, commandTypes, decode, encode, isCustomEntry, pb } from './messages.js';
+import { FrameDecoder, encodeFrame } from '../protocol/framing.js';
+import { MessageType, REQUESTED_ACK_FLAG, commandTypes, decode, encode, isCustomEntry, pb, type Future } from '../protocol/messages.js';
+import { invocationContentType } from '../protocol/versions.js';
 import type { EndpointClient, InvocationStream } from '../endpoint/client.js';
 import type { ResolvedTarget } from '../metadata/targets.js';
 
@@ -22,7 +23,7 @@ export interface AttemptDeployment {
 
 export interface AttemptOptions {
   status: InvocationStatus;
-  journal: JournalEntry[];
+  journal: readonly JournalEntry[];
   deployment: AttemptDeployment;
   protocol_version: number;
   inactivity_timeout_ms: number;
@@ -93,7 +94,7 @@ export class Attempt {
 
   private open(): void {
     const { status, journal, deployment, protocol_version } = this.o;
-    const contentType = `application/vnd.restate.invocation.v${protocol_version}`;
+    const contentType = invocationContentType(protocol_version);
     this.stream = this.o.endpoints.openStream(
       {
         uri: deployment.arn !== undefined ? '' : deployment.uri,
@@ -204,7 +205,7 @@ export class Attempt {
       return;
     }
     if (commandTypes.has(type) || isCustomEntry(type)) {
-      this.record({ journal_append: this.entry(type, entry) });
+      this.record({ kind: 'journal_append', journal_append: this.entry(type, entry) });
       return;
     }
     switch (type) {
@@ -213,6 +214,7 @@ export class Attempt {
         const result = p.failure ? { failure: p.failure } : { value: { content: p.value ?? Buffer.alloc(0) } };
         const notification = Buffer.from(encode(pb.Notification, { completion_id: p.result_completion_id ?? 0, ...result }));
         this.record({
+          kind: 'journal_append',
           journal_append: { ...this.entry(MessageType.RunCompletion, notification), requested_ack: (flags & REQUESTED_ACK_FLAG) !== 0 },
         });
         return;
@@ -268,6 +270,7 @@ export class Attempt {
       return;
     }
     this.record({
+      kind: 'journal_append',
       journal_append: {
         ...this.entry(type, entry),
         child_invocation_id: target.id.bytes,
@@ -311,7 +314,7 @@ export class Attempt {
       ...(this.sdk_version ? { sdk_version: this.sdk_version } : {}),
       ...ended,
     };
-    this.record({ attempt_ended: cmd });
+    this.record({ kind: 'attempt_ended', attempt_ended: cmd });
     this.close('finish');
   }
 
@@ -327,7 +330,7 @@ export class Attempt {
     cmd.deployment_id = this.o.deployment.id;
     cmd.protocol_version = this.o.protocol_version;
     if (this.sdk_version) cmd.sdk_version = this.sdk_version;
-    this.record({ attempt_ended: cmd });
+    this.record({ kind: 'attempt_ended', attempt_ended: cmd });
     this.close(how);
   }
 
@@ -374,7 +377,7 @@ export class Attempt {
   }
 }
 
-function flattenFuture(f: any, into: { completions: number[]; signals: number[]; named: string[] }): void {
+function flattenFuture(f: Future, into: { completions: number[]; signals: number[]; named: string[] }): void {
   into.completions.push(...(f.waiting_completions ?? []));
   into.signals.push(...(f.waiting_signals ?? []));
   into.named.push(...(f.waiting_named_signals ?? []));

@@ -1,17 +1,17 @@
 import type { Config, RetryPolicy } from '../config/index.js';
 import { InvocationId } from '../common/ids.js';
+import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
 import type { EndpointClient } from '../endpoint/client.js';
 import { Outcome, Then, type AttemptEnded } from '../log/commands.js';
-import type { PartitionProcessor } from '../partition/processor.js';
-import { Attempt, type AttemptDeployment, type AttemptFailure } from './attempt.js';
-import { decideRetry } from './retry.js';
-import { objectKeyOf, type Action } from '../partition/state.js';
 import { resolveTarget } from '../metadata/targets.js';
 import type { HandlerSchema, ServiceSchema } from '../metadata/types.js';
-
-export const MIN_PROTOCOL_VERSION = 5;
-export const MAX_PROTOCOL_VERSION = 7;
+import type { AttemptHost } from '../partition/processor.js';
+import type { Action } from '../partition/state.js';
+import type { AttemptRunner } from '../partition/worker.js';
+import { MAX_SERVICE_PROTOCOL_VERSION, MIN_SERVICE_PROTOCOL_VERSION } from '../protocol/versions.js';
+import { Attempt, type AttemptDeployment, type AttemptFailure } from './attempt.js';
+import { decideRetry } from './retry.js';
 
 /** What the invoker needs of the schema registry. */
 export interface DeploymentLookup {
@@ -21,18 +21,22 @@ export interface DeploymentLookup {
 }
 
 interface Queued {
-  processor: PartitionProcessor;
+  host: AttemptHost;
   id: string;
   epoch: number;
 }
 
+/**
+ * Attempts waiting for a slot. Every running or backing-off invocation has at most one, so the
+ * bound is only reached on a broken invariant; the partitions bound how many invocations exist.
+ */
 const MAX_WAITING_ATTEMPTS = 1_000_000;
 
 /**
  * Runs invocation attempts against service endpoints, at most
  * `concurrent_invocations_limit` at once; the others wait their turn in arrival order.
  */
-export class Invoker {
+export class Invoker implements AttemptRunner {
   private readonly live = new Map<string, Attempt>();
   private readonly waiting: Queued[] = [];
   private running = 0;
@@ -45,20 +49,17 @@ export class Invoker {
     private readonly logger: Logger,
   ) {}
 
-  start(processor: PartitionProcessor, id: string, epoch: number): void {
+  start(host: AttemptHost, id: string, epoch: number): void {
     if (this.stopped) return;
-    if (this.waiting.length >= MAX_WAITING_ATTEMPTS) {
-      this.logger.error({ invocation: id }, 'too many attempts waiting; this one starts after a restart');
-      return;
-    }
-    this.waiting.push({ processor, id, epoch });
+    assert(this.waiting.length < MAX_WAITING_ATTEMPTS, () => `${this.waiting.length} attempts wait for a slot: more than there can be invocations`);
+    this.waiting.push({ host, id, epoch });
     this.drain();
   }
 
   private drain(): void {
     while (this.running < this.config.worker.invoker.concurrent_invocations_limit && this.waiting.length > 0) {
       const next = this.waiting.shift()!;
-      this.launch(next.processor, next.id, next.epoch);
+      this.launch(next.host, next.id, next.epoch);
     }
   }
 
@@ -72,15 +73,16 @@ export class Invoker {
   }
 
   /** The fold refused an entry of the live attempt (RT0017): stop it and record the failure. */
-  reject(processor: PartitionProcessor, a: Extract<Action, { kind: 'reject' }>): void {
+  reject(host: AttemptHost, a: Extract<Action, { kind: 'reject' }>): void {
     this.live.get(a.id)?.abort();
-    const s = processor.invocation(a.id);
+    const s = host.invocation(a.id);
     if (s === undefined) return;
     this.logger.warn({ code: a.error_code, invocation: a.id, entry_index: a.entry_index }, a.message);
     const policy = this.policyFor(s.service, s.handler);
     const decision = decideRetry(policy, s.retry_count + 1, Date.now());
-    void processor
+    void host
       .append({
+        kind: 'attempt_ended',
         attempt_ended: {
           invocation_id: InvocationId.parse(a.id)!.bytes,
           epoch: a.epoch,
@@ -94,7 +96,7 @@ export class Invoker {
           then: decision.then,
         },
       })
-      .catch(() => {});
+      .catch((err) => this.logger.error({ err, invocation: a.id }, 'cannot record the refused entry'));
   }
 
   private policyFor(serviceName: string, handlerName: string): RetryPolicy {
@@ -109,12 +111,13 @@ export class Invoker {
     for (const a of [...this.live.values()]) a.abort();
   }
 
-  private launch(processor: PartitionProcessor, id: string, epoch: number): void {
-    const status = processor.invocation(id);
+  private launch(host: AttemptHost, id: string, epoch: number): void {
+    const status = host.invocation(id);
     // The snapshot is taken now: notifications folded before this point are in the journal,
     // later ones are forwarded to the live attempt.
     if (status === undefined || status.status !== 'running' || status.epoch !== epoch) return;
-    const journal = processor.state.journals.get(id) ?? [];
+    const journal = host.journal(id);
+    assert(journal.length === status.journal_length, () => `${id}: journal of ${journal.length} entries, status says ${status.journal_length}`);
     const service = this.registry.service(status.service);
     const handler = service?.handlers.find((h) => h.name === status.handler);
     const policy = this.policyFor(status.service, status.handler);
@@ -122,7 +125,7 @@ export class Invoker {
     const failed = (f: AttemptFailure): AttemptEnded => {
       const decision = f.behavior === 1 ? { then: Then.PAUSE, retry_at_ms: 0 }
         : f.behavior === 2 ? { then: Then.FAIL, retry_at_ms: 0 }
-        : decideRetry(policy, (processor.invocation(id)?.retry_count ?? 0) + 1, Date.now(), f.next_retry_delay_ms);
+        : decideRetry(policy, (host.invocation(id)?.retry_count ?? 0) + 1, Date.now(), f.next_retry_delay_ms);
       const cmd: AttemptEnded = {
         invocation_id: invocationBytes,
         epoch,
@@ -145,27 +148,25 @@ export class Invoker {
         ? `deployment ${status.deployment_id} that the invocation is pinned to no longer exists`
         : `no deployment found for service ${status.service}`;
       this.logger.error({ code: 'RT0011', invocation: id }, message);
-      void processor
-        .append({ attempt_ended: failed({ error_code: 'RT0011', failure_code: 500, message }) })
-        .catch(() => {});
+      this.record(host, id, failed({ error_code: 'RT0011', failure_code: 500, message }));
       return;
     }
-    const version = Math.min(deployment.max_protocol_version, MAX_PROTOCOL_VERSION);
+    const version = Math.min(deployment.max_protocol_version, MAX_SERVICE_PROTOCOL_VERSION);
     const pinned = status.protocol_version;
     const protocol_version = pinned ?? version;
-    if (protocol_version < Math.max(MIN_PROTOCOL_VERSION, deployment.min_protocol_version) || protocol_version > MAX_PROTOCOL_VERSION) {
+    if (protocol_version < Math.max(MIN_SERVICE_PROTOCOL_VERSION, deployment.min_protocol_version) || protocol_version > MAX_SERVICE_PROTOCOL_VERSION) {
       const [code, message] = pinned !== undefined
         ? ['RT0014', `the invocation was started with protocol version ${pinned}, which cannot be resumed here`]
-        : ['RT0013', `deployment ${deployment.id} supports none of the protocol versions ${MIN_PROTOCOL_VERSION}-${MAX_PROTOCOL_VERSION}`];
+        : ['RT0013', `deployment ${deployment.id} supports none of the protocol versions ${MIN_SERVICE_PROTOCOL_VERSION}-${MAX_SERVICE_PROTOCOL_VERSION}`];
       this.logger.error({ code, invocation: id }, message);
-      void processor.append({ attempt_ended: failed({ error_code: code!, failure_code: 500, message: message! }) }).catch(() => {});
+      this.record(host, id, failed({ error_code: code!, failure_code: 500, message: message! }));
       return;
     }
     this.running += 1;
     const lazy = handler?.enable_lazy_state ?? service?.enable_lazy_state ?? false;
     const keyed = status.service_type !== 'Service';
     const entries = keyed && !lazy
-      ? [...processor.state.stateOf(objectKeyOf(status.service, status.key))].map(([k, v]) => ({ key: Buffer.from(k, 'base64url'), value: v }))
+      ? [...host.objectState(status.service, status.key)].map(([k, v]) => ({ key: Buffer.from(k, 'base64url'), value: v }))
       : [];
     const attempt = new Attempt({
       state: { entries, partial: keyed && lazy },
@@ -183,7 +184,7 @@ export class Invoker {
         // A call or send is a new request: refused, like at the ingress, when the callee's
         // deployment speaks only deprecated protocol versions.
         const callee = this.registry.deployment(target.service.deployment_id);
-        if (callee !== undefined && callee.max_protocol_version < MIN_PROTOCOL_VERSION) {
+        if (callee !== undefined && callee.max_protocol_version < MIN_SERVICE_PROTOCOL_VERSION) {
           return {
             error_code: 'RT0020',
             message: `call to service '${svc}', exposed by deployment ${callee.id} with the deprecated service protocol version ${callee.max_protocol_version}: new requests are not accepted; register a new deployment with an upgraded SDK`,
@@ -198,7 +199,7 @@ export class Invoker {
       inactivity_timeout_ms: handler?.inactivity_timeout_ms ?? service?.inactivity_timeout_ms ?? this.config.worker.invoker.inactivity_timeout_ms,
       abort_timeout_ms: handler?.abort_timeout_ms ?? service?.abort_timeout_ms ?? this.config.worker.invoker.abort_timeout_ms,
       message_size_limit_bytes: this.config.worker.invoker.message_size_limit_bytes,
-      append: (kind) => processor.append(kind),
+      append: (kind) => host.append(kind),
       endpoints: this.endpoints,
       failed,
       onClose: () => {
@@ -211,6 +212,11 @@ export class Invoker {
     this.live.get(id)?.abort();
     this.live.set(id, attempt);
     attempt.start();
+  }
+
+  /** Records the end of an attempt that could not start; a refused append is logged, the invocation stays as it was. */
+  private record(host: AttemptHost, id: string, ended: AttemptEnded): void {
+    host.append({ kind: 'attempt_ended', attempt_ended: ended }).catch((err) => this.logger.error({ err, invocation: id }, 'cannot record the end of an attempt'));
   }
 }
 

@@ -1,10 +1,9 @@
 // Discovery client: GET <uri>/discover, manifest v1–v4, transport HTTP/2 (prior knowledge) or HTTP/1.1.
 
-import http from 'node:http';
-import https from 'node:https';
-import http2 from 'node:http2';
 import { KeelError } from '../errors/index.js';
-import { invokeLambda, LambdaApiError, LambdaFunctionError, parseLambdaArn } from '../endpoint/lambda.js';
+import { MANIFEST_ACCEPT, MAX_SERVICE_PROTOCOL_VERSION, MIN_SERVICE_PROTOCOL_VERSION } from '../protocol/versions.js';
+import { FetchError, fetchHttp1, fetchHttp2, fetchLambda, type FetchRequest, type FetchResponse } from '../endpoint/fetch.js';
+import { parseLambdaArn } from '../endpoint/lambda.js';
 import type {
   DiscoveredEndpoint,
   DiscoveredService,
@@ -15,11 +14,7 @@ import type {
   ServiceType,
 } from './types.js';
 
-export const MIN_SERVICE_PROTOCOL_VERSION = 5;
-export const MAX_SERVICE_PROTOCOL_VERSION = 7;
 export const DISCOVERY_TIMEOUT_MS = 10_000;
-
-export const MANIFEST_ACCEPT = [4, 3, 2, 1].map((v) => `application/vnd.restate.endpointmanifest.v${v}+json`).join(', ');
 
 const SERVICE_NAME = /^([a-zA-Z]|_[a-zA-Z0-9])[a-zA-Z0-9._-]*$/;
 const HANDLER_NAME = /^([a-zA-Z]|_[a-zA-Z0-9])[a-zA-Z0-9_]*$/;
@@ -34,145 +29,37 @@ export interface DiscoveryTarget {
   use_http_11?: boolean;
 }
 
-export interface RawResponse {
-  status: number;
-  headers: Record<string, string | undefined>;
-  body: Buffer;
-}
-
-/** One way of fetching a discovery response (HTTP/2, HTTP/1.1; later a function platform). */
-export interface DiscoveryTransport {
-  /** Fetches the manifest; throws KeelError META0003/META0014 on transport failures. */
-  fetch(url: URL, headers: Record<string, string>, timeoutMs: number): Promise<RawResponse>;
-  readonly name: TransportName;
-}
-
 export type TransportName = 'HTTP/2.0' | 'HTTP/1.1' | 'Lambda';
 
-/** Function platform: GET /discover carried in a Lambda Invoke of the qualified ARN. */
-export function lambdaTransport(arn: string, assume_role_arn?: string): DiscoveryTransport {
-  return {
-    name: 'Lambda',
-    async fetch(url, headers, timeoutMs) {
-      try {
-        const r = await invokeLambda({ arn, assume_role_arn, method: 'GET', path: url.pathname, headers, body: Buffer.alloc(0), timeoutMs });
-        return { status: r.status, headers: r.headers, body: r.body };
-      } catch (err) {
-        if (err instanceof LambdaFunctionError || err instanceof LambdaApiError) {
-          throw new KeelError('META0003', `error when invoking '${arn}' for discovery: ${err.message}`, 500, { cause: err });
-        }
-        throw err;
-      }
-    },
-  };
+/** A manifest is a few kilobytes; anything near this is not one. */
+const MAX_MANIFEST_BYTES = 16 * 1024 * 1024;
+
+function unreachable(where: URL | string, why: string, cause?: unknown): KeelError {
+  return new KeelError('META0003', `error when calling '${where.toString()}': ${why}`, 500, { cause });
 }
 
-function causeOf(err: unknown): string {
-  const e = err as NodeJS.ErrnoException;
-  if (e?.code && e.message && !e.message.includes(e.code)) return `${e.message} (${e.code})`;
-  return e?.message ?? String(err);
+/** The endpoint layer's failure, as the discovery error a user sees. */
+function discoveryError(err: unknown, where: string): KeelError {
+  if (!(err instanceof FetchError)) return unreachable(where, (err as Error)?.message ?? String(err), err);
+  switch (err.failure) {
+    case 'http1-only':
+      return new KeelError(
+        'META0014',
+        `error when calling '${where}' over HTTP/2: ${err.message}. The endpoint may only speak HTTP/1.1: ` +
+          `register it with "use_http_11": true (restate CLI: --use-http1.1)`,
+        500,
+        { cause: err },
+      );
+    case 'invalid-request':
+      return new KeelError('KEEL0002', `the discovery request to '${where}' cannot be sent: ${err.message} (check additional_headers)`, 400, { cause: err });
+    case 'too-large':
+      return new KeelError('META0013', `bad discovery response from '${where}': ${err.message}`, 500, { cause: err });
+    case 'function-error':
+      return new KeelError('META0003', `error when invoking '${where}' for discovery: ${err.message}`, 500, { cause: err });
+    case 'unreachable':
+      return unreachable(where, err.message, err);
+  }
 }
-
-function unreachable(url: URL | string, why: string, cause?: unknown): KeelError {
-  return new KeelError('META0003', `error when calling '${url.toString()}': ${why}`, 500, { cause });
-}
-
-/** HTTP/2 with prior knowledge for http:, ALPN for https:. */
-export const http2Transport: DiscoveryTransport = {
-  name: 'HTTP/2.0',
-  fetch(url, headers, timeoutMs) {
-    return new Promise<RawResponse>((resolve, reject) => {
-      let connected = false;
-      let gotFrame = false;
-      let done = false;
-      const session = http2.connect(url.origin);
-      const finish = (err: KeelError | undefined, res?: RawResponse) => {
-        if (done) return;
-        done = true;
-        clearTimeout(timer);
-        session.destroy();
-        if (err) reject(err);
-        else resolve(res!);
-      };
-      const looksLikeHttp11 = (cause: string, err?: unknown) =>
-        new KeelError(
-          'META0014',
-          `error when calling '${url.toString()}' over HTTP/2: ${cause}. The endpoint may only speak HTTP/1.1: ` +
-            `register it with "use_http_11": true (restate CLI: --use-http1.1)`,
-          500,
-          { cause: err },
-        );
-      // A silent peer is unreachable, not HTTP/1.1: an HTTP/1.1 server answers the h2 preface with an error.
-      const timer = setTimeout(() => finish(unreachable(url, `timed out after ${timeoutMs} ms`)), timeoutMs);
-      session.on('connect', () => {
-        connected = true;
-      });
-      session.on('remoteSettings', () => {
-        gotFrame = true;
-      });
-      session.on('error', (err) => {
-        if (connected && !gotFrame) finish(looksLikeHttp11(causeOf(err), err));
-        else finish(unreachable(url, `h2 connection error: ${causeOf(err)}`, err));
-      });
-      session.on('close', () => {
-        if (connected && !gotFrame) finish(looksLikeHttp11('connection closed before any HTTP/2 frame'));
-        else finish(unreachable(url, 'connection closed before a response'));
-      });
-      const req = session.request({
-        ':method': 'GET',
-        ':path': url.pathname + url.search,
-        ...headers,
-      });
-      req.on('error', (err) => {
-        if (connected && !gotFrame) finish(looksLikeHttp11(causeOf(err), err));
-        else finish(unreachable(url, causeOf(err), err));
-      });
-      req.on('response', (h) => {
-        gotFrame = true;
-        const chunks: Buffer[] = [];
-        req.on('data', (c: Buffer) => chunks.push(c));
-        req.on('end', () => {
-          const out: Record<string, string | undefined> = {};
-          for (const [k, v] of Object.entries(h)) if (!k.startsWith(':')) out[k] = Array.isArray(v) ? v.join(', ') : v === undefined ? undefined : String(v);
-          finish(undefined, { status: Number(h[':status']), headers: out, body: Buffer.concat(chunks) });
-        });
-      });
-      req.end();
-    });
-  },
-};
-
-export const http11Transport: DiscoveryTransport = {
-  name: 'HTTP/1.1',
-  fetch(url, headers, timeoutMs) {
-    return new Promise<RawResponse>((resolve, reject) => {
-      const mod = url.protocol === 'https:' ? https : http;
-      let done = false;
-      const finish = (err: KeelError | undefined, res?: RawResponse) => {
-        if (done) return;
-        done = true;
-        clearTimeout(timer);
-        if (err) {
-          req.destroy();
-          reject(err);
-        } else resolve(res!);
-      };
-      const timer = setTimeout(() => finish(unreachable(url, `timed out after ${timeoutMs} ms`)), timeoutMs);
-      const req = mod.request(url, { method: 'GET', headers, agent: false }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('error', (err) => finish(unreachable(url, causeOf(err), err)));
-        res.on('end', () => {
-          const out: Record<string, string | undefined> = {};
-          for (const [k, v] of Object.entries(res.headers)) out[k] = Array.isArray(v) ? v.join(', ') : v;
-          finish(undefined, { status: res.statusCode ?? 0, headers: out, body: Buffer.concat(chunks) });
-        });
-      });
-      req.on('error', (err) => finish(unreachable(url, causeOf(err), err)));
-      req.end();
-    });
-  },
-};
 
 /** Normalises a deployment URI the way the CLI does (`http://h:1` → `http://h:1/`, path kept). */
 export function normaliseUri(uri: string): string {
@@ -180,10 +67,10 @@ export function normaliseUri(uri: string): string {
   try {
     url = new URL(uri);
   } catch {
-    throw new KeelError(undefined, `invalid deployment uri '${uri}'`, 400);
+    throw new KeelError('KEEL0007', `invalid deployment uri '${uri}'`, 400);
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-    throw new KeelError(undefined, `invalid deployment uri '${uri}': the scheme must be http or https`, 400);
+    throw new KeelError('KEEL0007', `invalid deployment uri '${uri}': the scheme must be http or https`, 400);
   }
   url.hash = '';
   return url.toString();
@@ -197,32 +84,33 @@ export function discoverUrl(uri: string): URL {
 
 export interface DiscoverOptions {
   timeoutMs?: number;
-  transport?: DiscoveryTransport;
 }
 
 /** Runs discovery against one endpoint and returns its validated metadata. */
 export async function discover(target: DiscoveryTarget, opts: DiscoverOptions = {}): Promise<DiscoveredEndpoint> {
-  if (target.arn !== undefined) {
-    const arn = parseLambdaArn(target.arn).arn;
-    // A stand-in URL: only its path travels, in the Lambda event; messages name the ARN.
-    const url = new URL('lambda://function/discover');
-    const transport = opts.transport ?? lambdaTransport(arn, target.assume_role_arn);
-    return discoverWith(url, arn, transport, target, opts);
+  const headers: Record<string, string> = { ...(target.additional_headers ?? {}), accept: MANIFEST_ACCEPT };
+  const request: FetchRequest = { method: 'GET', headers, timeout_ms: opts.timeoutMs ?? DISCOVERY_TIMEOUT_MS, max_body_bytes: MAX_MANIFEST_BYTES };
+  let where: string;
+  let transport: TransportName;
+  let res: FetchResponse;
+  try {
+    if (target.arn !== undefined) {
+      const arn = parseLambdaArn(target.arn).arn;
+      [where, transport] = [arn, 'Lambda'];
+      res = await fetchLambda(arn, target.assume_role_arn, '/discover', request);
+    } else {
+      const url = discoverUrl(target.uri);
+      [where, transport] = [url.toString(), target.use_http_11 ? 'HTTP/1.1' : 'HTTP/2.0'];
+      res = await (target.use_http_11 ? fetchHttp1(url, request) : fetchHttp2(url, request));
+    }
+  } catch (err) {
+    if (err instanceof KeelError) throw err;
+    throw discoveryError(err, target.arn !== undefined ? target.arn : discoverUrl(target.uri).toString());
   }
-  const url = discoverUrl(target.uri);
-  const transport = opts.transport ?? (target.use_http_11 ? http11Transport : http2Transport);
-  return discoverWith(url, url.toString(), transport, target, opts);
+  return readManifest(res, where, transport);
 }
 
-async function discoverWith(
-  url: URL,
-  where: string,
-  transport: DiscoveryTransport,
-  target: DiscoveryTarget,
-  opts: DiscoverOptions,
-): Promise<DiscoveredEndpoint> {
-  const headers: Record<string, string> = { ...(target.additional_headers ?? {}), accept: MANIFEST_ACCEPT };
-  const res = await transport.fetch(url, headers, opts.timeoutMs ?? DISCOVERY_TIMEOUT_MS);
+function readManifest(res: FetchResponse, where: string, transport: TransportName): DiscoveredEndpoint {
   if (res.status < 200 || res.status >= 300) {
     const text = res.body.toString('utf8').slice(0, 200).trim();
     throw unreachable(where, `the endpoint answered with status ${res.status}${text ? `: ${text}` : ''}`);
@@ -244,7 +132,7 @@ async function discoverWith(
     throw new KeelError('META0013', `bad discovery response from '${where}': manifest is not JSON: ${(err as Error).message}`, 500);
   }
   const sdk = res.headers['x-restate-server'];
-  return parseManifest(manifest, { url: where, transport: transport.name, sdk_version: sdk || undefined });
+  return parseManifest(manifest, { url: where, transport, sdk_version: sdk || undefined });
 }
 
 function bad(where: string, why: string): KeelError {

@@ -3,10 +3,10 @@
 
 import type { Config, KafkaCluster } from '../config/index.js';
 import { isSubscriptionId, newSubscriptionId, validateSubscription } from './subscriptions.js';
-import { formatDuration } from '../config/units.js';
+import { formatDuration } from '../common/units.js';
 import type { Logger } from '../common/logger.js';
 import { newDeploymentId } from '../common/ids.js';
-import { KeelError } from '../errors/index.js';
+import { KeelError, keelError } from '../errors/index.js';
 import { discover as defaultDiscover, normaliseUri, type DiscoveryTarget } from './discovery.js';
 import { parseLambdaArn } from '../endpoint/lambda.js';
 import { MetaLog, type MetaRecord } from './store.js';
@@ -74,16 +74,16 @@ function sameDiscovered(d: DeploymentSchema, e: DiscoveredEndpoint): boolean {
 }
 
 function notFound(id: string): KeelError {
-  return new KeelError(undefined, `The requested deployment '${id}' does not exist`, 404);
+  return keelError('KEEL0004', { what: 'deployment', name: id });
 }
 
 function checkHeaders(h: unknown): Record<string, string> | undefined {
   if (h === undefined || h === null) return undefined;
   if (typeof h !== 'object' || Array.isArray(h) || Object.values(h).some((v) => typeof v !== 'string')) {
-    throw new KeelError(undefined, 'additional_headers must be an object mapping header names to string values', 400);
+    throw keelError('KEEL0002', { field: 'additional_headers', expected: 'an object mapping header names to string values' });
   }
   for (const name of Object.keys(h)) {
-    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) throw new KeelError(undefined, `invalid header name '${name}' in additional_headers`, 400);
+    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) throw new KeelError('KEEL0002', `invalid header name '${name}' in additional_headers`, 400);
   }
   return { ...(h as Record<string, string>) };
 }
@@ -92,7 +92,7 @@ function checkHeaders(h: unknown): Record<string, string> | undefined {
 function lambdaDestination(arn: unknown, assumeRole: unknown): { arn: string; assume_role_arn?: string } {
   const parsed = parseLambdaArn(arn);
   if (assumeRole !== undefined && assumeRole !== null && typeof assumeRole !== 'string') {
-    throw new KeelError(undefined, 'the field assume_role_arn must be a string', 400);
+    throw keelError('KEEL0002', { field: 'assume_role_arn', expected: 'a string' });
   }
   return { arn: parsed.arn, ...(typeof assumeRole === 'string' && assumeRole !== '' ? { assume_role_arn: assumeRole } : {}) };
 }
@@ -273,7 +273,7 @@ export class Registry {
   // ---- internals ----
 
   private serial<T>(fn: () => Promise<T>): Promise<T> {
-    if (this.closed) return Promise.reject(new KeelError(undefined, 'the schema registry is closed', 503));
+    if (this.closed) return Promise.reject(keelError('KEEL0502', { what: 'the schema registry' }));
     const run = this.queue.then(fn, fn);
     this.queue = run.catch(() => {});
     return run;
@@ -357,7 +357,7 @@ export class Registry {
 
   private async doRegister(req: RegisterRequest): Promise<{ created: boolean; deployment: DeploymentSchema }> {
     const lambda = req.arn !== undefined ? lambdaDestination(req.arn, req.assume_role_arn) : undefined;
-    if (!lambda && typeof req.uri !== 'string') throw new KeelError(undefined, 'the field uri is required and must be a string', 400);
+    if (!lambda && typeof req.uri !== 'string') throw new KeelError('KEEL0007', 'the field uri (or arn) is required and must be a string', 400);
     const uri = lambda ? lambda.arn : normaliseUri(req.uri!);
     const additional_headers = checkHeaders(req.additional_headers) ?? {};
     const use_http_11 = !lambda && req.use_http_11 === true;
@@ -440,7 +440,7 @@ export class Registry {
   private async doUpdate(id: string, req: UpdateRequest): Promise<DeploymentSchema> {
     const old = this.byId.get(id);
     if (!old) throw notFound(id);
-    if (req.uri !== undefined && req.uri !== null && typeof req.uri !== 'string') throw new KeelError(undefined, 'uri must be a string', 400);
+    if (req.uri !== undefined && req.uri !== null && typeof req.uri !== 'string') throw keelError('KEEL0002', { field: 'uri', expected: 'a string' });
     const wantsLambda = req.arn !== undefined || (old.arn !== undefined && req.uri === undefined);
     const lambda = wantsLambda
       ? lambdaDestination(req.arn ?? old.arn!, req.assume_role_arn !== undefined ? req.assume_role_arn : old.assume_role_arn)

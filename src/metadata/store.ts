@@ -69,7 +69,7 @@ export class MetaLog {
       try {
         entries = readdirSync(path);
       } catch (err) {
-        throw new KeelError(undefined, `cannot read meta storage directory ${path}: ${(err as Error).message}`, 500, { cause: err });
+        throw new KeelError('KEEL0014', `cannot read meta storage directory ${path}: ${(err as Error).message}`, 500, { cause: err });
       }
       if (!entries.includes(VERSION_FILE)) {
         if (entries.length > 0) {
@@ -101,14 +101,14 @@ export class MetaLog {
       const cause = (err as { cause?: { code?: string } }).cause;
       if (cause?.code === 'LEVEL_LOCKED') {
         throw new KeelError(
-          undefined,
+          'RT0005',
           `meta storage at ${path} is locked by another process; stop the other Keel process or set another meta.storage_path`,
           500,
           { cause: err },
         );
       }
       if (cause?.code === 'LEVEL_CORRUPTION') throw corrupt(path, (err as Error).message);
-      throw new KeelError(undefined, `cannot open meta storage at ${path}: ${(err as Error).message}`, 500, { cause: err });
+      throw new KeelError('KEEL0014', `cannot open meta storage at ${path}: ${(err as Error).message}`, 500, { cause: err });
     }
 
     const records: MetaRecord[] = [];

@@ -1,21 +1,36 @@
+import { assert, InvariantError } from '../common/assert.js';
+import { InvocationId } from '../common/ids.js';
 import type { Logger } from '../common/logger.js';
-import { KeelError } from '../errors/index.js';
-import { decodeCommand, encodeCommand, type Command, type CommandKind } from '../log/commands.js';
-import { PartitionLog } from '../log/partition-log.js';
+import { keelError } from '../errors/index.js';
+import { encodeCommand, type Command, type CommandKind } from '../log/commands.js';
+import { EmbeddedLog, type PartitionLog } from '../log/partition-log.js';
 import type { GroupWriter } from '../storage/group-writer.js';
 import type { Db } from '../storage/store.js';
+import { invocationsTable } from '../storage/tables/invocations.js';
 import { fold } from './fold/index.js';
-import {
-  PartitionState,
-  decodeEntry,
-  parseTimerKey,
-  type Action,
-  type InvocationStatus,
-} from './state.js';
+import { loadState, recoveryActions } from './recovery.js';
+import type { Action, InvocationStatus, JournalEntry, PartitionState } from './state.js';
+import { objectKeyOf } from './state.js';
 
 /** Runs the actions of a durable batch: the invoker, timers, waiting clients. */
 export interface Effects {
   execute(processor: PartitionProcessor, actions: Action[]): void;
+}
+
+/** What an attempt of an invocation needs of its partition: reads, and appends of its messages. */
+export interface AttemptHost {
+  readonly partition: number;
+  invocation(id: string): InvocationStatus | undefined;
+  journal(id: string): readonly JournalEntry[];
+  objectState(service: string, key: string): ReadonlyMap<string, Buffer>;
+  append(kind: CommandKind): Promise<void>;
+}
+
+/** Why a partition stopped, for logs and `/health`. */
+export interface PartitionFailure {
+  partition: number;
+  reason: string;
+  at_ms: number;
 }
 
 interface Pending {
@@ -25,17 +40,21 @@ interface Pending {
 }
 
 const MAX_BATCH_COMMANDS = 1024;
+/** Commands waiting for their batch; past it appends are refused with 503 (back-pressure). */
 const MAX_QUEUED_COMMANDS = 200_000;
 
 /**
  * One partition: appends commands to its log, folds them into its state, and runs the actions
  * once the batch is durable. Commands that arrive while a batch is being written are committed
- * together in the next batch (group commit).
+ * together in the next batch (group commit). A fold that throws or a write that fails stops
+ * the partition: its memory can no longer be trusted, the batch is not written, and every
+ * append is refused until a restart rebuilds the state from the store.
  */
-export class PartitionProcessor {
+export class PartitionProcessor implements AttemptHost {
   private queue: Pending[] = [];
   private writing = false;
   private closed = false;
+  private failure: PartitionFailure | undefined;
   private idle: Promise<void> = Promise.resolve();
   private settleIdle: (() => void) | undefined;
 
@@ -45,52 +64,73 @@ export class PartitionProcessor {
     readonly state: PartitionState,
     private readonly fsync: boolean,
     private readonly effects: Effects,
+    private readonly owns: (id: InvocationId) => boolean,
     private readonly logger: Logger,
   ) {}
 
   /** Opens the partition and loads its materialised state from the store. */
-  static async open(db: Db, writer: GroupWriter, partition: number, fsync: boolean, effects: Effects, logger: Logger): Promise<PartitionProcessor> {
-    const log = await PartitionLog.open(db, partition, writer);
+  static async open(
+    db: Db,
+    writer: GroupWriter,
+    partition: number,
+    options: { fsync: boolean; effects: Effects; owns?: (id: InvocationId) => boolean; logger: Logger },
+  ): Promise<PartitionProcessor> {
+    const log = await EmbeddedLog.open(db, partition, writer);
     const state = await loadState(db, partition);
-    return new PartitionProcessor(partition, log, state, fsync, effects, logger.child({ partition }));
+    return new PartitionProcessor(partition, log, state, options.fsync, options.effects, options.owns ?? (() => true), options.logger.child({ partition }));
   }
 
-  /** The actions that bring a freshly opened partition back to life. */
-  recoveryActions(): Action[] {
-    const actions: Action[] = [];
-    for (const s of this.state.invocations.values()) {
-      if (s.status === 'running') actions.push({ kind: 'start', id: s.id, epoch: s.epoch });
-      else if (s.status === 'backing-off') actions.push({ kind: 'retry', id: s.id, epoch: s.epoch, at_ms: s.next_retry_at_ms ?? 0 });
-    }
-    for (const timer of this.state.timers.values()) actions.push({ kind: 'timer', timer });
-    for (const entry of [...this.state.outbox.values()].sort((a, b) => a.seq - b.seq)) actions.push({ kind: 'outbox', entry });
-    return actions;
-  }
-
+  /** Brings a freshly opened partition back to life: attempts restart, timers re-arm. */
   start(): void {
-    this.effects.execute(this, this.recoveryActions());
+    this.effects.execute(this, recoveryActions(this.state));
   }
 
   /** Appends a command; resolves once it is durable and folded (its actions may still run). */
   append(kind: CommandKind): Promise<void> {
-    if (this.closed) return Promise.reject(new KeelError(undefined, `partition ${this.partition} is closed`, 503));
-    if (this.queue.length >= MAX_QUEUED_COMMANDS) {
-      return Promise.reject(new KeelError(undefined, `partition ${this.partition} is overloaded`, 503));
-    }
+    if (this.failure !== undefined) return Promise.reject(keelError('KEEL0503', { partition: this.partition, reason: this.failure.reason }));
+    if (this.closed) return Promise.reject(keelError('KEEL0502', { partition: this.partition }));
+    if (this.queue.length >= MAX_QUEUED_COMMANDS) return Promise.reject(keelError('KEEL0501', { partition: this.partition, queued: this.queue.length }));
+    const command = { timestamp_ms: Date.now(), ...kind } as Command;
+    this.checkOwnership(command);
     return new Promise((resolve, reject) => {
-      this.queue.push({ command: { timestamp_ms: Date.now(), ...kind } as Command, resolve, reject });
+      this.queue.push({ command, resolve, reject });
       if (!this.writing) this.scheduleFlush();
     });
+  }
+
+  get health(): PartitionFailure | undefined {
+    return this.failure;
   }
 
   invocation(id: string): InvocationStatus | undefined {
     return this.state.status(id);
   }
 
+  journal(id: string): readonly JournalEntry[] {
+    return this.state.journal(id);
+  }
+
+  objectState(service: string, key: string): ReadonlyMap<string, Buffer> {
+    return this.state.stateOf(objectKeyOf(service, key));
+  }
+
+  get applied_position(): number {
+    return this.log.applied_position;
+  }
+
   /** Waits for the batch in flight and every queued command, then refuses new ones. */
   async close(): Promise<void> {
     while (this.writing || this.queue.length > 0) await this.idle;
     this.closed = true;
+  }
+
+  /** Commands name invocations by id; each id belongs to exactly one partition. */
+  private checkOwnership(command: Command): void {
+    const body = (command as unknown as Record<string, { invocation_id?: Buffer } | undefined>)[command.kind];
+    const bytes = body?.invocation_id;
+    if (bytes === undefined) return;
+    const id = InvocationId.fromBytes(bytes);
+    assert(id === undefined || this.owns(id), () => `partition ${this.partition} got a ${command.kind} for ${id?.text}, which another partition owns`);
   }
 
   private scheduleFlush(): void {
@@ -100,122 +140,49 @@ export class PartitionProcessor {
   }
 
   private async flush(): Promise<void> {
-    while (this.queue.length > 0) {
+    while (this.queue.length > 0 && this.failure === undefined) {
       const batch = this.queue.splice(0, MAX_BATCH_COMMANDS);
       const records: Buffer[] = [];
       const actions: Action[] = [];
-      for (const p of batch) {
-        records.push(encodeCommand(p.command));
-        try {
-          fold({ state: this.state, actions, now_ms: p.command.timestamp_ms }, p.command);
-        } catch (err) {
-          // A fold that throws is a bug; the rebuild would throw at the same command, so state stays comparable.
-          this.logger.error({ err }, 'fold failed');
-        }
-      }
       try {
-        await this.log.append(records, this.state.takeWrites(), this.fsync);
+        for (const p of batch) {
+          records.push(encodeCommand(p.command));
+          fold({ state: this.state, actions, now_ms: p.command.timestamp_ms ?? 0 }, p.command);
+        }
       } catch (err) {
-        // Memory is ahead of the store now: the only safe way on is a restart from the store.
-        this.logger.fatal({ err, code: 'RT0006' }, 'cannot write the partition log; stopping');
-        for (const p of batch) p.reject(err as Error);
-        process.exitCode = 1;
-        setImmediate(() => process.exit(1));
-        return;
+        this.halt(err, 'a command could not be folded', batch);
+        break;
+      }
+      const before = this.log.applied_position;
+      try {
+        const last = await this.log.append(records, this.state.takeWrites(), this.fsync);
+        assert(last === before + records.length, () => `partition ${this.partition}: log at ${last} after appending ${records.length} records at ${before}`);
+      } catch (err) {
+        this.halt(err, 'the partition log could not be written', batch);
+        break;
       }
       for (const p of batch) p.resolve();
       try {
         this.effects.execute(this, actions);
       } catch (err) {
-        this.logger.error({ err }, 'running the actions of a batch failed');
+        // The batch is durable; effects are re-derived from the state at the next restart.
+        this.logger.error({ err, code: 'RT0006' }, 'running the actions of a batch failed');
       }
     }
     this.writing = false;
     this.settleIdle?.();
   }
+
+  /** Stops the partition: nothing of the failed batch is written, every waiting append fails. */
+  private halt(err: unknown, what: string, batch: Pending[]): void {
+    const reason = `${what}: ${(err as Error)?.message ?? String(err)}`;
+    this.failure = { partition: this.partition, reason, at_ms: Date.now() };
+    this.state.discardWrites();
+    const refusal = keelError('KEEL0503', { partition: this.partition, reason });
+    this.logger.fatal({ err, code: 'KEEL0503', invariant: err instanceof InvariantError }, `partition ${this.partition} stopped: ${reason}`);
+    for (const p of [...batch, ...this.queue.splice(0)]) p.reject(refusal);
+  }
 }
 
-async function loadState(db: Db, partition: number): Promise<PartitionState> {
-  const state = new PartitionState(partition);
-  state.loader = (key) => db.getSync(key);
-  const prefix = state.prefix;
-  // Completed invocations stay in the store; the fold reads them back when it needs one.
-  for await (const [, value] of db.iterator({ gte: `${prefix}inv/`, lt: `${prefix}inv/~` })) {
-    const s = JSON.parse(value.toString('utf8')) as InvocationStatus;
-    if (s.status !== 'completed') state.invocations.set(s.id, s);
-  }
-  for (const s of state.invocations.values()) {
-    const journal = [];
-    for await (const [, value] of db.iterator({ gte: `${prefix}j/${s.id}/`, lt: `${prefix}j/${s.id}/~` })) journal.push(decodeEntry(value));
-    if (journal.length !== s.journal_length) {
-      throw new KeelError('RT0006', `partition ${partition}: journal of ${s.id} has ${journal.length} entries, its status says ${s.journal_length}`);
-    }
-    state.journals.set(s.id, journal);
-  }
-  for await (const key of db.keys({ gte: `${prefix}timer/`, lt: `${prefix}timer/~` })) {
-    state.timers.set(key, parseTimerKey(key, prefix));
-  }
-  const scan = (table: string) => db.iterator({ gte: `${prefix}${table}/`, lt: `${prefix}${table}/~` });
-  const rest = (key: string, table: string) => key.slice(`${prefix}${table}/`.length);
-  for await (const [key, value] of scan('lock')) state.locks.set(rest(key, 'lock'), value.toString('utf8'));
-  for await (const [key, value] of scan('inbox')) {
-    const r = rest(key, 'inbox');
-    const cut = r.lastIndexOf('/');
-    const objectKey = r.slice(0, cut);
-    const q = state.inboxes.get(objectKey) ?? [];
-    q.push({ id: value.toString('utf8'), seq: Number(r.slice(cut + 1)) });
-    state.inboxes.set(objectKey, q);
-  }
-  for (const q of state.inboxes.values()) q.sort((a, b) => a.seq - b.seq);
-  for await (const [key, value] of scan('state')) {
-    const r = rest(key, 'state');
-    const cut = r.lastIndexOf('/');
-    const m = state.objectState.get(r.slice(0, cut)) ?? new Map<string, Buffer>();
-    m.set(r.slice(cut + 1), value);
-    state.objectState.set(r.slice(0, cut), m);
-  }
-  for await (const [key, value] of scan('promise')) state.promises.set(rest(key, 'promise'), JSON.parse(value.toString('utf8')));
-  for await (const [key, value] of scan('outbox')) {
-    const e = JSON.parse(value.toString('utf8'));
-    const seq = Number(rest(key, 'outbox'));
-    state.outbox.set(seq, { seq, target: e.target, command: Buffer.from(e.command, 'base64') });
-  }
-  for await (const [key, value] of scan('dedup')) state.dedup.set(Number(rest(key, 'dedup')), Number(value.toString('utf8')));
-  const counters = await db.get(`${prefix}counters`);
-  if (counters !== undefined) state.counters = JSON.parse(counters.toString('utf8'));
-  state.takeWrites();
-  return state;
-}
-
-/**
- * Folds a partition's whole log into fresh state and compares every state key with the
- * store. Returns the keys that differ (empty when the materialised state is exactly the fold).
- */
-export async function verifyPartition(db: Db, partition: number): Promise<string[]> {
-  const log = await PartitionLog.open(db, partition);
-  const fresh = new PartitionState(partition);
-  const rebuilt = new Map<string, Buffer>();
-  fresh.loader = (key) => rebuilt.get(key);
-  for await (const [, record] of log.read(1)) {
-    const cmd = decodeCommand(record);
-    try {
-      fold({ state: fresh, actions: [], now_ms: cmd.timestamp_ms }, cmd);
-    } catch {
-      // Same as the processor: a throwing fold keeps the writes it made.
-    }
-    for (const [key, value] of fresh.takeWrites()) {
-      if (value === null) rebuilt.delete(key);
-      else rebuilt.set(key, value);
-    }
-  }
-  const differing: string[] = [];
-  const prefix = fresh.prefix;
-  const seen = new Set<string>();
-  for await (const [key, value] of db.iterator({ gte: prefix, lt: `${prefix}~` })) {
-    seen.add(key);
-    const expected = rebuilt.get(key);
-    if (expected === undefined || !expected.equals(value)) differing.push(key);
-  }
-  for (const key of rebuilt.keys()) if (!seen.has(key)) differing.push(key);
-  return differing;
-}
+/** The partition an invocation status belongs to has it under this key (for tests and tools). */
+export const statusKey = invocationsTable.key;

@@ -1,96 +1,24 @@
-import type { StateWrite } from '../log/partition-log.js';
-import { pad } from '../storage/store.js';
+import { assert } from '../common/assert.js';
+import { objectKeyOf } from '../storage/keys.js';
+import type { StateWrite } from '../storage/store.js';
+import { dedupTable } from '../storage/tables/dedup.js';
+import { fsmTable, type Counters } from '../storage/tables/fsm.js';
+import { inboxTable, type InboxEntry } from '../storage/tables/inbox.js';
+import { invocationsTable, type InvocationStatus } from '../storage/tables/invocations.js';
+import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
+import { locksTable } from '../storage/tables/locks.js';
+import { outboxTable, type OutboxEntry } from '../storage/tables/outbox.js';
+import { promisesTable, type PromiseState } from '../storage/tables/promises.js';
+import { stateTable } from '../storage/tables/state.js';
+import { timersTable, type Timer } from '../storage/tables/timers.js';
 
-export type Status = 'scheduled' | 'inboxed' | 'running' | 'backing-off' | 'suspended' | 'paused' | 'completed';
-
-export interface LastFailure {
-  error_code: string;
-  failure_code: number;
-  message: string;
-  related_entry_index?: number;
-  related_entry_name?: string;
-  related_entry_type?: number;
-}
-
-export interface InvocationResult {
-  /** base64 of the output value */
-  value?: string;
-  failure?: { code: number; message: string; metadata?: Array<{ key: string; value: string }> };
-}
-
-/** The materialised status of one invocation; JSON in the store under `s/inv/<id>`. */
-export interface InvocationStatus {
-  id: string;
-  service: string;
-  handler: string;
-  key: string;
-  service_type: string;
-  /** 'Exclusive' | 'Shared' | 'Workflow' | '' */
-  handler_type: string;
-  status: Status;
-  /** Attempt number; entries from any other attempt are dropped. */
-  epoch: number;
-  journal_length: number;
-  created_at_ms: number;
-  modified_at_ms: number;
-  idempotency_key?: string;
-  /** The invocation waiting for this one's result (call), with the completion id to use. */
-  caller_id?: string;
-  caller_completion_id?: number;
-  /** `Svc/handler` and id of the invocation that called or sent this one. */
-  caller_target?: string;
-  invoked_by_id?: string;
-  restarted_from?: string;
-  /** Invocations this one called and waits for: killed with it. */
-  children?: string[];
-  /** Other invocations attached to this one's result. */
-  attachers?: Array<{ id: string; completion_id: number; entry_type: number }>;
-  scheduled_at_ms?: number;
-  execute_at_ms?: number;
-  inboxed_at_ms?: number;
-  completion_retention_ms: number;
-  journal_retention_ms: number;
-  deployment_id?: string;
-  protocol_version?: number;
-  sdk_version?: string;
-  retry_count: number;
-  last_start_at_ms?: number;
-  next_retry_at_ms?: number;
-  last_failure?: LastFailure;
-  waiting?: { completions: number[]; signals: number[]; named_signals: string[] };
-  /** The Output command's result, recorded before End arrives. */
-  output?: InvocationResult;
-  completed_at_ms?: number;
-  result?: InvocationResult;
-}
-
-export interface JournalEntry {
-  type: number;
-  payload: Buffer;
-}
-
-export interface Timer {
-  id: string;
-  completion_id: number;
-  wake_up_ms: number;
-  /** TimerKind: 0 sleep completion, 1 start of a scheduled invocation */
-  kind: number;
-}
-
-export interface PromiseState {
-  value?: string;
-  failure?: { code: number; message: string };
-  /** Invocations waiting for a `get`: id, completion id and notification type. */
-  waiters: Array<{ id: string; completion_id: number; entry_type: number }>;
-}
-
-export interface OutboxEntry {
-  seq: number;
-  /** Invocation id (text) whose partition receives the command. */
-  target: string;
-  /** The encoded Command to append there. */
-  command: Buffer;
-}
+export type { InvocationResult, InvocationStatus, LastFailure, Status } from '../storage/tables/invocations.js';
+export type { JournalEntry } from '../storage/tables/journal.js';
+export type { OutboxEntry } from '../storage/tables/outbox.js';
+export type { PromiseState } from '../storage/tables/promises.js';
+export type { Timer } from '../storage/tables/timers.js';
+export { objectKeyOf } from '../storage/keys.js';
+export { promiseKeyOf } from '../storage/tables/promises.js';
 
 /** What a fold asks for once its batch is durable. */
 export type Action =
@@ -104,13 +32,14 @@ export type Action =
   /** The current attempt broke a rule (RT0017...): end it and record the failure under `epoch`. */
   | { kind: 'reject'; id: string; epoch: number; error_code: string; message: string; entry_index: number; entry_type: number };
 
-/**
- * The state of one partition, in memory, written through to the store. Folds change it only
- * through these methods, which record every store write of the current batch.
- */
 /** Completed invocations kept in memory; older ones are read back from the store when needed. */
 export const COMPLETED_IN_MEMORY = 10_000;
 
+/**
+ * The state of one partition, in memory, written through to the store. Folds change it only
+ * through these methods, which record every store write of the current batch; the tables in
+ * `storage/tables` own the keys.
+ */
 export class PartitionState {
   /** Every invocation that has not completed, and the most recently used completed ones. */
   readonly invocations = new Map<string, InvocationStatus>();
@@ -120,11 +49,12 @@ export class PartitionState {
   loader: ((key: string) => Buffer | undefined) | undefined;
   /** Journals of invocations that have not completed; completed ones stay on disk only. */
   readonly journals = new Map<string, JournalEntry[]>();
+  /** Timer key → timer. */
   readonly timers = new Map<string, Timer>();
   /** Virtual object / workflow key (`svc/key`) → invocation holding its exclusive lock. */
   readonly locks = new Map<string, string>();
   /** Key → invocations waiting for the lock, in arrival order, with their inbox sequence. */
-  readonly inboxes = new Map<string, Array<{ id: string; seq: number }>>();
+  readonly inboxes = new Map<string, InboxEntry[]>();
   /** Key → state entries (state key as base64url → value). */
   readonly objectState = new Map<string, Map<string, Buffer>>();
   /** `svc/key/name` → workflow promise. */
@@ -132,14 +62,10 @@ export class PartitionState {
   readonly outbox = new Map<number, OutboxEntry>();
   /** Source partition → last outbox sequence applied from it. */
   readonly dedup = new Map<number, number>();
-  counters = { inbox_seq: 0, outbox_seq: 0 };
+  counters: Counters = { inbox_seq: 0, outbox_seq: 0 };
   private writes = new Map<string, Buffer | null>();
 
   constructor(readonly partition: number) {}
-
-  get prefix(): string {
-    return `p${this.partition}/s/`;
-  }
 
   /**
    * The status of `id`, from memory or else from the store. Both give the same content, so the
@@ -151,18 +77,20 @@ export class PartitionState {
       if (cached.status === 'completed') this.touchCompleted(id);
       return cached;
     }
-    const key = this.statusKey(id);
+    const key = invocationsTable.key(this.partition, id);
     const raw = this.writes.has(key) ? this.writes.get(key) : this.loader?.(key);
     if (raw === undefined || raw === null) return undefined;
-    const s = JSON.parse(raw.toString('utf8')) as InvocationStatus;
+    const s = invocationsTable.decode(raw);
+    assert(s.id === id, () => `partition ${this.partition}: status stored under ${id} is for ${s.id}`);
     this.invocations.set(id, s);
     if (s.status === 'completed') this.touchCompleted(id);
     return s;
   }
 
   putStatus(s: InvocationStatus): void {
+    assert(s.journal_length === (this.journals.get(s.id)?.length ?? s.journal_length), () => `journal of ${s.id} has ${this.journals.get(s.id)?.length} entries in memory, its status says ${s.journal_length}`);
     this.invocations.set(s.id, s);
-    this.writes.set(this.statusKey(s.id), Buffer.from(JSON.stringify(s)));
+    this.writes.set(invocationsTable.key(this.partition, s.id), invocationsTable.encode(s));
     if (s.status === 'completed') this.touchCompleted(s.id);
   }
 
@@ -183,31 +111,43 @@ export class PartitionState {
       this.journals.set(s.id, journal);
     }
     const index = journal.length;
-    if (index !== s.journal_length) throw new Error(`journal of ${s.id} has ${index} entries in memory, status says ${s.journal_length}`);
+    assert(index === s.journal_length, () => `journal of ${s.id} has ${index} entries in memory, its status says ${s.journal_length}`);
     journal.push(entry);
     s.journal_length = index + 1;
-    this.writes.set(this.entryKey(s.id, index), encodeEntry(entry));
+    this.writes.set(journalTable.key(this.partition, s.id, index), journalTable.encode(entry));
     return index;
+  }
+
+  /** The journal of an invocation that has not completed (empty when there is none). */
+  journal(id: string): readonly JournalEntry[] {
+    return this.journals.get(id) ?? [];
   }
 
   deleteStatus(s: InvocationStatus): void {
     this.invocations.delete(s.id);
     this.completed.delete(s.id);
-    this.writes.set(this.statusKey(s.id), null);
+    this.writes.set(invocationsTable.key(this.partition, s.id), null);
   }
 
   deleteJournal(s: InvocationStatus): void {
-    for (let i = 0; i < s.journal_length; i++) this.writes.set(this.entryKey(s.id, i), null);
+    for (let i = 0; i < s.journal_length; i++) this.writes.set(journalTable.key(this.partition, s.id, i), null);
     this.journals.delete(s.id);
   }
 
+  /** The journal leaves memory when the invocation completes; the store keeps it. */
+  forgetJournal(id: string): void {
+    this.journals.delete(id);
+  }
+
   setLock(objectKey: string, id: string | undefined): void {
+    const key = locksTable.key(this.partition, objectKey);
     if (id === undefined) {
       this.locks.delete(objectKey);
-      this.writes.set(`${this.prefix}lock/${objectKey}`, null);
+      this.writes.set(key, null);
     } else {
+      assert(!this.locks.has(objectKey), () => `lock of ${objectKey} taken by ${id} while ${this.locks.get(objectKey)} holds it`);
       this.locks.set(objectKey, id);
-      this.writes.set(`${this.prefix}lock/${objectKey}`, Buffer.from(id));
+      this.writes.set(key, locksTable.encode(id));
     }
   }
 
@@ -220,7 +160,7 @@ export class PartitionState {
       this.inboxes.set(objectKey, q);
     }
     q.push({ id, seq });
-    this.writes.set(`${this.prefix}inbox/${objectKey}/${pad(seq)}`, Buffer.from(id));
+    this.writes.set(inboxTable.key(this.partition, objectKey, seq), inboxTable.encode(id));
   }
 
   /** Removes `id` from the key's inbox (it starts, or it was killed while waiting). */
@@ -231,10 +171,10 @@ export class PartitionState {
     if (i < 0) return;
     const [e] = q.splice(i, 1);
     if (q.length === 0) this.inboxes.delete(objectKey);
-    this.writes.set(`${this.prefix}inbox/${objectKey}/${pad(e!.seq)}`, null);
+    this.writes.set(inboxTable.key(this.partition, objectKey, e!.seq), null);
   }
 
-  stateOf(objectKey: string): Map<string, Buffer> {
+  stateOf(objectKey: string): ReadonlyMap<string, Buffer> {
     return this.objectState.get(objectKey) ?? new Map();
   }
 
@@ -250,7 +190,7 @@ export class PartitionState {
       }
       m.set(stateKey, value);
     }
-    this.writes.set(`${this.prefix}state/${objectKey}/${stateKey}`, value);
+    this.writes.set(stateTable.key(this.partition, objectKey, stateKey), value);
   }
 
   clearState(objectKey: string): void {
@@ -259,51 +199,43 @@ export class PartitionState {
 
   putPromise(key: string, p: PromiseState): void {
     this.promises.set(key, p);
-    this.writes.set(`${this.prefix}promise/${key}`, Buffer.from(JSON.stringify(p)));
+    this.writes.set(promisesTable.key(this.partition, key), promisesTable.encode(p));
   }
 
   addOutbox(target: string, command: Buffer): OutboxEntry {
     const entry = { seq: ++this.counters.outbox_seq, target, command };
     this.putCounters();
     this.outbox.set(entry.seq, entry);
-    this.writes.set(`${this.prefix}outbox/${pad(entry.seq)}`, Buffer.from(JSON.stringify({ target, command: command.toString('base64') })));
+    this.writes.set(outboxTable.key(this.partition, entry.seq), outboxTable.encode(entry));
     return entry;
   }
 
   deleteOutbox(seq: number): void {
     if (!this.outbox.delete(seq)) return;
-    this.writes.set(`${this.prefix}outbox/${pad(seq)}`, null);
+    this.writes.set(outboxTable.key(this.partition, seq), null);
   }
 
   setDedup(source: number, seq: number): void {
+    assert(seq > (this.dedup.get(source) ?? 0), () => `outbox sequence from partition ${source} goes back to ${seq}`);
     this.dedup.set(source, seq);
-    this.writes.set(`${this.prefix}dedup/${source}`, Buffer.from(String(seq)));
+    this.writes.set(dedupTable.key(this.partition, source), dedupTable.encode(seq));
   }
 
   private putCounters(): void {
-    this.writes.set(`${this.prefix}counters`, Buffer.from(JSON.stringify(this.counters)));
-  }
-
-  /** The journal leaves memory when the invocation completes; the store keeps it. */
-  forgetJournal(id: string): void {
-    this.journals.delete(id);
+    this.writes.set(fsmTable.key(this.partition), fsmTable.encode(this.counters));
   }
 
   putTimer(t: Timer): void {
-    const key = this.timerKey(t);
+    const key = timersTable.key(this.partition, t);
     this.timers.set(key, t);
     this.writes.set(key, Buffer.alloc(0));
   }
 
   deleteTimer(t: Timer): boolean {
-    const key = this.timerKey(t);
+    const key = timersTable.key(this.partition, t);
     if (!this.timers.delete(key)) return false;
     this.writes.set(key, null);
     return true;
-  }
-
-  hasTimer(t: Timer): boolean {
-    return this.timers.has(this.timerKey(t));
   }
 
   /** Hands over the writes of the current batch and starts a new one. */
@@ -313,41 +245,13 @@ export class PartitionState {
     return out;
   }
 
-  statusKey(id: string): string {
-    return `${this.prefix}inv/${id}`;
-  }
-
-  entryKey(id: string, index: number): string {
-    return `${this.prefix}j/${id}/${pad(index, 8)}`;
-  }
-
-  timerKey(t: Timer): string {
-    return `${this.prefix}timer/${pad(t.wake_up_ms)}/${t.id}/${t.kind}.${t.completion_id}`;
+  /** Drops the writes of the current batch (the batch is abandoned: the partition stops). */
+  discardWrites(): void {
+    this.writes = new Map();
   }
 }
 
-export function encodeEntry(e: JournalEntry): Buffer {
-  const out = Buffer.allocUnsafe(2 + e.payload.length);
-  out.writeUInt16BE(e.type, 0);
-  out.set(e.payload, 2);
-  return out;
-}
-
-export function decodeEntry(raw: Buffer): JournalEntry {
-  return { type: raw.readUInt16BE(0), payload: raw.subarray(2) };
-}
-
-export function parseTimerKey(key: string, prefix: string): Timer {
-  const [wake, id, kindAndCid] = key.slice(`${prefix}timer/`.length).split('/');
-  const [kind, cid] = kindAndCid!.split('.');
-  return { wake_up_ms: Number(wake), id: id!, completion_id: Number(cid), kind: Number(kind) };
-}
-
-/** Store-safe name of a virtual object or workflow instance. */
-export function objectKeyOf(service: string, key: string): string {
-  return `${encodeURIComponent(service)}/${encodeURIComponent(key)}`;
-}
-
-export function promiseKeyOf(service: string, key: string, name: string): string {
-  return `${objectKeyOf(service, key)}/${encodeURIComponent(name)}`;
+/** Store-safe name of the key of an invocation of a keyed service. */
+export function objectKeyOfStatus(s: Pick<InvocationStatus, 'service' | 'key'>): string {
+  return objectKeyOf(s.service, s.key);
 }

@@ -1,16 +1,36 @@
 import type { Config } from '../config/index.js';
+import { assert } from '../common/assert.js';
 import { InvocationId } from '../common/ids.js';
 import type { Logger } from '../common/logger.js';
-import type { Invoker } from '../invoker/index.js';
-import { decodeCommand, type CommandKind } from '../log/commands.js';
+import { keelError } from '../errors/index.js';
+import { decodeCommand, type Command, type CommandKind } from '../log/commands.js';
 import { GroupWriter } from '../storage/group-writer.js';
 import type { Db } from '../storage/store.js';
-import { PartitionProcessor, type Effects } from './processor.js';
+import { invocationsTable } from '../storage/tables/invocations.js';
+import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
+import { PartitionProcessor, type AttemptHost, type Effects, type PartitionFailure } from './processor.js';
 import type { Action, InvocationStatus, OutboxEntry, Timer } from './state.js';
+
+/**
+ * What the worker hands attempts to: the invoker implements it. Defined here so that the
+ * partition layer does not depend on the invoker above it.
+ */
+export interface AttemptRunner {
+  start(host: AttemptHost, id: string, epoch: number): void;
+  forward(id: string, epoch: number, type: number, payload: Uint8Array): void;
+  abort(id: string): void;
+  reject(host: AttemptHost, action: Extract<Action, { kind: 'reject' }>): void;
+  stop(): void;
+}
 
 /** setTimeout takes at most a signed 32-bit delay; longer timers are re-armed in steps. */
 const MAX_TIMEOUT_MS = 2_147_483_647;
 const MAX_WAITERS_PER_INVOCATION = 10_000;
+/** Outbox deliveries that failed are retried with this backoff, doubling up to the cap. */
+const OUTBOX_RETRY_INITIAL_MS = 100;
+const OUTBOX_RETRY_MAX_MS = 10_000;
+/** Retention purges appended per partition per cleanup run; the rest wait for the next run. */
+const MAX_PURGES_PER_PARTITION_RUN = 10_000;
 
 /**
  * The worker: every partition processor of this node, the in-memory timers that drive them,
@@ -19,7 +39,7 @@ const MAX_WAITERS_PER_INVOCATION = 10_000;
  */
 export class Worker implements Effects {
   readonly processors: PartitionProcessor[] = [];
-  private invoker: Invoker | undefined;
+  private runner: AttemptRunner | undefined;
   private readonly waiters = new Map<string, Array<(s: InvocationStatus) => void>>();
   private readonly timers = new Set<NodeJS.Timeout>();
   private stopped = false;
@@ -35,46 +55,62 @@ export class Worker implements Effects {
   async open(db: Db): Promise<void> {
     this.db = db;
     const writer = new GroupWriter(db);
-    for (let p = 0; p < this.config.worker.partitions; p++) {
-      this.processors.push(await PartitionProcessor.open(db, writer, p, this.config.worker.storage_db.fsync, this, this.logger));
-    }
+    const options = { fsync: this.config.worker.storage_db.fsync, effects: this, logger: this.logger };
+    const opened = await Promise.all(
+      Array.from({ length: this.config.worker.partitions }, (_, p) =>
+        PartitionProcessor.open(db, writer, p, { ...options, owns: (id) => this.partitionIndexOf(id.partitionKey) === p }),
+      ),
+    );
+    this.processors.push(...opened);
   }
 
   /** Starts the invoker on the recovered state: running attempts restart, timers re-arm. */
-  start(invoker: Invoker): void {
-    this.invoker = invoker;
+  start(runner: AttemptRunner): void {
+    this.runner = runner;
     for (const p of this.processors) p.start();
     this.cleaner = setInterval(() => {
       if (this.cleaning) return;
       this.cleaning = true;
       this.clean(Date.now())
-        .catch((err) => this.logger.error({ err }, 'retention cleanup failed'))
+        .then((purged) => purged > 0 && this.logger.info({ purged }, 'retention cleanup: expired invocations purged'))
+        .catch((err) => this.logger.error({ err, code: 'RT0006' }, 'retention cleanup failed'))
         .finally(() => (this.cleaning = false));
     }, this.config.worker.cleanup_interval_ms);
     this.cleaner.unref();
   }
 
+  /** Partitions that stopped on a broken invariant or a failed write (empty when all run). */
+  failures(): PartitionFailure[] {
+    return this.processors.flatMap((p) => (p.health ? [p.health] : []));
+  }
+
   /**
    * Retention: completed invocations whose retention is over are purged (status and journal),
    * or lose only their journal when the journal retention is shorter. Nothing else is deleted.
-   * Completed invocations live in the store, so the scan reads it.
+   * Completed invocations live in the store, so the scan reads it; each run appends a bounded
+   * number of purges per partition and waits for them, so it never floods a partition.
    */
   async clean(now_ms: number): Promise<number> {
     let purged = 0;
     for (const p of this.processors) {
-      const prefix = `${p.state.prefix}inv/`;
-      for await (const value of this.db!.values({ gte: prefix, lt: `${prefix}~` })) {
-        if (this.stopped) return purged;
-        const s = JSON.parse(value.toString('utf8')) as InvocationStatus;
+      if (p.health !== undefined) continue;
+      const appends: Promise<void>[] = [];
+      for await (const s of invocationsTable.scan(this.db!, p.partition)) {
+        if (this.stopped || appends.length >= MAX_PURGES_PER_PARTITION_RUN) break;
         if (s.status !== 'completed' || s.completed_at_ms === undefined) continue;
-        const id = InvocationId.parse(s.id)!;
+        const id = InvocationId.parse(s.id);
+        assert(id !== undefined, () => `stored status with a malformed id ${s.id}`);
         if (now_ms >= s.completed_at_ms + s.completion_retention_ms) {
-          void p.append({ purge: { invocation_id: id.bytes } }).catch(() => {});
-          purged++;
+          appends.push(p.append({ kind: 'purge', purge: { invocation_id: id.bytes } }));
         } else if (s.journal_length > 0 && now_ms >= s.completed_at_ms + s.journal_retention_ms) {
-          void p.append({ purge: { invocation_id: id.bytes, journal_only: true } }).catch(() => {});
-          purged++;
+          appends.push(p.append({ kind: 'purge', purge: { invocation_id: id.bytes, journal_only: true } }));
         }
+      }
+      const results = await Promise.allSettled(appends);
+      const failed = results.filter((r) => r.status === 'rejected');
+      purged += results.length - failed.length;
+      if (failed.length > 0) {
+        this.logger.warn({ partition: p.partition, failed: failed.length, err: (failed[0] as PromiseRejectedResult).reason }, 'some retention purges were refused; they are retried at the next cleanup');
       }
     }
     return purged;
@@ -85,13 +121,16 @@ export class Worker implements Effects {
     clearInterval(this.cleaner);
     for (const t of this.timers) clearTimeout(t);
     this.timers.clear();
-    this.invoker?.stop();
+    this.runner?.stop();
     await Promise.all(this.processors.map((p) => p.close()));
   }
 
+  private partitionIndexOf(partitionKey: bigint): number {
+    return Number((partitionKey * BigInt(this.config.worker.partitions)) >> 64n);
+  }
+
   partitionOf(partitionKey: bigint): PartitionProcessor {
-    const n = BigInt(this.processors.length);
-    return this.processors[Number((partitionKey * n) >> 64n)]!;
+    return this.processors[this.partitionIndexOf(partitionKey)]!;
   }
 
   processorFor(id: InvocationId): PartitionProcessor {
@@ -104,6 +143,28 @@ export class Worker implements Effects {
 
   invocation(id: InvocationId): InvocationStatus | undefined {
     return this.processorFor(id).invocation(id.text);
+  }
+
+  /** Every invocation of every partition: in memory first (it is ahead of the store), then the store. */
+  async *scanInvocations(): AsyncGenerator<InvocationStatus> {
+    for (const p of this.processors) {
+      const inMemory = new Set<string>();
+      for (const s of [...p.state.invocations.values()]) {
+        inMemory.add(s.id);
+        yield s;
+      }
+      yield* invocationsTable.scanExcept(this.db!, p.partition, inMemory);
+    }
+  }
+
+  /** The stored journal of an invocation (completed ones included, until their retention ends). */
+  readJournal(id: InvocationId): Promise<JournalEntry[]> {
+    return journalTable.read(this.db!, this.processorFor(id).partition, id.text);
+  }
+
+  /** One stored journal entry, or undefined once it is gone (journal retention). */
+  readJournalEntry(id: InvocationId, index: number): Promise<JournalEntry | undefined> {
+    return journalTable.entry(this.db!, this.processorFor(id).partition, id.text, index);
   }
 
   /**
@@ -120,7 +181,7 @@ export class Worker implements Effects {
         this.waiters.set(id.text, list);
       }
       if (list.length >= MAX_WAITERS_PER_INVOCATION) {
-        reject(new Error('too many clients waiting for this invocation'));
+        reject(keelError('KEEL0501', { partition: this.processorFor(id).partition, queued: list.length }));
         return;
       }
       list.push(resolve);
@@ -131,27 +192,27 @@ export class Worker implements Effects {
     for (const a of actions) {
       switch (a.kind) {
         case 'start':
-          this.invoker?.start(processor, a.id, a.epoch);
+          this.runner?.start(processor, a.id, a.epoch);
           break;
         case 'forward':
-          this.invoker?.forward(a.id, a.epoch, a.type, a.payload);
+          this.runner?.forward(a.id, a.epoch, a.type, a.payload);
           break;
         case 'timer':
           this.armTimer(processor, a.timer);
           break;
         case 'retry': {
           const id = InvocationId.parse(a.id)!;
-          this.at(a.at_ms, () => processor.append({ retry_attempt: { invocation_id: id.bytes, epoch: a.epoch } }));
+          this.at(a.at_ms, () => processor.append({ kind: 'retry_attempt', retry_attempt: { invocation_id: id.bytes, epoch: a.epoch } }));
           break;
         }
         case 'outbox':
-          this.deliver(processor, a.entry);
+          this.deliver(processor, a.entry, OUTBOX_RETRY_INITIAL_MS);
           break;
         case 'abort':
-          this.invoker?.abort(a.id);
+          this.runner?.abort(a.id);
           break;
         case 'reject':
-          this.invoker?.reject(processor, a);
+          this.runner?.reject(processor, a);
           break;
         case 'completed': {
           const list = this.waiters.get(a.id);
@@ -168,22 +229,30 @@ export class Worker implements Effects {
   private armTimer(processor: PartitionProcessor, t: Timer): void {
     const id = InvocationId.parse(t.id)!;
     this.at(t.wake_up_ms, () =>
-      processor.append({ timer_fired: { invocation_id: id.bytes, completion_id: t.completion_id, wake_up_ms: t.wake_up_ms, kind: t.kind } }),
+      processor.append({ kind: 'timer_fired', timer_fired: { invocation_id: id.bytes, completion_id: t.completion_id, wake_up_ms: t.wake_up_ms, kind: t.kind } }),
     );
   }
 
   /**
    * Appends an outbox entry to its target partition, then tells the source it may drop it.
    * After a crash in between, the entry is sent again and the target drops the duplicate.
+   * A refused delivery (overload, a stopped partition) is retried with backoff while running.
    */
-  private deliver(source: PartitionProcessor, entry: OutboxEntry): void {
+  private deliver(source: PartitionProcessor, entry: OutboxEntry, retry_ms: number): void {
     if (this.stopped) return;
     const target = this.processorFor(InvocationId.parse(entry.target)!);
-    const { timestamp_ms: _sent_at, ...command } = decodeCommand(entry.command);
+    const decoded: Command = decodeCommand(entry.command);
+    const { timestamp_ms: _sent_at, ...command } = decoded;
     target
       .append(command as CommandKind)
-      .then(() => source.append({ outbox_delivered: { seq: entry.seq } }))
-      .catch((err) => this.logger.error({ err, seq: entry.seq }, 'outbox delivery failed; it is retried on restart'));
+      .then(() => source.append({ kind: 'outbox_delivered', outbox_delivered: { seq: entry.seq } }))
+      .catch((err) => {
+        const next_ms = Math.min(retry_ms * 2, OUTBOX_RETRY_MAX_MS);
+        this.logger.warn({ err, seq: entry.seq, source: source.partition, target: target.partition, retry_in_ms: retry_ms }, 'outbox delivery failed; retrying');
+        this.at(Date.now() + retry_ms, async () => {
+          if (source.state.outbox.has(entry.seq)) this.deliver(source, entry, next_ms);
+        });
+      });
   }
 
   /** Runs `f` at wall-clock time `at_ms` (at once if it has passed). */
@@ -194,7 +263,7 @@ export class Worker implements Effects {
       () => {
         this.timers.delete(handle);
         if (delay > MAX_TIMEOUT_MS) return this.at(at_ms, f);
-        f().catch((err) => this.logger.error({ err }, 'cannot append a timer command'));
+        f().catch((err) => this.logger.error({ err, code: 'RT0006' }, 'cannot append a timer command'));
       },
       Math.max(0, Math.min(delay, MAX_TIMEOUT_MS)),
     );

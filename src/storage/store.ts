@@ -31,7 +31,8 @@ export async function openWorkerStore(path: string): Promise<Db> {
   try {
     await db.open();
   } catch (err) {
-    if ((err as any)?.cause?.code === 'LEVEL_LOCKED' || (err as any)?.code === 'LEVEL_LOCKED') {
+    const e = err as { code?: string; cause?: { code?: string } } | undefined;
+    if (e?.cause?.code === 'LEVEL_LOCKED' || e?.code === 'LEVEL_LOCKED') {
       throw new KeelError('RT0005', `worker storage ${path} is locked by another process: stop it, or set another worker.storage_db.path`, 500, { cause: err });
     }
     throw new KeelError('RT0006', `cannot open worker storage ${path}: ${(err as Error).message}`, 500, { cause: err });
@@ -39,7 +40,5 @@ export async function openWorkerStore(path: string): Promise<Db> {
   return db;
 }
 
-/** Zero-padded decimal so that keys sort numerically. */
-export function pad(n: number | bigint, width = 16): string {
-  return n.toString().padStart(width, '0');
-}
+/** One write of a batch: a put, or a delete when the value is null. */
+export type StateWrite = [key: string, value: Buffer | null];

@@ -99,7 +99,11 @@ export async function startKeel(t, { env = {}, dir = tempDir(t), nodePath = proc
     },
   };
   await keel.launch();
-  t.teardown(() => keel.kill('SIGKILL'));
+  t.teardown(() => {
+    // A failing test shows what Keel said: CI has nothing else to go by.
+    if (!t.passing()) t.comment(`last lines of Keel's log:\n${keel.output.split('\n').slice(-40).join('\n')}`);
+    return keel.kill('SIGKILL');
+  });
   return keel;
 }
 

@@ -1,14 +1,16 @@
+import { assertNever } from '../../common/assert.js';
 import { Outcome, Then, type AttemptEnded } from '../../log/commands.js';
 import type { LastFailure } from '../state.js';
 import { anyArrived, complete, liveAttemptOf, resume, type FoldContext } from './context.js';
 
 /** The live attempt ended: the invocation completed, suspended, or failed. */
 export function foldAttemptEnded(ctx: FoldContext, cmd: AttemptEnded): void {
-  const s = liveAttemptOf(ctx, cmd);
+  const s = liveAttemptOf(ctx, cmd, 'attempt_ended');
   if (s === undefined) return;
   if (cmd.sdk_version) s.sdk_version = cmd.sdk_version;
   s.modified_at_ms = ctx.now_ms;
-  switch (cmd.outcome ?? Outcome.END) {
+  const outcome = (cmd.outcome ?? Outcome.END) as (typeof Outcome)[keyof typeof Outcome];
+  switch (outcome) {
     case Outcome.END:
       complete(ctx, s, s.output ?? { failure: { code: 500, message: 'the handler ended without an output' } });
       break;
@@ -18,7 +20,7 @@ export function foldAttemptEnded(ctx: FoldContext, cmd: AttemptEnded): void {
         signals: cmd.waiting_signals ?? [],
         named_signals: cmd.waiting_named_signals ?? [],
       };
-      if (anyArrived(ctx.state.journals.get(s.id) ?? [], waiting)) {
+      if (anyArrived(ctx.state.journal(s.id), waiting)) {
         resume(ctx, s);
       } else {
         s.status = 'suspended';
@@ -28,7 +30,7 @@ export function foldAttemptEnded(ctx: FoldContext, cmd: AttemptEnded): void {
     }
     case Outcome.FAILED: {
       const failure: LastFailure = {
-        error_code: cmd.error_code ?? 'RT0006',
+        error_code: cmd.error_code || 'RT0006',
         failure_code: cmd.failure_code ?? 500,
         message: cmd.failure_message ?? '',
       };
@@ -37,7 +39,8 @@ export function foldAttemptEnded(ctx: FoldContext, cmd: AttemptEnded): void {
       if (cmd.related_entry_type !== undefined) failure.related_entry_type = cmd.related_entry_type;
       s.last_failure = failure;
       s.retry_count += 1;
-      switch (cmd.then ?? Then.RETRY) {
+      const then = (cmd.then ?? Then.RETRY) as (typeof Then)[keyof typeof Then];
+      switch (then) {
         case Then.RETRY:
           s.status = 'backing-off';
           s.next_retry_at_ms = cmd.retry_at_ms ?? ctx.now_ms;
@@ -49,9 +52,13 @@ export function foldAttemptEnded(ctx: FoldContext, cmd: AttemptEnded): void {
         case Then.FAIL:
           complete(ctx, s, { failure: { code: failure.failure_code, message: failure.message } });
           break;
+        default:
+          assertNever(then, 'AttemptEnded.then');
       }
       break;
     }
+    default:
+      assertNever(outcome, 'AttemptEnded.outcome');
   }
   ctx.state.putStatus(s);
 }

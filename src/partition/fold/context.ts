@@ -1,14 +1,8 @@
+import { assert } from '../../common/assert.js';
 import { InvocationId } from '../../common/ids.js';
-import { encodeCommand, type CommandKind } from '../../log/commands.js';
-import { MessageType, decode, encode, isNotification, pb } from '../../invoker/messages.js';
-import {
-  objectKeyOf,
-  type Action,
-  type InvocationResult,
-  type InvocationStatus,
-  type JournalEntry,
-  type PartitionState,
-} from '../state.js';
+import { encodeCommand, type CommandKind, type ResultMsg } from '../../log/commands.js';
+import { MessageType, decode, encode, isNotification, pb, type Notification } from '../../protocol/messages.js';
+import { objectKeyOf, type Action, type InvocationResult, type InvocationStatus, type JournalEntry, type PartitionState } from '../state.js';
 
 /** What every fold gets: the state to change, the actions to ask for, and the command's time. */
 export interface FoldContext {
@@ -17,9 +11,15 @@ export interface FoldContext {
   now_ms: number;
 }
 
-export function statusOf(ctx: FoldContext, idBytes: Buffer | undefined): InvocationStatus | undefined {
-  const id = idBytes === undefined ? undefined : InvocationId.fromBytes(idBytes)?.text;
-  return id === undefined ? undefined : ctx.state.status(id);
+/** The invocation id every command of a partition carries; a command without one is a bug. */
+export function idOf(bytes: Buffer | undefined, what: string): InvocationId {
+  const id = bytes === undefined ? undefined : InvocationId.fromBytes(bytes);
+  assert(id !== undefined, () => `${what} without a valid invocation id`);
+  return id;
+}
+
+export function statusOf(ctx: FoldContext, idBytes: Buffer | undefined, what: string): InvocationStatus | undefined {
+  return ctx.state.status(idOf(idBytes, what).text);
 }
 
 /**
@@ -28,9 +28,10 @@ export function statusOf(ctx: FoldContext, idBytes: Buffer | undefined): Invocat
  */
 export function liveAttemptOf(
   ctx: FoldContext,
-  cmd: { invocation_id: Buffer; epoch: number; deployment_id?: string; protocol_version?: number },
+  cmd: { invocation_id?: Buffer; epoch?: number; deployment_id?: string; protocol_version?: number },
+  what: string,
 ): InvocationStatus | undefined {
-  const s = statusOf(ctx, cmd.invocation_id);
+  const s = statusOf(ctx, cmd.invocation_id, what);
   if (s === undefined || s.status !== 'running' || s.epoch !== (cmd.epoch ?? 0)) return undefined;
   if (s.deployment_id === undefined && cmd.deployment_id) {
     s.deployment_id = cmd.deployment_id;
@@ -41,6 +42,7 @@ export function liveAttemptOf(
 
 /** Starts the next attempt of an invocation that is not running. */
 export function resume(ctx: FoldContext, s: InvocationStatus): void {
+  assert(s.status !== 'completed', () => `resume of ${s.id}, which has completed`);
   s.epoch += 1;
   s.status = 'running';
   s.last_start_at_ms = ctx.now_ms;
@@ -84,6 +86,7 @@ export interface NotificationId {
  * resuming a suspended invocation that waits for it. Other states replay it on their next attempt.
  */
 export function notify(ctx: FoldContext, s: InvocationStatus, entry: JournalEntry, id: NotificationId): void {
+  assert(s.status !== 'completed', () => `notification for ${s.id}, which has completed`);
   ctx.state.appendEntry(s, entry);
   s.modified_at_ms = ctx.now_ms;
   if (s.status === 'running') {
@@ -102,7 +105,7 @@ function awaits(w: NonNullable<InvocationStatus['waiting']>, id: NotificationId)
 }
 
 /** True when the journal already holds a notification the suspension waits for. */
-export function anyArrived(journal: JournalEntry[], w: NonNullable<InvocationStatus['waiting']>): boolean {
+export function anyArrived(journal: readonly JournalEntry[], w: NonNullable<InvocationStatus['waiting']>): boolean {
   for (const e of journal) {
     if (!isNotification(e.type)) continue;
     const n = decode(pb.Notification, e.payload);
@@ -111,23 +114,39 @@ export function anyArrived(journal: JournalEntry[], w: NonNullable<InvocationSta
   return false;
 }
 
-export function notification(type: number, id: Record<string, unknown>, result: Record<string, unknown>): JournalEntry {
-  return { type, payload: Buffer.from(encode(pb.Notification, { ...id, ...result })) };
+/** A journal entry for a notification of `type`: its id (completion or signal) and its result. */
+export function notification(type: number, fields: Notification): JournalEntry {
+  return { type, payload: Buffer.from(encode(pb.Notification, fields)) };
 }
 
 /** An invocation result in the form log commands carry it (value / failure / void). */
-export function resultMsg(r: InvocationResult | undefined): { value?: Buffer; failure?: { code: number; message: string; metadata?: Array<{ key: string; value: string }> }; void?: boolean } {
+export function resultMsg(r: InvocationResult | undefined): ResultMsg {
   if (r === undefined) return { void: true };
   if (r.failure) return { failure: { code: r.failure.code, message: r.failure.message, ...(r.failure.metadata ? { metadata: r.failure.metadata } : {}) } };
   return { value: Buffer.from(r.value ?? '', 'base64') };
 }
 
+/** A result carried by a command, as the protocol's Notification carries it. */
+export function protocolResult(r: ResultMsg): Pick<Notification, 'value' | 'failure' | 'void'> {
+  if (r.failure) return { failure: { code: r.failure.code ?? 500, message: r.failure.message ?? '', metadata: r.failure.metadata ?? [] } };
+  if (r.value !== undefined) return { value: { content: r.value } };
+  return { void: {} };
+}
+
 /** Sends a command to the partition of `target` through this partition's outbox. */
 export function sendTo(ctx: FoldContext, target: string, kind: CommandKind): void {
   const seq = ctx.state.counters.outbox_seq + 1;
-  const command = encodeCommand({ timestamp_ms: ctx.now_ms, source_partition: ctx.state.partition, source_seq: seq, ...kind } as any);
+  const command = encodeCommand({ ...kind, timestamp_ms: ctx.now_ms, source_partition: ctx.state.partition, source_seq: seq });
   const entry = ctx.state.addOutbox(target, command);
+  assert(entry.seq === seq, () => `outbox entry got sequence ${entry.seq}, expected ${seq}`);
   ctx.actions.push({ kind: 'outbox', entry });
+}
+
+/** Sends a result to an invocation waiting on `completion_id` with a notification of `entry_type`. */
+export function sendResult(ctx: FoldContext, waiter: string, completion_id: number, entry_type: number, result: ResultMsg): void {
+  const id = InvocationId.parse(waiter);
+  assert(id !== undefined, () => `result for ${waiter}, which is not an invocation id`);
+  sendTo(ctx, waiter, { kind: 'call_result', call_result: { invocation_id: id.bytes, completion_id, entry_type, ...result } });
 }
 
 /**
@@ -135,6 +154,7 @@ export function sendTo(ctx: FoldContext, target: string, kind: CommandKind): voi
  * caller and attached invocations, and wakes waiting clients.
  */
 export function complete(ctx: FoldContext, s: InvocationStatus, result: InvocationResult): void {
+  assert(s.status !== 'completed', () => `${s.id} completes twice`);
   s.status = 'completed';
   s.result = result;
   s.completed_at_ms = ctx.now_ms;
@@ -144,21 +164,8 @@ export function complete(ctx: FoldContext, s: InvocationStatus, result: Invocati
   delete s.next_retry_at_ms;
   ctx.state.forgetJournal(s.id);
   if (needsLock(s)) releaseLock(ctx, s);
-  if (s.caller_id !== undefined) {
-    sendTo(ctx, s.caller_id, {
-      call_result: {
-        invocation_id: InvocationId.parse(s.caller_id)!.bytes,
-        completion_id: s.caller_completion_id ?? 0,
-        entry_type: MessageType.CallCompletion,
-        ...resultMsg(result),
-      },
-    });
-  }
-  for (const a of s.attachers ?? []) {
-    sendTo(ctx, a.id, {
-      call_result: { invocation_id: InvocationId.parse(a.id)!.bytes, completion_id: a.completion_id, entry_type: a.entry_type, ...resultMsg(result) },
-    });
-  }
+  if (s.caller_id !== undefined) sendResult(ctx, s.caller_id, s.caller_completion_id ?? 0, MessageType.CallCompletion, resultMsg(result));
+  for (const a of s.attachers ?? []) sendResult(ctx, a.id, a.completion_id, a.entry_type, resultMsg(result));
   delete s.attachers;
   ctx.actions.push({ kind: 'completed', id: s.id });
 }
@@ -171,8 +178,7 @@ function releaseLock(ctx: FoldContext, s: InvocationStatus): void {
   if (next === undefined) return;
   ctx.state.removeFromInbox(key, next.id);
   const n = ctx.state.status(next.id);
-  if (n === undefined) return;
+  assert(n !== undefined && n.status === 'inboxed', () => `inbox of ${key} names ${next.id}, which is ${n?.status ?? 'unknown'}`);
   startOrEnqueue(ctx, n);
   ctx.state.putStatus(n);
 }
-

@@ -1,9 +1,21 @@
+import { assert } from '../../common/assert.js';
 import { InvocationId, decodeAwakeableId, idempotentInvocationId, workflowInvocationId } from '../../common/ids.js';
 import type { JournalAppend, ResultMsg } from '../../log/commands.js';
-import { MessageType, decode, pb } from '../../invoker/messages.js';
+import {
+  MessageType,
+  decode,
+  pb,
+  type AttachInvocationCommandMessage,
+  type CallCommandMessage,
+  type Codec,
+  type Failure,
+  type GetInvocationOutputCommandMessage,
+  type OneWayCallCommandMessage,
+  type Value,
+} from '../../protocol/messages.js';
 import type { InvocationStatus } from '../state.js';
 import { notification, notify, sendTo, type FoldContext } from './context.js';
-import type { EntryRule } from './journal-append.js';
+import type { EntryRule } from './entry-rule.js';
 
 // Calls, sends, signals and attachments: each reaches another invocation through the outbox.
 
@@ -13,19 +25,22 @@ function childOf(cmd: JournalAppend): InvocationId | undefined {
   return cmd.child_invocation_id ? InvocationId.fromBytes(cmd.child_invocation_id) : undefined;
 }
 
-function startChild(ctx: FoldContext, s: InvocationStatus, cmd: JournalAppend, m: any, call: boolean): void {
-  const child = childOf(cmd)!;
+function startChild(ctx: FoldContext, s: InvocationStatus, cmd: JournalAppend, m: CallCommandMessage | OneWayCallCommandMessage, call: boolean): void {
+  const child = childOf(cmd);
+  assert(child !== undefined, () => `call of ${s.id} journalled without its target id`);
   const idIdx = m.invocation_id_notification_idx ?? 0;
-  notify(ctx, s, notification(MessageType.CallInvocationIdCompletion, { completion_id: idIdx }, { invocation_id: child.text }), { completion: idIdx });
+  notify(ctx, s, notification(MessageType.CallInvocationIdCompletion, { completion_id: idIdx, invocation_id: child.text }), { completion: idIdx });
   if (call) s.children = [...(s.children ?? []), child.text];
+  const delayed = !call ? Number((m as OneWayCallCommandMessage).invoke_time ?? 0) : 0;
   sendTo(ctx, child.text, {
+    kind: 'invoke',
     invoke: {
       invocation_id: child.bytes,
       service: m.service_name ?? '',
       handler: m.handler_name ?? '',
       key: m.key ?? '',
       input: m.parameter ?? Buffer.alloc(0),
-      headers: m.headers ?? [],
+      headers: (m.headers ?? []).map((h) => ({ key: h.key ?? '', value: h.value ?? '' })),
       ...(m.idempotency_key ? { idempotency_key: m.idempotency_key } : {}),
       service_type: cmd.child_service_type ?? 'Service',
       handler_type: cmd.child_handler_type ?? '',
@@ -33,22 +48,22 @@ function startChild(ctx: FoldContext, s: InvocationStatus, cmd: JournalAppend, m
       journal_retention_ms: cmd.child_journal_retention_ms ?? 0,
       caller_target: target(s),
       invoked_by_id: s.id,
-      ...(call ? { caller_invocation_id: InvocationId.parse(s.id)!.bytes, caller_completion_id: m.result_completion_id ?? 0 } : {}),
-      ...(!call && m.invoke_time ? { execute_at_ms: Number(m.invoke_time) } : {}),
+      ...(call ? { caller_invocation_id: InvocationId.parse(s.id)!.bytes, caller_completion_id: (m as CallCommandMessage).result_completion_id ?? 0 } : {}),
+      ...(delayed ? { execute_at_ms: delayed } : {}),
     },
   });
 }
 
 const needsChild: EntryRule['check'] = (_s, _e, cmd) => (childOf(cmd) ? undefined : 'call without a target invocation id');
 
-function result(m: any, valueField = 'value', failureField = 'failure'): ResultMsg {
-  if (m[failureField]) return { failure: { code: m[failureField].code ?? 500, message: m[failureField].message ?? '', metadata: m[failureField].metadata ?? [] } };
-  if (m[valueField]) return { value: m[valueField].content ?? Buffer.alloc(0) };
+function result(m: { value?: Value; failure?: Failure }): ResultMsg {
+  if (m.failure) return { failure: { code: m.failure.code ?? 500, message: m.failure.message ?? '', metadata: (m.failure.metadata ?? []).map((x) => ({ key: x.key ?? '', value: x.value ?? '' })) } };
+  if (m.value) return { value: m.value.content ?? Buffer.alloc(0) };
   return { void: true };
 }
 
 /** Resolves the target of Attach/GetInvocationOutput commands. */
-function attachTarget(m: any): InvocationId | undefined {
+function attachTarget(m: AttachInvocationCommandMessage | GetInvocationOutputCommandMessage): InvocationId | undefined {
   if (m.invocation_id) return InvocationId.parse(m.invocation_id);
   if (m.workflow_target) return workflowInvocationId(m.workflow_target.workflow_name ?? '', m.workflow_target.workflow_key ?? '');
   const t = m.idempotent_request_target;
@@ -56,13 +71,14 @@ function attachTarget(m: any): InvocationId | undefined {
   return undefined;
 }
 
-function attachRule(notificationType: number, decoder: typeof pb.AttachInvocation): EntryRule {
+function attachRule(notificationType: number, codec: Codec<AttachInvocationCommandMessage | GetInvocationOutputCommandMessage>): EntryRule {
   return {
-    check: (_s, e) => (attachTarget(decode(decoder, e.payload)) ? undefined : 'the target invocation id is not valid'),
+    check: (_s, e) => (attachTarget(decode(codec, e.payload)) ? undefined : 'the target invocation id is not valid'),
     apply(ctx, s, e) {
-      const m = decode(decoder, e.payload);
+      const m = decode(codec, e.payload);
       const t = attachTarget(m)!;
       sendTo(ctx, t.text, {
+        kind: 'attach',
         attach: { invocation_id: t.bytes, waiter_invocation_id: InvocationId.parse(s.id)!.bytes, waiter_completion_id: m.result_completion_id ?? 0, entry_type: notificationType },
       });
     },
@@ -78,8 +94,8 @@ export const callEntries: Array<[number, EntryRule]> = [
       check: (_s, e) => (InvocationId.parse(decode(pb.SendSignal, e.payload).target_invocation_id ?? '') ? undefined : 'the target invocation id is not valid'),
       apply(ctx, _s, e) {
         const m = decode(pb.SendSignal, e.payload);
-        const t = InvocationId.parse(m.target_invocation_id)!;
-        sendTo(ctx, t.text, { signal: { invocation_id: t.bytes, ...(m.name !== undefined ? { name: m.name } : { idx: m.idx ?? 0 }), ...result(m) } });
+        const t = InvocationId.parse(m.target_invocation_id ?? '')!;
+        sendTo(ctx, t.text, { kind: 'signal', signal: { invocation_id: t.bytes, ...(m.name !== undefined ? { name: m.name } : { idx: m.idx ?? 0 }), ...result(m) } });
       },
     },
   ],
@@ -89,8 +105,8 @@ export const callEntries: Array<[number, EntryRule]> = [
       check: (_s, e) => (decodeAwakeableId(decode(pb.CompleteAwakeable, e.payload).awakeable_id ?? '') ? undefined : 'the awakeable id is not valid'),
       apply(ctx, _s, e) {
         const m = decode(pb.CompleteAwakeable, e.payload);
-        const a = decodeAwakeableId(m.awakeable_id)!;
-        sendTo(ctx, a.invocation.text, { signal: { invocation_id: a.invocation.bytes, idx: a.signalIndex, ...result(m) } });
+        const a = decodeAwakeableId(m.awakeable_id ?? '')!;
+        sendTo(ctx, a.invocation.text, { kind: 'signal', signal: { invocation_id: a.invocation.bytes, idx: a.signalIndex, ...result(m) } });
       },
     },
   ],

@@ -1,7 +1,7 @@
-import { MessageType, decode, pb } from '../../invoker/messages.js';
+import { MessageType, decode, pb, type Notification } from '../../protocol/messages.js';
 import { promiseKeyOf, type InvocationStatus, type PromiseState } from '../state.js';
 import { notification, notify, type FoldContext } from './context.js';
-import type { EntryRule } from './journal-append.js';
+import type { EntryRule } from './entry-rule.js';
 
 // Durable promises of workflows. Every handler of one workflow key lives in the same
 // partition, so waiting invocations are notified directly.
@@ -9,14 +9,16 @@ import type { EntryRule } from './journal-append.js';
 const onlyWorkflows: EntryRule['check'] = (s) =>
   s.service_type === 'Workflow' ? undefined : `service '${s.service}' is not a workflow: durable promises are only available in workflows`;
 
-function promiseResult(p: PromiseState | undefined): Record<string, unknown> | undefined {
+type Result = Pick<Notification, 'value' | 'failure' | 'void'>;
+
+function promiseResult(p: PromiseState | undefined): Result | undefined {
   if (p?.failure) return { failure: { code: p.failure.code, message: p.failure.message } };
   if (p?.value !== undefined) return { value: { content: Buffer.from(p.value, 'base64') } };
   return undefined;
 }
 
-function reply(ctx: FoldContext, s: InvocationStatus, type: number, completion_id: number, result: Record<string, unknown>): void {
-  notify(ctx, s, notification(type, { completion_id }, result), { completion: completion_id });
+function reply(ctx: FoldContext, s: InvocationStatus, type: number, completion_id: number, result: Result): void {
+  notify(ctx, s, notification(type, { completion_id, ...result }), { completion: completion_id });
 }
 
 export const promiseEntries: Array<[number, EntryRule]> = [
@@ -66,7 +68,7 @@ export const promiseEntries: Array<[number, EntryRule]> = [
         for (const w of p?.waiters ?? []) {
           const waiter = ctx.state.status(w.id);
           if (waiter === undefined || waiter.status === 'completed') continue;
-          notify(ctx, waiter, notification(w.entry_type, { completion_id: w.completion_id }, promiseResult(done)!), { completion: w.completion_id });
+          notify(ctx, waiter, notification(w.entry_type, { completion_id: w.completion_id, ...promiseResult(done)! }), { completion: w.completion_id });
           ctx.state.putStatus(waiter);
         }
       },

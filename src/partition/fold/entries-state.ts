@@ -1,7 +1,7 @@
-import { MessageType, decode, pb } from '../../invoker/messages.js';
+import { MessageType, decode, pb } from '../../protocol/messages.js';
 import { objectKeyOf, type InvocationStatus } from '../state.js';
 import { notification, notify, type FoldContext } from './context.js';
-import type { EntryRule } from './journal-append.js';
+import type { EntryRule } from './entry-rule.js';
 
 // State of virtual objects and workflows: per key, written when the command is journalled.
 
@@ -50,7 +50,7 @@ export const stateEntries: Array<[number, EntryRule]> = [
         const m = decode(pb.GetLazyState, e.payload);
         const value = ctx.state.stateOf(objectKeyOf(s.service, s.key)).get(b64(m.key));
         const id = m.result_completion_id ?? 0;
-        notify(ctx, s, notification(MessageType.GetLazyStateCompletion, { completion_id: id }, value === undefined ? { void: {} } : { value: { content: value } }), { completion: id });
+        notify(ctx, s, notification(MessageType.GetLazyStateCompletion, { completion_id: id, ...(value === undefined ? { void: {} } : { value: { content: value } }) }), { completion: id });
       },
     },
   ],
@@ -62,7 +62,7 @@ export const stateEntries: Array<[number, EntryRule]> = [
         const m = decode(pb.GetLazyStateKeys, e.payload);
         const keys = [...ctx.state.stateOf(objectKeyOf(s.service, s.key)).keys()].sort().map((k) => Buffer.from(k, 'base64url'));
         const id = m.result_completion_id ?? 0;
-        notify(ctx, s, notification(MessageType.GetLazyStateKeysCompletion, { completion_id: id }, { state_keys: { keys } }), { completion: id });
+        notify(ctx, s, notification(MessageType.GetLazyStateKeysCompletion, { completion_id: id, state_keys: { keys } }), { completion: id });
       },
     },
   ],

@@ -1,6 +1,6 @@
 import { TimerKind } from '../../log/commands.js';
-import { MessageType, decode, pb } from '../../invoker/messages.js';
-import type { EntryRule } from './journal-append.js';
+import { MessageType, decode, pb } from '../../protocol/messages.js';
+import type { EntryRule } from './entry-rule.js';
 
 export const timerEntries: Array<[number, EntryRule]> = [
   [

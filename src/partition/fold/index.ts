@@ -1,3 +1,4 @@
+import { assertNever } from '../../common/assert.js';
 import type { Command } from '../../log/commands.js';
 import { foldAttemptEnded } from './attempt-ended.js';
 import { foldCallResult } from './call-result.js';
@@ -20,16 +21,30 @@ export function fold(ctx: FoldContext, cmd: Command): void {
     if (seq <= (ctx.state.dedup.get(cmd.source_partition) ?? 0)) return;
     ctx.state.setDedup(cmd.source_partition, seq);
   }
-  const c = cmd as any;
-  if (c.invoke) return foldInvoke(ctx, c.invoke);
-  if (c.journal_append) return foldJournalAppend(ctx, c.journal_append);
-  if (c.attempt_ended) return foldAttemptEnded(ctx, c.attempt_ended);
-  if (c.timer_fired) return foldTimerFired(ctx, c.timer_fired);
-  if (c.retry_attempt) return foldRetryAttempt(ctx, c.retry_attempt);
-  if (c.call_result) return foldCallResult(ctx, c.call_result);
-  if (c.signal) return foldSignal(ctx, c.signal);
-  if (c.outbox_delivered) return foldOutboxDelivered(ctx, c.outbox_delivered);
-  if (c.manage) return foldManage(ctx, c.manage);
-  if (c.purge) return foldPurge(ctx, c.purge);
-  if (c.attach) return foldAttach(ctx, c.attach);
+  switch (cmd.kind) {
+    case 'invoke':
+      return foldInvoke(ctx, cmd.invoke);
+    case 'journal_append':
+      return foldJournalAppend(ctx, cmd.journal_append);
+    case 'attempt_ended':
+      return foldAttemptEnded(ctx, cmd.attempt_ended);
+    case 'timer_fired':
+      return foldTimerFired(ctx, cmd.timer_fired);
+    case 'retry_attempt':
+      return foldRetryAttempt(ctx, cmd.retry_attempt);
+    case 'call_result':
+      return foldCallResult(ctx, cmd.call_result);
+    case 'signal':
+      return foldSignal(ctx, cmd.signal);
+    case 'outbox_delivered':
+      return foldOutboxDelivered(ctx, cmd.outbox_delivered);
+    case 'manage':
+      return foldManage(ctx, cmd.manage);
+    case 'purge':
+      return foldPurge(ctx, cmd.purge);
+    case 'attach':
+      return foldAttach(ctx, cmd.attach);
+    default:
+      return assertNever(cmd, 'log command kind');
+  }
 }

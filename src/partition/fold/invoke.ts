@@ -1,9 +1,8 @@
-import type { Invoke } from '../../log/commands.js';
 import { InvocationId } from '../../common/ids.js';
-import { TimerKind } from '../../log/commands.js';
-import { MessageType, encode, pb } from '../../invoker/messages.js';
+import { TimerKind, type Invoke } from '../../log/commands.js';
+import { MessageType, encode, pb } from '../../protocol/messages.js';
 import type { InvocationStatus } from '../state.js';
-import { resultMsg, sendTo, startOrEnqueue, type FoldContext } from './context.js';
+import { idOf, resultMsg, sendResult, startOrEnqueue, type FoldContext } from './context.js';
 
 /**
  * A new invocation: its journal starts with the Input command; it starts now, waits for its
@@ -11,9 +10,8 @@ import { resultMsg, sendTo, startOrEnqueue, type FoldContext } from './context.j
  * are deterministic, so a repeat lands on the existing invocation.
  */
 export function foldInvoke(ctx: FoldContext, cmd: Invoke): void {
-  const id = InvocationId.fromBytes(cmd.invocation_id);
-  if (id === undefined) return;
-  const caller = cmd.caller_invocation_id ? InvocationId.fromBytes(cmd.caller_invocation_id)?.text : undefined;
+  const id = idOf(cmd.invocation_id, 'invoke');
+  const caller = cmd.caller_invocation_id?.length ? InvocationId.fromBytes(cmd.caller_invocation_id)?.text : undefined;
   // Random ids are new by construction; only derived ones (idempotent requests, workflow runs)
   // may name an invocation that completed and left memory, which the store lookup finds.
   const derived = Boolean(cmd.idempotency_key) || (cmd.service_type === 'Workflow' && cmd.handler_type === 'Workflow');
@@ -24,10 +22,10 @@ export function foldInvoke(ctx: FoldContext, cmd: Invoke): void {
   }
   const s: InvocationStatus = {
     id: id.text,
-    service: cmd.service,
-    handler: cmd.handler,
+    service: cmd.service ?? '',
+    handler: cmd.handler ?? '',
     key: cmd.key ?? '',
-    service_type: cmd.service_type ?? 'Service',
+    service_type: cmd.service_type || 'Service',
     handler_type: cmd.handler_type ?? '',
     status: 'running',
     epoch: 0,
@@ -64,20 +62,11 @@ export function foldInvoke(ctx: FoldContext, cmd: Invoke): void {
 /** A caller reached an invocation that already exists: it gets the result when there is one. */
 function attachCaller(ctx: FoldContext, s: InvocationStatus, caller: string, completion_id: number): void {
   if (s.service_type === 'Workflow' && s.handler_type === 'Workflow') {
-    sendTo(ctx, caller, {
-      call_result: {
-        invocation_id: InvocationId.parse(caller)!.bytes,
-        completion_id,
-        entry_type: MessageType.CallCompletion,
-        failure: { code: 409, message: 'the workflow method was already invoked' },
-      },
-    });
+    sendResult(ctx, caller, completion_id, MessageType.CallCompletion, { failure: { code: 409, message: 'the workflow method was already invoked' } });
     return;
   }
   if (s.status === 'completed') {
-    sendTo(ctx, caller, {
-      call_result: { invocation_id: InvocationId.parse(caller)!.bytes, completion_id, entry_type: MessageType.CallCompletion, ...resultMsg(s.result) },
-    });
+    sendResult(ctx, caller, completion_id, MessageType.CallCompletion, resultMsg(s.result));
     return;
   }
   s.attachers = [...(s.attachers ?? []), { id: caller, completion_id, entry_type: MessageType.CallCompletion }];

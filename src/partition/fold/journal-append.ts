@@ -1,20 +1,13 @@
+import { assert } from '../../common/assert.js';
 import type { JournalAppend } from '../../log/commands.js';
-import { MessageType, decode, encode, pb } from '../../invoker/messages.js';
+import { MessageType, decode, encode, pb } from '../../protocol/messages.js';
 import type { InvocationResult, InvocationStatus, JournalEntry } from '../state.js';
 import { liveAttemptOf, type FoldContext } from './context.js';
 import { callEntries } from './entries-calls.js';
 import { promiseEntries } from './entries-promises.js';
 import { stateEntries } from './entries-state.js';
 import { timerEntries } from './entries-timers.js';
-
-/**
- * What a command entry does beyond being journalled. Returns a precondition failure message
- * (RT0017) instead of acting when the entry is not allowed here; then nothing is recorded.
- */
-export interface EntryRule {
-  check?(s: InvocationStatus, entry: JournalEntry, cmd: JournalAppend): string | undefined;
-  apply(ctx: FoldContext, s: InvocationStatus, entry: JournalEntry, cmd: JournalAppend, index: number): void;
-}
+import type { EntryRule } from './entry-rule.js';
 
 const rules = new Map<number, EntryRule>([
   ...stateEntries,
@@ -27,9 +20,10 @@ const rules = new Map<number, EntryRule>([
 
 /** An entry from the live attempt: a command it issued, or the completion of its `ctx.run`. */
 export function foldJournalAppend(ctx: FoldContext, cmd: JournalAppend): void {
-  const s = liveAttemptOf(ctx, cmd);
+  const s = liveAttemptOf(ctx, cmd, 'journal_append');
   if (s === undefined) return;
-  const entry = { type: cmd.entry_type, payload: cmd.entry };
+  assert(cmd.entry_type !== undefined && cmd.entry_type > 0, () => `journal_append for ${s.id} without an entry type`);
+  const entry = { type: cmd.entry_type, payload: cmd.entry ?? Buffer.alloc(0) };
   const rule = rules.get(cmd.entry_type);
   const violation = rule?.check?.(s, entry, cmd);
   if (violation !== undefined) {
@@ -49,7 +43,7 @@ export function foldJournalAppend(ctx: FoldContext, cmd: JournalAppend): void {
 function runCompleted(ctx: FoldContext, s: InvocationStatus, entry: JournalEntry, cmd: JournalAppend): void {
   const n = decode(pb.Notification, entry.payload);
   const reply = cmd.requested_ack
-    ? { type: MessageType.ProposeRunCompletionAck, payload: encode(pb.ProposeRunCompletionAck, { completion_id: n.completion_id }) }
+    ? { type: MessageType.ProposeRunCompletionAck, payload: encode(pb.ProposeRunCompletionAck, { completion_id: n.completion_id ?? 0 }) }
     : entry;
   ctx.actions.push({ kind: 'forward', id: s.id, epoch: s.epoch, type: reply.type, payload: reply.payload });
 }
@@ -58,7 +52,7 @@ function outputResult(payload: Buffer): InvocationResult {
   const out = decode(pb.Output, payload);
   if (out.failure) {
     const failure: NonNullable<InvocationResult['failure']> = { code: out.failure.code ?? 500, message: out.failure.message ?? '' };
-    if (out.failure.metadata?.length) failure.metadata = out.failure.metadata;
+    if (out.failure.metadata?.length) failure.metadata = out.failure.metadata.map((m) => ({ key: m.key ?? '', value: m.value ?? '' }));
     return { failure };
   }
   return { value: (out.value?.content ?? Buffer.alloc(0)).toString('base64') };

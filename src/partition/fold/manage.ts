@@ -1,6 +1,7 @@
+import { assertNever } from '../../common/assert.js';
 import { InvocationId } from '../../common/ids.js';
 import { ManageAction, TimerKind, type Manage } from '../../log/commands.js';
-import { MessageType } from '../../invoker/messages.js';
+import { MessageType } from '../../protocol/messages.js';
 import { objectKeyOf, type InvocationStatus } from '../state.js';
 import { complete, notification, notify, resume, sendTo, statusOf, type FoldContext } from './context.js';
 
@@ -8,13 +9,14 @@ export const CANCEL_SIGNAL = 1;
 
 /** Operator actions: cancel (a signal the handler sees), kill, pause, resume. */
 export function foldManage(ctx: FoldContext, cmd: Manage): void {
-  const s = statusOf(ctx, cmd.invocation_id);
+  const s = statusOf(ctx, cmd.invocation_id, 'manage');
   if (s === undefined || s.status === 'completed') return;
   s.modified_at_ms = ctx.now_ms;
-  switch (cmd.action ?? ManageAction.CANCEL) {
+  const action = (cmd.action ?? ManageAction.CANCEL) as (typeof ManageAction)[keyof typeof ManageAction];
+  switch (action) {
     case ManageAction.CANCEL:
       if (cancelNotStarted(ctx, s)) return;
-      notify(ctx, s, notification(MessageType.SignalNotification, { signal_id: CANCEL_SIGNAL }, { void: {} }), { signal: CANCEL_SIGNAL });
+      notify(ctx, s, notification(MessageType.SignalNotification, { signal_id: CANCEL_SIGNAL, void: {} }), { signal: CANCEL_SIGNAL });
       if (s.status === 'suspended') resume(ctx, s);
       break;
     case ManageAction.KILL:
@@ -32,6 +34,8 @@ export function foldManage(ctx: FoldContext, cmd: Manage): void {
     case ManageAction.RESUME:
       if (s.status === 'paused' || s.status === 'backing-off' || s.status === 'suspended') resume(ctx, s);
       break;
+    default:
+      assertNever(action, 'Manage.action');
   }
   ctx.state.putStatus(s);
 }
@@ -58,7 +62,7 @@ function kill(ctx: FoldContext, s: InvocationStatus): void {
   if (s.status === 'running') ctx.actions.push({ kind: 'abort', id: s.id });
   s.epoch += 1;
   for (const child of s.children ?? []) {
-    sendTo(ctx, child, { manage: { invocation_id: InvocationId.parse(child)!.bytes, action: ManageAction.KILL } });
+    sendTo(ctx, child, { kind: 'manage', manage: { invocation_id: InvocationId.parse(child)!.bytes, action: ManageAction.KILL } });
   }
   complete(ctx, s, { failure: { code: 409, message: 'killed' } });
 }

@@ -1,7 +1,6 @@
-import { InvocationId } from '../../common/ids.js';
 import type { Attach, OutboxDelivered, Purge } from '../../log/commands.js';
-import { resultMsg, sendTo, statusOf, type FoldContext } from './context.js';
-import { MessageType } from '../../invoker/messages.js';
+import { MessageType } from '../../protocol/messages.js';
+import { idOf, resultMsg, sendResult, statusOf, type FoldContext } from './context.js';
 
 /** An outbox entry reached its partition's log; it is no longer needed here. */
 export function foldOutboxDelivered(ctx: FoldContext, cmd: OutboxDelivered): void {
@@ -10,7 +9,7 @@ export function foldOutboxDelivered(ctx: FoldContext, cmd: OutboxDelivered): voi
 
 /** Removes a completed invocation, or only its journal. */
 export function foldPurge(ctx: FoldContext, cmd: Purge): void {
-  const s = statusOf(ctx, cmd.invocation_id);
+  const s = statusOf(ctx, cmd.invocation_id, 'purge');
   if (s === undefined || s.status !== 'completed') return;
   ctx.state.deleteJournal(s);
   if (cmd.journal_only) {
@@ -24,15 +23,13 @@ export function foldPurge(ctx: FoldContext, cmd: Purge): void {
 
 /** Another invocation asks for this one's result: now (output) or when it completes (attach). */
 export function foldAttach(ctx: FoldContext, cmd: Attach): void {
-  const waiter = InvocationId.fromBytes(cmd.waiter_invocation_id)!;
-  const answer = (r: Parameters<typeof resultMsg>[0] | { failure: { code: number; message: string } }) =>
-    sendTo(ctx, waiter.text, {
-      call_result: { invocation_id: waiter.bytes, completion_id: cmd.waiter_completion_id ?? 0, entry_type: cmd.entry_type, ...resultMsg(r as any) },
-    });
-  const s = statusOf(ctx, cmd.invocation_id);
-  if (s === undefined) return answer({ failure: { code: 404, message: 'invocation not found' } });
-  if (s.status === 'completed') return answer(s.result);
-  if (cmd.entry_type === MessageType.GetInvocationOutputCompletion) return answer(undefined);
-  s.attachers = [...(s.attachers ?? []), { id: waiter.text, completion_id: cmd.waiter_completion_id ?? 0, entry_type: cmd.entry_type }];
+  const waiter = idOf(cmd.waiter_invocation_id, 'attach waiter');
+  const completion_id = cmd.waiter_completion_id ?? 0;
+  const entry_type = cmd.entry_type ?? MessageType.AttachInvocationCompletion;
+  const s = statusOf(ctx, cmd.invocation_id, 'attach');
+  if (s === undefined) return sendResult(ctx, waiter.text, completion_id, entry_type, { failure: { code: 404, message: 'invocation not found' } });
+  if (s.status === 'completed') return sendResult(ctx, waiter.text, completion_id, entry_type, resultMsg(s.result));
+  if (entry_type === MessageType.GetInvocationOutputCompletion) return sendResult(ctx, waiter.text, completion_id, entry_type, resultMsg(undefined));
+  s.attachers = [...(s.attachers ?? []), { id: waiter.text, completion_id, entry_type }];
   ctx.state.putStatus(s);
 }

@@ -1,12 +1,10 @@
 import { TimerKind, type TimerFired } from '../../log/commands.js';
-import { MessageType } from '../../invoker/messages.js';
-import { InvocationId } from '../../common/ids.js';
-import { notification, notify, startOrEnqueue, type FoldContext } from './context.js';
+import { MessageType } from '../../protocol/messages.js';
+import { idOf, notification, notify, startOrEnqueue, type FoldContext } from './context.js';
 
 /** A timer is due: a durable sleep completes, or a scheduled invocation starts. Each fires once. */
 export function foldTimerFired(ctx: FoldContext, cmd: TimerFired): void {
-  const id = InvocationId.fromBytes(cmd.invocation_id)?.text;
-  if (id === undefined) return;
+  const id = idOf(cmd.invocation_id, 'timer_fired').text;
   const kind = cmd.kind ?? TimerKind.SLEEP;
   const completion_id = cmd.completion_id ?? 0;
   if (!ctx.state.deleteTimer({ id, completion_id, wake_up_ms: cmd.wake_up_ms ?? 0, kind })) return;
@@ -18,7 +16,7 @@ export function foldTimerFired(ctx: FoldContext, cmd: TimerFired): void {
     startOrEnqueue(ctx, s);
   } else {
     if (s.status === 'completed') return;
-    notify(ctx, s, notification(MessageType.SleepCompletion, { completion_id }, { void: {} }), { completion: completion_id });
+    notify(ctx, s, notification(MessageType.SleepCompletion, { completion_id, void: {} }), { completion: completion_id });
   }
   ctx.state.putStatus(s);
 }

@@ -1,42 +1,36 @@
-import type { IntrospectionSource, JournalRow, ManageAction } from '../admin/introspection.js';
 import { InvocationId, objectPartitionKey, randomPartitionKey } from '../common/ids.js';
-import { ManageAction as Action } from '../log/commands.js';
-import { MessageType, commandTypes, decode, entryTypeName, isNotification, pb } from '../invoker/messages.js';
-import type { Db } from '../storage/store.js';
-import { decodeEntry, type InvocationStatus } from './state.js';
-import type { Worker } from './worker.js';
+import { ManageAction as Action, type CommandKind } from '../log/commands.js';
+import type { InvocationStatus } from '../partition/state.js';
+import type { Worker } from '../partition/worker.js';
+import { MessageType, commandTypes, decode, entryTypeName, isNotification, pb, type Codec } from '../protocol/messages.js';
+import { splitObjectKey } from '../storage/keys.js';
+import { splitPromiseKey } from '../storage/tables/promises.js';
+import type { IntrospectionSource, JournalRow, ManageAction } from './introspection.js';
 
-const unescape = (s: string) => decodeURIComponent(s);
+/** The fields of journal entries that `sys_journal` shows, whichever command or notification they are. */
+interface EntryView {
+  name?: string;
+  entry_name?: string;
+  result_completion_id?: number;
+  invocation_id_notification_idx?: number;
+  service_name?: string;
+  handler_name?: string;
+  key?: string;
+  wake_up_time?: number;
+}
 
-/** The admin API's view of the partitions: live statuses from memory, journals from the store. */
+/** The admin API's view of the partitions, through the worker's read interface. */
 export class WorkerIntrospection implements IntrospectionSource {
-  constructor(
-    private readonly worker: Worker,
-    private readonly db: Db,
-  ) {}
+  constructor(private readonly worker: Worker) {}
 
-  /** In memory first (it is ahead of the store by at most the batch being written), then the store. */
-  async *invocations(): AsyncIterable<InvocationStatus> {
-    for (const p of this.worker.processors) {
-      const inMemory = new Set<string>();
-      for (const s of [...p.state.invocations.values()]) {
-        inMemory.add(s.id);
-        yield s;
-      }
-      const prefix = `${p.state.prefix}inv/`;
-      for await (const [key, value] of this.db.iterator({ gte: prefix, lt: `${prefix}~` })) {
-        if (!inMemory.has(key.slice(prefix.length))) yield JSON.parse(value.toString('utf8')) as InvocationStatus;
-      }
-    }
+  invocations(): AsyncIterable<InvocationStatus> {
+    return this.worker.scanInvocations();
   }
 
   async journal(id: string): Promise<JournalRow[]> {
     const parsed = InvocationId.parse(id);
     if (parsed === undefined) return [];
-    const p = this.worker.processorFor(parsed);
-    const prefix = `${p.state.prefix}j/${id}/`;
-    const entries = [];
-    for await (const value of this.db.values({ gte: prefix, lt: `${prefix}~` })) entries.push(decodeEntry(value));
+    const entries = await this.worker.readJournal(parsed);
     const completed = new Set<number>();
     const invoked = new Map<number, string>();
     for (const e of entries) {
@@ -48,7 +42,7 @@ export class WorkerIntrospection implements IntrospectionSource {
     }
     return entries.map((e, index) => {
       const row: JournalRow = { index, entry_type: entryTypeName(e.type) };
-      const type = commandTypes.get(e.type) ?? (isNotification(e.type) ? pb.Notification : undefined);
+      const type = (commandTypes.get(e.type) ?? (isNotification(e.type) ? pb.Notification : undefined)) as Codec<EntryView> | undefined;
       if (type === undefined) return row;
       const m = decode(type, e.payload);
       if (m.name) row.name = m.name;
@@ -73,8 +67,8 @@ export class WorkerIntrospection implements IntrospectionSource {
   async *state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer }> {
     for (const p of this.worker.processors) {
       for (const [objectKey, entries] of p.state.objectState) {
-        const [service, key] = objectKey.split('/').map(unescape);
-        for (const [k, value] of entries) yield { service: service!, key: key!, state_key: Buffer.from(k, 'base64url').toString('utf8'), value };
+        const { service, key } = splitObjectKey(objectKey);
+        for (const [k, value] of entries) yield { service, key, state_key: Buffer.from(k, 'base64url').toString('utf8'), value };
       }
     }
   }
@@ -82,9 +76,9 @@ export class WorkerIntrospection implements IntrospectionSource {
   *inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number }> {
     for (const p of this.worker.processors) {
       for (const [objectKey, queue] of p.state.inboxes) {
-        const [service, key] = objectKey.split('/').map(unescape);
+        const { service, key } = splitObjectKey(objectKey);
         for (const e of queue) {
-          yield { service: service!, key: key!, id: e.id, seq: e.seq, created_at_ms: p.state.status(e.id)?.created_at_ms ?? 0 };
+          yield { service, key, id: e.id, seq: e.seq, created_at_ms: p.state.status(e.id)?.created_at_ms ?? 0 };
         }
       }
     }
@@ -93,8 +87,8 @@ export class WorkerIntrospection implements IntrospectionSource {
   *locks(): Iterable<{ service: string; key: string; id: string }> {
     for (const p of this.worker.processors) {
       for (const [objectKey, id] of p.state.locks) {
-        const [service, key] = objectKey.split('/').map(unescape);
-        yield { service: service!, key: key!, id };
+        const { service, key } = splitObjectKey(objectKey);
+        yield { service, key, id };
       }
     }
   }
@@ -102,12 +96,12 @@ export class WorkerIntrospection implements IntrospectionSource {
   async *promises(): AsyncIterable<{ service: string; key: string; name: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }> {
     for (const p of this.worker.processors) {
       for (const [k, promise] of p.state.promises) {
-        const [service, key, name] = k.split('/').map(unescape);
+        const { service, key, name } = splitPromiseKey(k);
         const completed = promise.value !== undefined || promise.failure !== undefined;
         yield {
-          service: service!,
-          key: key!,
-          name: name!,
+          service,
+          key,
+          name,
           completed,
           ...(promise.value !== undefined ? { value: Buffer.from(promise.value, 'base64') } : {}),
           ...(promise.failure ? { failure: promise.failure } : {}),
@@ -122,31 +116,31 @@ export class WorkerIntrospection implements IntrospectionSource {
     if (id === undefined || s === undefined) return { status: 404 };
     const done = s.status === 'completed';
     const notDone = { status: 409, body: { message: `The invocation '${idText}' is not completed.`, restate_code: null } };
-    const append = (kind: Parameters<Worker['append']>[1]) => this.worker.append(id, kind);
+    const append = (kind: CommandKind) => this.worker.append(id, kind);
     switch (action) {
       case 'cancel':
         if (done) return { status: 409 };
-        await append({ manage: { invocation_id: id.bytes, action: Action.CANCEL } });
+        await append({ kind: 'manage', manage: { invocation_id: id.bytes, action: Action.CANCEL } });
         return { status: 202 };
       case 'kill':
         if (done) return { status: 409 };
-        await append({ manage: { invocation_id: id.bytes, action: Action.KILL } });
+        await append({ kind: 'manage', manage: { invocation_id: id.bytes, action: Action.KILL } });
         return { status: 200 };
       case 'pause':
         if (s.status === 'paused') return { status: 200 };
         if (!['running', 'backing-off', 'suspended'].includes(s.status)) {
           return { status: 409, body: { message: `The invocation '${idText}' is ${s.status}: only running invocations can be paused.`, restate_code: null } };
         }
-        await append({ manage: { invocation_id: id.bytes, action: Action.PAUSE } });
+        await append({ kind: 'manage', manage: { invocation_id: id.bytes, action: Action.PAUSE } });
         return { status: 202 };
       case 'resume':
         if (done) return { status: 409, body: { message: `The invocation '${idText}' was already completed.`, restate_code: null } };
         if (s.status === 'inboxed' || s.status === 'scheduled') return { status: 425, body: { message: `The invocation '${idText}' has not started yet.`, restate_code: null } };
-        await append({ manage: { invocation_id: id.bytes, action: Action.RESUME } });
+        await append({ kind: 'manage', manage: { invocation_id: id.bytes, action: Action.RESUME } });
         return { status: 200 };
       case 'purge':
         if (!done) return notDone;
-        await append({ purge: { invocation_id: id.bytes } });
+        await append({ kind: 'purge', purge: { invocation_id: id.bytes } });
         return { status: 200 };
       case 'restart-as-new':
         return this.restartAsNew(id, s);
@@ -161,21 +155,21 @@ export class WorkerIntrospection implements IntrospectionSource {
     if (s.service_type === 'Workflow' && s.handler_type === 'Workflow') {
       return { status: 422, body: { message: 'workflow runs cannot be restarted as new', restate_code: null } };
     }
-    const p = this.worker.processorFor(id);
-    const raw = await this.db.get(p.state.entryKey(id.text, 0));
-    if (raw === undefined || s.journal_length === 0) {
+    const first = await this.worker.readJournalEntry(id, 0);
+    if (first === undefined || s.journal_length === 0) {
       return { status: 410, body: { message: `The input of '${id.text}' is gone (journal retention).`, restate_code: null } };
     }
-    const input = decode(pb.Input, decodeEntry(raw).payload);
+    const input = decode(pb.Input, first.payload);
     const fresh = InvocationId.random(s.service_type === 'Service' ? randomPartitionKey() : objectPartitionKey(s.service, s.key));
     await this.worker.append(fresh, {
+      kind: 'invoke',
       invoke: {
         invocation_id: fresh.bytes,
         service: s.service,
         handler: s.handler,
         key: s.key,
         input: input.value?.content ?? Buffer.alloc(0),
-        headers: input.headers ?? [],
+        headers: (input.headers ?? []).map((h) => ({ key: h.key ?? '', value: h.value ?? '' })),
         service_type: s.service_type,
         handler_type: s.handler_type,
         completion_retention_ms: s.completion_retention_ms,

@@ -1,0 +1,16 @@
+import type { Config } from '../config/index.js';
+import type { Logger } from '../common/logger.js';
+import type { Registry } from '../metadata/registry.js';
+import type { IntrospectionSource } from './introspection.js';
+import type { QueryEngine } from './sql.js';
+
+/** What the admin routes share: configuration, the registry, the partitions' view, SQL. */
+export interface AdminContext {
+  config: Config;
+  registry: Registry;
+  logger: Logger;
+  source: () => IntrospectionSource;
+  engine: QueryEngine;
+  /** Partitions that stopped (for `/health`); empty when all run. */
+  failures: () => Array<{ partition: number; reason: string }>;
+}

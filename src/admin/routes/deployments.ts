@@ -1,0 +1,115 @@
+import type { FastifyInstance } from 'fastify';
+import { isDeploymentId } from '../../common/ids.js';
+import { KeelError, keelError } from '../../errors/index.js';
+import type { RegisterRequest, UpdateRequest } from '../../metadata/types.js';
+import type { AdminContext } from '../context.js';
+import { deploymentDetailView, deploymentListView, registerView } from '../views.js';
+import { idParam, nullableBoolean, nullableString, stringMap } from './schemas.js';
+
+interface RegisterBody {
+  uri?: string | null;
+  arn?: string | null;
+  assume_role_arn?: string | null;
+  additional_headers?: Record<string, string> | null;
+  metadata?: Record<string, string> | null;
+  use_http_11?: boolean | null;
+  force?: boolean | null;
+  dry_run?: boolean | null;
+  breaking?: boolean | null;
+  overwrite?: boolean | null;
+}
+
+const registerBody = {
+  type: 'object',
+  properties: {
+    uri: nullableString,
+    arn: nullableString,
+    assume_role_arn: nullableString,
+    additional_headers: stringMap,
+    metadata: stringMap,
+    use_http_11: nullableBoolean,
+    force: nullableBoolean,
+    dry_run: nullableBoolean,
+    breaking: nullableBoolean,
+    overwrite: nullableBoolean,
+  },
+} as const;
+
+function checkDeploymentId(id: string): void {
+  if (!isDeploymentId(id)) throw keelError('KEEL0003', { what: 'deployment', value: id });
+}
+
+/** Present flags of the body, without nulls. */
+function flags<K extends keyof RegisterBody>(b: RegisterBody, keys: readonly K[]): Partial<Record<K, boolean>> {
+  const out: Partial<Record<K, boolean>> = {};
+  for (const k of keys) if (typeof b[k] === 'boolean') out[k] = b[k] as boolean;
+  return out;
+}
+
+function registerRequest(b: RegisterBody): RegisterRequest {
+  const hasArn = b.arn !== undefined && b.arn !== null;
+  const hasUri = b.uri !== undefined && b.uri !== null;
+  if (hasArn && hasUri) throw new KeelError('KEEL0007', 'give either uri or arn, not both', 400);
+  if (!hasArn && !hasUri) throw new KeelError('KEEL0007', 'the field uri (or arn) is required and must be a string', 400);
+  const request: RegisterRequest = hasArn ? { arn: b.arn! } : { uri: b.uri! };
+  if (hasArn && b.assume_role_arn !== undefined && b.assume_role_arn !== null) request.assume_role_arn = b.assume_role_arn;
+  if (b.additional_headers !== undefined) request.additional_headers = b.additional_headers;
+  if (b.metadata !== undefined) request.metadata = b.metadata;
+  return { ...request, ...flags(b, ['use_http_11', 'force', 'dry_run', 'breaking'] as const) };
+}
+
+function updateRequest(b: RegisterBody): UpdateRequest {
+  const request: UpdateRequest = {};
+  if (b.uri !== undefined && b.uri !== null) request.uri = b.uri;
+  if (b.arn !== undefined && b.arn !== null) request.arn = b.arn;
+  if (b.assume_role_arn !== undefined) request.assume_role_arn = b.assume_role_arn;
+  if (b.additional_headers !== undefined) request.additional_headers = b.additional_headers;
+  return { ...request, ...flags(b, ['use_http_11', 'dry_run', 'overwrite'] as const) };
+}
+
+/** `/deployments`: register (discovery), list, describe, update in place, remove. */
+export function deploymentRoutes(ctx: AdminContext) {
+  const { registry, config } = ctx;
+  return async (r: FastifyInstance) => {
+    r.post<{ Body: RegisterBody | undefined }>('/deployments', { schema: { body: registerBody } }, async (req, reply) => {
+      const request = registerRequest(req.body ?? {});
+      const { created, deployment } = await registry.register(request);
+      return reply
+        .status(created ? 201 : 200)
+        .header('location', `deployments/${deployment.id}`)
+        .send(registerView(deployment, config));
+    });
+
+    r.get('/deployments', async () => ({ deployments: registry.deployments().map(deploymentListView) }));
+
+    r.get<{ Params: { id: string } }>('/deployments/:id', { schema: { params: idParam('id') } }, async (req) => {
+      const id = req.params.id;
+      checkDeploymentId(id);
+      const d = registry.deployment(id);
+      if (!d) throw keelError('KEEL0004', { what: 'deployment', name: id });
+      return deploymentDetailView(d, config);
+    });
+
+    const update = { schema: { params: idParam('id'), body: registerBody } };
+    const updateHandler = async (req: { params: { id: string }; body: RegisterBody | undefined }) => {
+      checkDeploymentId(req.params.id);
+      return registerView(await registry.updateInPlace(req.params.id, updateRequest(req.body ?? {})), config);
+    };
+    r.put<{ Params: { id: string }; Body: RegisterBody | undefined }>('/deployments/:id', update, updateHandler);
+    r.patch<{ Params: { id: string }; Body: RegisterBody | undefined }>('/deployments/:id', update, updateHandler);
+
+    r.delete<{ Params: { id: string }; Querystring: { force?: string } }>(
+      '/deployments/:id',
+      { schema: { params: idParam('id'), querystring: { type: 'object', properties: { force: { type: 'string' } } } } },
+      async (req, reply) => {
+        const id = req.params.id;
+        checkDeploymentId(id);
+        // As Restate: removing without force is not implemented.
+        if (req.query.force !== 'true') return reply.status(501).send();
+        if (!registry.deployment(id)) throw keelError('KEEL0004', { what: 'deployment', name: id });
+        await registry.remove(id);
+        return reply.status(202).send();
+      },
+    );
+  };
+}

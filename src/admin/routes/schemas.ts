@@ -1,0 +1,8 @@
+// JSON schemas shared by the admin routes.
+
+export const nullableString = { type: ['string', 'null'] } as const;
+export const nullableBoolean = { type: ['boolean', 'null'] } as const;
+export const stringMap = { type: ['object', 'null'], additionalProperties: { type: 'string' } } as const;
+
+export const idParam = (name: string) =>
+  ({ type: 'object', properties: { [name]: { type: 'string', maxLength: 256 } }, required: [name] }) as const;

@@ -1,0 +1,66 @@
+import type { FastifyInstance } from 'fastify';
+import { KeelError, keelError } from '../../errors/index.js';
+import type { ServiceSchema } from '../../metadata/types.js';
+import type { AdminContext } from '../context.js';
+import { stateVersion } from '../introspection.js';
+import { handlerView, serviceView } from '../views.js';
+
+interface StateBody {
+  object_key: string;
+  new_state: Record<string, number[]>;
+  version?: string | null;
+}
+
+const stateBody = {
+  type: 'object',
+  required: ['object_key', 'new_state'],
+  properties: {
+    object_key: { type: 'string' },
+    new_state: { type: 'object', additionalProperties: { type: 'array', items: { type: 'integer', minimum: 0, maximum: 255 } } },
+    version: { type: ['string', 'null'] },
+  },
+} as const;
+
+/** `/services`: list, describe, handlers, and replacing the state of an object key. */
+export function serviceRoutes(ctx: AdminContext) {
+  const { registry, config } = ctx;
+  const serviceOr404 = (name: string): ServiceSchema => {
+    const s = registry.service(name);
+    if (!s) throw keelError('KEEL0004', { what: 'service', name });
+    return s;
+  };
+  return async (r: FastifyInstance) => {
+    r.get('/services', async () => ({ services: registry.services().map((s) => serviceView(s, config)) }));
+    r.get<{ Params: { name: string } }>('/services/:name', async (req) => serviceView(serviceOr404(req.params.name), config));
+    r.get<{ Params: { name: string } }>('/services/:name/handlers', async (req) => ({
+      handlers: serviceOr404(req.params.name).handlers.map(handlerView),
+    }));
+    r.get<{ Params: { name: string; handler: string } }>('/services/:name/handlers/:handler', async (req) => {
+      const s = serviceOr404(req.params.name);
+      const h = s.handlers.find((x) => x.name === req.params.handler);
+      if (!h) throw keelError('KEEL0004', { what: 'handler', name: `${s.name}/${req.params.handler}` });
+      return handlerView(h);
+    });
+
+    r.post<{ Params: { name: string }; Body: StateBody }>('/services/:name/state', { schema: { body: stateBody } }, async (req, reply) => {
+      const s = serviceOr404(req.params.name);
+      if (s.ty === 'Service') throw new KeelError('KEEL0002', 'Cannot modify state for service type Service', 400);
+      const { object_key, new_state } = req.body;
+      const entries = new Map<string, Buffer>(Object.entries(new_state).map(([k, v]) => [k, Buffer.from(v)]));
+      const src = ctx.source();
+      if (!src.setState) throw new KeelError('KEEL0009', 'modifying state is not available on this server');
+      const version = req.body.version ?? undefined;
+      if (version !== undefined) {
+        // As Restate: a stale version is answered 202 and changes nothing.
+        const current: Array<[string, Buffer]> = [];
+        for await (const e of src.state()) if (e.service === s.name && e.key === object_key) current.push([e.state_key, e.value]);
+        if (stateVersion(current) !== version) {
+          req.log.warn({ service: s.name, key: object_key }, 'state update skipped: version does not match the current state');
+          return reply.status(202).send();
+        }
+      }
+      await src.setState(s.name, object_key, entries, version);
+      return reply.status(202).send();
+    });
+  };
+}

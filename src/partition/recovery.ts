@@ -1,0 +1,65 @@
+import { assert } from '../common/assert.js';
+import type { Db } from '../storage/store.js';
+import { dedupTable } from '../storage/tables/dedup.js';
+import { fsmTable } from '../storage/tables/fsm.js';
+import { inboxTable } from '../storage/tables/inbox.js';
+import { invocationsTable } from '../storage/tables/invocations.js';
+import { journalTable } from '../storage/tables/journal.js';
+import { locksTable } from '../storage/tables/locks.js';
+import { outboxTable } from '../storage/tables/outbox.js';
+import { promisesTable } from '../storage/tables/promises.js';
+import { stateTable } from '../storage/tables/state.js';
+import { timersTable } from '../storage/tables/timers.js';
+import { PartitionState, type Action } from './state.js';
+
+/**
+ * Loads a partition's materialised state from the store: everything but completed invocations
+ * (the fold reads those back when it needs one). Checks what it reads against itself.
+ */
+export async function loadState(db: Db, partition: number): Promise<PartitionState> {
+  const state = new PartitionState(partition);
+  state.loader = (key) => db.getSync(key);
+  for await (const s of invocationsTable.scan(db, partition)) if (s.status !== 'completed') state.invocations.set(s.id, s);
+  for (const s of state.invocations.values()) {
+    const journal = await journalTable.read(db, partition, s.id);
+    assert(journal.length === s.journal_length, () => `partition ${partition}: journal of ${s.id} has ${journal.length} entries, its status says ${s.journal_length}`);
+    state.journals.set(s.id, journal);
+  }
+  for await (const [key, timer] of timersTable.scan(db, partition)) state.timers.set(key, timer);
+  for await (const [objectKey, id] of locksTable.scan(db, partition)) state.locks.set(objectKey, id);
+  for await (const [objectKey, entry] of inboxTable.scan(db, partition)) {
+    const q = state.inboxes.get(objectKey) ?? [];
+    q.push(entry);
+    state.inboxes.set(objectKey, q);
+  }
+  for (const q of state.inboxes.values()) q.sort((a, b) => a.seq - b.seq);
+  for await (const [objectKey, stateKey, value] of stateTable.scan(db, partition)) {
+    const m = state.objectState.get(objectKey) ?? new Map<string, Buffer>();
+    m.set(stateKey, value);
+    state.objectState.set(objectKey, m);
+  }
+  for await (const [key, promise] of promisesTable.scan(db, partition)) state.promises.set(key, promise);
+  for await (const entry of outboxTable.scan(db, partition)) state.outbox.set(entry.seq, entry);
+  for await (const [source, seq] of dedupTable.scan(db, partition)) state.dedup.set(source, seq);
+  state.counters = await fsmTable.read(db, partition);
+  const highestOutbox = Math.max(0, ...state.outbox.keys());
+  assert(highestOutbox <= state.counters.outbox_seq, () => `partition ${partition}: outbox entry ${highestOutbox} beyond the outbox counter ${state.counters.outbox_seq}`);
+  for (const [objectKey, holder] of state.locks) {
+    const s = state.invocations.get(holder);
+    assert(s !== undefined, () => `partition ${partition}: ${objectKey} is locked by ${holder}, which is not a live invocation`);
+  }
+  state.takeWrites();
+  return state;
+}
+
+/** The actions that bring a freshly opened partition back to life. */
+export function recoveryActions(state: PartitionState): Action[] {
+  const actions: Action[] = [];
+  for (const s of state.invocations.values()) {
+    if (s.status === 'running') actions.push({ kind: 'start', id: s.id, epoch: s.epoch });
+    else if (s.status === 'backing-off') actions.push({ kind: 'retry', id: s.id, epoch: s.epoch, at_ms: s.next_retry_at_ms ?? 0 });
+  }
+  for (const timer of state.timers.values()) actions.push({ kind: 'timer', timer });
+  for (const entry of [...state.outbox.values()].sort((a, b) => a.seq - b.seq)) actions.push({ kind: 'outbox', entry });
+  return actions;
+}

@@ -1,0 +1,87 @@
+// Table `inv`: the status of every invocation of a partition, by id (JSON).
+import type { Db } from '../store.js';
+import { tablePrefix, tableRange } from '../keys.js';
+
+export type Status = 'scheduled' | 'inboxed' | 'running' | 'backing-off' | 'suspended' | 'paused' | 'completed';
+
+export interface LastFailure {
+  error_code: string;
+  failure_code: number;
+  message: string;
+  related_entry_index?: number;
+  related_entry_name?: string;
+  related_entry_type?: number;
+}
+
+export interface InvocationResult {
+  /** base64 of the output value */
+  value?: string;
+  failure?: { code: number; message: string; metadata?: Array<{ key: string; value: string }> };
+}
+
+/** The materialised status of one invocation. */
+export interface InvocationStatus {
+  id: string;
+  service: string;
+  handler: string;
+  key: string;
+  service_type: string;
+  /** 'Exclusive' | 'Shared' | 'Workflow' | '' */
+  handler_type: string;
+  status: Status;
+  /** Attempt number; entries from any other attempt are dropped. */
+  epoch: number;
+  journal_length: number;
+  created_at_ms: number;
+  modified_at_ms: number;
+  idempotency_key?: string;
+  /** The invocation waiting for this one's result (call), with the completion id to use. */
+  caller_id?: string;
+  caller_completion_id?: number;
+  /** `Svc/handler` and id of the invocation that called or sent this one. */
+  caller_target?: string;
+  invoked_by_id?: string;
+  restarted_from?: string;
+  /** Invocations this one called and waits for: killed with it. */
+  children?: string[];
+  /** Other invocations attached to this one's result. */
+  attachers?: Array<{ id: string; completion_id: number; entry_type: number }>;
+  scheduled_at_ms?: number;
+  execute_at_ms?: number;
+  inboxed_at_ms?: number;
+  completion_retention_ms: number;
+  journal_retention_ms: number;
+  deployment_id?: string;
+  protocol_version?: number;
+  sdk_version?: string;
+  retry_count: number;
+  last_start_at_ms?: number;
+  next_retry_at_ms?: number;
+  last_failure?: LastFailure;
+  waiting?: { completions: number[]; signals: number[]; named_signals: string[] };
+  /** The Output command's result, recorded before End arrives. */
+  output?: InvocationResult;
+  completed_at_ms?: number;
+  result?: InvocationResult;
+}
+
+const TABLE = 'inv';
+
+export const invocationsTable = {
+  key: (partition: number, id: string): string => `${tablePrefix(partition, TABLE)}${id}`,
+  encode: (s: InvocationStatus): Buffer => Buffer.from(JSON.stringify(s)),
+  decode: (raw: Buffer): InvocationStatus => JSON.parse(raw.toString('utf8')) as InvocationStatus,
+
+  /** Every stored status of the partition, in id order. */
+  async *scan(db: Db, partition: number): AsyncGenerator<InvocationStatus> {
+    for await (const value of db.values(tableRange(partition, TABLE))) yield invocationsTable.decode(value);
+  },
+
+  /** Stored statuses whose id is not in `skip` (those the caller already has in memory). */
+  async *scanExcept(db: Db, partition: number, skip: ReadonlySet<string>): AsyncGenerator<InvocationStatus> {
+    const prefix = tablePrefix(partition, TABLE);
+    for await (const [key, value] of db.iterator(tableRange(partition, TABLE))) {
+      if (!skip.has(key.slice(prefix.length))) yield invocationsTable.decode(value);
+    }
+  },
+};

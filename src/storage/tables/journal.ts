@@ -1,0 +1,44 @@
+// Table `j`: journal entries by invocation id and index; value = u16 message type + payload.
+import type { Db } from '../store.js';
+import { pad, tablePrefix } from '../keys.js';
+
+export interface JournalEntry {
+  type: number;
+  payload: Buffer;
+}
+
+const TABLE = 'j';
+const INDEX_WIDTH = 8;
+
+function range(partition: number, id: string): { gte: string; lt: string } {
+  const prefix = `${tablePrefix(partition, TABLE)}${id}/`;
+  return { gte: prefix, lt: `${prefix}~` };
+}
+
+export const journalTable = {
+  key: (partition: number, id: string, index: number): string => `${tablePrefix(partition, TABLE)}${id}/${pad(index, INDEX_WIDTH)}`,
+
+  encode(e: JournalEntry): Buffer {
+    const out = Buffer.allocUnsafe(2 + e.payload.length);
+    out.writeUInt16BE(e.type, 0);
+    out.set(e.payload, 2);
+    return out;
+  },
+
+  decode(raw: Buffer): JournalEntry {
+    return { type: raw.readUInt16BE(0), payload: raw.subarray(2) };
+  },
+
+  /** The whole stored journal of one invocation, in order. */
+  async read(db: Db, partition: number, id: string): Promise<JournalEntry[]> {
+    const out: JournalEntry[] = [];
+    for await (const value of db.values(range(partition, id))) out.push(journalTable.decode(value));
+    return out;
+  },
+
+  /** One entry, or undefined when it is not stored (journal retention). */
+  async entry(db: Db, partition: number, id: string, index: number): Promise<JournalEntry | undefined> {
+    const raw = await db.get(journalTable.key(partition, id, index));
+    return raw === undefined ? undefined : journalTable.decode(raw);
+  },
+};

@@ -1,0 +1,22 @@
+// Table `log`: a partition's log records by position (from 1), and the last applied position.
+import type { Db } from '../store.js';
+import { pad, partitionPrefix } from '../keys.js';
+
+const logPrefix = (partition: number) => `${partitionPrefix(partition)}log/`;
+
+export const logTable = {
+  recordKey: (partition: number, position: number): string => `${logPrefix(partition)}${pad(position)}`,
+  appliedKey: (partition: number): string => `${partitionPrefix(partition)}applied`,
+  encodeApplied: (position: number): Buffer => Buffer.from(String(position)),
+
+  async readApplied(db: Db, partition: number): Promise<number> {
+    const raw = await db.get(logTable.appliedKey(partition));
+    return raw === undefined ? 0 : Number(raw.toString('utf8'));
+  },
+
+  /** Records from `from` (inclusive) on, in order. */
+  async *scan(db: Db, partition: number, from: number): AsyncGenerator<[position: number, record: Buffer]> {
+    const prefix = logPrefix(partition);
+    for await (const [key, value] of db.iterator({ gte: prefix + pad(from), lt: `${prefix}~` })) yield [Number(key.slice(prefix.length)), value];
+  },
+};

@@ -1,0 +1,33 @@
+// Table `promise`: durable promises of workflows, by `objectKey/name` (JSON).
+import type { Db } from '../store.js';
+import { objectKeyOf, tablePrefix, tableRange } from '../keys.js';
+
+export interface PromiseState {
+  value?: string;
+  failure?: { code: number; message: string };
+  /** Invocations waiting for a `get`: id, completion id and notification type. */
+  waiters: Array<{ id: string; completion_id: number; entry_type: number }>;
+}
+
+const TABLE = 'promise';
+
+export function promiseKeyOf(service: string, key: string, name: string): string {
+  return `${objectKeyOf(service, key)}/${encodeURIComponent(name)}`;
+}
+
+export function splitPromiseKey(promiseKey: string): { service: string; key: string; name: string } {
+  const [service, key, name] = promiseKey.split('/').map((s) => decodeURIComponent(s));
+  return { service: service!, key: key!, name: name! };
+}
+
+export const promisesTable = {
+  key: (partition: number, promiseKey: string): string => `${tablePrefix(partition, TABLE)}${promiseKey}`,
+  encode: (p: PromiseState): Buffer => Buffer.from(JSON.stringify(p)),
+
+  async *scan(db: Db, partition: number): AsyncGenerator<[promiseKey: string, promise: PromiseState]> {
+    const prefix = tablePrefix(partition, TABLE);
+    for await (const [key, value] of db.iterator(tableRange(partition, TABLE))) {
+      yield [key.slice(prefix.length), JSON.parse(value.toString('utf8')) as PromiseState];
+    }
+  },
+};

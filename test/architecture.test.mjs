@@ -1,0 +1,133 @@
+// The layering of src/ (DESIGN.md): every import points down, no file imports itself back
+// through a cycle, and the core folders have no `any`.
+import t from 'tap';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const SRC = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src');
+
+/**
+ * Folders from the bottom up: a folder may import only folders before it. `server` is
+ * src/server.ts and src/main.ts. The browser app (src/ui) is not part of the server.
+ */
+const LAYERS = ['common', 'errors', 'config', 'protocol', 'storage', 'endpoint', 'log', 'metadata', 'partition', 'invoker', 'subscriptions', 'ingress', 'admin', 'cli', 'server'];
+const CORE = ['common', 'errors', 'config', 'protocol', 'storage', 'endpoint', 'log', 'metadata', 'partition', 'invoker', 'subscriptions'];
+
+function sourceFiles(dir) {
+  const out = [];
+  for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
+    const p = path.join(dir, e.name);
+    if (e.isDirectory()) {
+      if (p !== path.join(SRC, 'ui')) out.push(...sourceFiles(p));
+    } else if (e.name.endsWith('.ts') && !e.name.endsWith('.d.ts')) out.push(p);
+  }
+  return out;
+}
+
+const folderOf = (file) => {
+  const rel = path.relative(SRC, file).split(path.sep);
+  return rel.length === 1 ? 'server' : rel[0];
+};
+
+/** Relative imports of a file (static, dynamic and type-only), resolved to .ts files. */
+function importsOf(file) {
+  const text = fs.readFileSync(file, 'utf8');
+  const out = [];
+  for (const m of text.matchAll(/(?:from|import)\s*\(?\s*'(\.{1,2}\/[^']+)'/g)) {
+    out.push(path.resolve(path.dirname(file), m[1]).replace(/\.js$/, '.ts'));
+  }
+  return out;
+}
+
+const files = sourceFiles(SRC);
+const graph = new Map(files.map((f) => [f, importsOf(f).filter((i) => files.includes(i))]));
+
+t.test('every folder is a known layer', async (t) => {
+  const unknown = [...new Set(files.map(folderOf))].filter((f) => !LAYERS.includes(f));
+  t.same(unknown, [], 'add new folders to LAYERS in their place');
+});
+
+t.test('imports point down the layers, never up or sideways', async (t) => {
+  const wrong = [];
+  for (const [file, imports] of graph) {
+    const from = folderOf(file);
+    for (const target of imports) {
+      const to = folderOf(target);
+      if (to !== from && LAYERS.indexOf(to) >= LAYERS.indexOf(from)) {
+        wrong.push(`${path.relative(SRC, file)} (${from}) imports ${path.relative(SRC, target)} (${to})`);
+      }
+    }
+  }
+  t.same(wrong, []);
+});
+
+/** Strongly connected components of more than one file (Tarjan): each one is a cycle. */
+function cycles(g) {
+  let index = 0;
+  const stack = [];
+  const on = new Set();
+  const idx = new Map();
+  const low = new Map();
+  const out = [];
+  const visit = (v) => {
+    idx.set(v, index);
+    low.set(v, index++);
+    stack.push(v);
+    on.add(v);
+    for (const w of g.get(v) ?? []) {
+      if (!idx.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v), low.get(w)));
+      } else if (on.has(w)) low.set(v, Math.min(low.get(v), idx.get(w)));
+    }
+    if (low.get(v) === idx.get(v)) {
+      const scc = [];
+      let w;
+      do {
+        w = stack.pop();
+        on.delete(w);
+        scc.push(w);
+      } while (w !== v);
+      if (scc.length > 1 || (g.get(v) ?? []).includes(v)) out.push(scc);
+    }
+  };
+  for (const v of g.keys()) if (!idx.has(v)) visit(v);
+  return out;
+}
+
+t.test('no import cycle between files', async (t) => {
+  t.same(cycles(graph).map((c) => c.map((f) => path.relative(SRC, f)).sort()), []);
+});
+
+t.test('no import cycle between folders', async (t) => {
+  const folders = new Map();
+  for (const [file, imports] of graph) {
+    const from = folderOf(file);
+    const set = folders.get(from) ?? new Set();
+    for (const i of imports) if (folderOf(i) !== from) set.add(folderOf(i));
+    folders.set(from, set);
+  }
+  t.same(cycles(new Map([...folders].map(([k, v]) => [k, [...v]]))), []);
+});
+
+t.test('no `any` in the core folders', async (t) => {
+  const found = [];
+  for (const file of files) {
+    if (!CORE.includes(folderOf(file)) || file.endsWith('.gen.ts')) continue;
+    const lines = fs.readFileSync(file, 'utf8').split('\n');
+    lines.forEach((line, i) => {
+      const code = line.replace(/\/\/.*$/, '').replace(/'(?:[^'\\]|\\.)*'|`(?:[^`\\]|\\.)*`/g, "''");
+      if (/(:\s*any\b|\bas\s+any\b|<any\b|\bany\[\]|,\s*any>)/.test(code)) found.push(`${path.relative(SRC, file)}:${i + 1}: ${line.trim()}`);
+    });
+  }
+  t.same(found, []);
+});
+
+t.test('the checks can fail', async (t) => {
+  // A two-file cycle and an upward import, built in memory, are caught.
+  const a = path.join(SRC, 'partition/a.ts');
+  const b = path.join(SRC, 'partition/b.ts');
+  t.equal(cycles(new Map([[a, [b]], [b, [a]]])).length, 1);
+  t.ok(LAYERS.indexOf('invoker') > LAYERS.indexOf('partition'), 'partition importing the invoker would point up');
+});
