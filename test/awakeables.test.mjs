@@ -3,8 +3,8 @@
 // same across a retry and across a Keel SIGKILL + restart.
 import t from 'tap';
 import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
-import { awakeableServices } from './services/p2b-awakeables.mjs';
-import { recorded, tag, getInvocation, crashAndRestart, FAST_RETRY } from './services/p2b-common.mjs';
+import { awakeableServices } from './services/awakeable-services.mjs';
+import { recorded, tag, getInvocation, crashAndRestart, FAST_RETRY } from './services/invocation-helpers.mjs';
 
 async function setup(t, env = {}) {
   const keel = await startKeel(t, { env: { KEEL_WORKER__PARTITIONS: '4', ...FAST_RETRY, ...env } });

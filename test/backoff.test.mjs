@@ -7,7 +7,7 @@
 import t from 'tap';
 import * as restate from '@restatedev/restate-sdk';
 import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
-import { query, getInvocation, adminCall } from './services/p2b-common.mjs';
+import { query, getInvocation, adminCall } from './services/invocation-helpers.mjs';
 
 /** tag -> wall-clock times (ms) of the handler's attempts; tag -> whether the handler crashes. */
 const attemptTimes = new Map();

@@ -3,8 +3,8 @@
 // (RT0018), terminal error propagation, invocation handles + attach, and exactly-once calls.
 import t from 'tap';
 import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
-import { callServices } from './services/p2b-calls.mjs';
-import { recorded, tag, query, getInvocation, invocationRow, logLinesWith, crashAndRestart, FAST_RETRY } from './services/p2b-common.mjs';
+import { callServices } from './services/call-services.mjs';
+import { recorded, tag, query, getInvocation, invocationRow, logLinesWith, crashAndRestart, FAST_RETRY } from './services/invocation-helpers.mjs';
 
 const INV_ID = /^inv_1[0-9a-zA-Z]{33}$/;
 

@@ -6,8 +6,8 @@ import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startKeel, serveServices, register, ingress, eventually, tempDir } from './helpers/keel.mjs';
-import { cancelServices } from './services/p2b-cancel.mjs';
-import { recorded, tag, adminCall, getInvocation, invocationRow, query, broken, FAST_RETRY } from './services/p2b-common.mjs';
+import { cancelServices } from './services/cancel-services.mjs';
+import { recorded, tag, adminCall, getInvocation, invocationRow, query, broken, FAST_RETRY } from './services/invocation-helpers.mjs';
 
 const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'node_modules', '.bin', 'restate');
 

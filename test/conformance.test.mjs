@@ -4,12 +4,12 @@
 // errors, non-determinism, kill.
 import t from 'tap';
 import { startKeel, register, ingress, eventually } from './helpers/keel.mjs';
-import { conformanceServices } from './services/p2b-conformance.mjs';
-import { lockObj } from './services/p2b-cancel.mjs';
+import { conformanceServices } from './services/conformance-services.mjs';
+import { lockObj } from './services/cancel-services.mjs';
 import {
   recorded, attempts, tag, adminCall, getInvocation, invocationRow, logLinesWith, serveDroppable, crashAndRestart,
   FAST_RETRY, ALWAYS_SUSPEND,
-} from './services/p2b-common.mjs';
+} from './services/invocation-helpers.mjs';
 
 const MODES = [
   ['default', {}],

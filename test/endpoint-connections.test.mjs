@@ -8,7 +8,7 @@ import t from 'tap';
 import http2 from 'node:http2';
 import * as restate from '@restatedev/restate-sdk';
 import { startKeel, serveServices, register, ingress, query, eventually } from './helpers/keel.mjs';
-import { outputAndEnd } from './services/p3-raw.mjs';
+import { outputAndEnd } from './services/raw-endpoint.mjs';
 
 const MiB = 1024 * 1024;
 

@@ -5,7 +5,7 @@
 import t from 'tap';
 import * as restate from '@restatedev/restate-sdk';
 import { startKeel, serveServices, register, ingress, eventually, query } from './helpers/keel.mjs';
-import { rawEndpoint, encodeFrame, encode, pb, MessageType, outputAndEnd } from './services/p3-raw.mjs';
+import { rawEndpoint, encodeFrame, encode, pb, MessageType, outputAndEnd } from './services/raw-endpoint.mjs';
 
 const fastRetry = {
   KEEL_DEFAULT_RETRY_POLICY__INITIAL_INTERVAL: '100ms',

@@ -8,7 +8,7 @@ import path from 'node:path';
 import * as restate from '@restatedev/restate-sdk';
 import { ClassicLevel } from 'classic-level';
 import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
-import { query, getInvocation, adminCall, FAST_RETRY } from './services/p2b-common.mjs';
+import { query, getInvocation, adminCall, FAST_RETRY } from './services/invocation-helpers.mjs';
 
 const UNLIMITED = { ...FAST_RETRY, KEEL_DEFAULT_RETRY_POLICY__MAX_ATTEMPTS: 'unlimited' };
 const BAD_URI = 'http://[bad';

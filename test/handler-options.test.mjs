@@ -3,7 +3,7 @@
 import t from 'tap';
 import * as restate from '@restatedev/restate-sdk';
 import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
-import { query } from './services/p2b-common.mjs';
+import { query } from './services/invocation-helpers.mjs';
 
 const attempts = new Map();
 const bump = (k) => attempts.set(k, (attempts.get(k) ?? 0) + 1);

@@ -3,9 +3,9 @@
 // idempotency-expires header, and expiry after a short retention.
 import t from 'tap';
 import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
-import { idem, idemObj, idemCaller, bodyRuns } from './services/p2a-idempotency.mjs';
-import { entered, release } from './services/p2a-gates.mjs';
-import { INV_ID, query, request, within } from './services/p2a-util.mjs';
+import { idem, idemObj, idemCaller, bodyRuns } from './services/idempotency-services.mjs';
+import { entered, release } from './services/gates.mjs';
+import { INV_ID, query, request, within } from './services/context-helpers.mjs';
 
 async function setup(t, env = {}) {
   const keel = await startKeel(t, { env });

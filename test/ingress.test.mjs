@@ -3,9 +3,9 @@
 // attach/output by invocation id, and the error shapes.
 import t from 'tap';
 import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
-import { echo, echoObj, executions } from './services/p2a-ingress.mjs';
-import { release } from './services/p2a-gates.mjs';
-import { INV_ID, query, request, restartKeel, statusOf, within } from './services/p2a-util.mjs';
+import { echo, echoObj, executions } from './services/ingress-services.mjs';
+import { release } from './services/gates.mjs';
+import { INV_ID, query, request, restartKeel, statusOf, within } from './services/context-helpers.mjs';
 
 async function setup(t) {
   const keel = await startKeel(t);

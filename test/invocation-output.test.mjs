@@ -3,9 +3,9 @@
 import t from 'tap';
 import * as restate from '@restatedev/restate-sdk';
 import { startKeel, serveServices, register, ingress } from './helpers/keel.mjs';
-import { rawEndpoint, encodeFrame, encode, pb, MessageType, outputAndEnd } from './services/p3-raw.mjs';
-import { FrameDecoder } from '../dist/invoker/framing.js';
-import { decode } from '../dist/invoker/messages.js';
+import { rawEndpoint, encodeFrame, encode, pb, MessageType, outputAndEnd } from './services/raw-endpoint.mjs';
+import { FrameDecoder } from '../dist/protocol/framing.js';
+import { decode } from '../dist/protocol/messages.js';
 import { InvocationId, randomPartitionKey } from '../dist/common/ids.js';
 
 const slow = restate.service({

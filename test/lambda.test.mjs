@@ -6,7 +6,7 @@ import * as restate from '@restatedev/restate-sdk';
 import { createEndpointHandler } from '@restatedev/restate-sdk/lambda';
 import { greeter } from '../examples/greeter/greeter.mjs';
 import { startKeel, serveServices, register, ingress, eventually, adminCall as admin } from './helpers/keel.mjs';
-import { startLambdaEmulator, manifestFunction } from './services/p3-lambda.mjs';
+import { startLambdaEmulator, manifestFunction } from './services/lambda-emulator.mjs';
 
 const ARN = 'arn:aws:lambda:eu-central-1:123456789012:function:greeter:7';
 

@@ -4,9 +4,9 @@
 import t from 'tap';
 import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
 import { counter } from './services/context-services.mjs';
-import { listObj, lazyListObj, trace } from './services/p2a-objects.mjs';
-import { entered, release } from './services/p2a-gates.mjs';
-import { query, statusOf, cli, request, restartKeel, within } from './services/p2a-util.mjs';
+import { listObj, lazyListObj, trace } from './services/object-services.mjs';
+import { entered, release } from './services/gates.mjs';
+import { query, statusOf, cli, request, restartKeel, within } from './services/context-helpers.mjs';
 
 async function setup(t, env = {}) {
   const keel = await startKeel(t, { env });

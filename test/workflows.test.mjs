@@ -3,8 +3,8 @@
 // attach/output (GET and the 1.7 POST forms), lookup, and state per workflow key.
 import t from 'tap';
 import { startKeel, serveServices, register, ingress, eventually } from './helpers/keel.mjs';
-import { wf, runs } from './services/p2a-workflows.mjs';
-import { INV_ID, request, within, statusOf, restartKeel } from './services/p2a-util.mjs';
+import { wf, runs } from './services/workflow-services.mjs';
+import { INV_ID, request, within, statusOf, restartKeel } from './services/context-helpers.mjs';
 
 async function setup(t) {
   const keel = await startKeel(t);

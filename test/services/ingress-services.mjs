@@ -1,7 +1,7 @@
 // Services for test/ingress.test.mjs: header echo, raw bytes, an execution recorder for delayed
 // sends, a gated handler for attach/output, an ingress-private handler and a keyed object.
 import * as restate from '@restatedev/restate-sdk';
-import { waitGate } from './p2a-gates.mjs';
+import { waitGate } from './gates.mjs';
 
 /** { tag, at } once per execution of Echo/record (inside ctx.run). */
 export const executions = [];

@@ -1,7 +1,7 @@
 // SDK services for test/conformance.test.mjs: the sdk-test-suite scenarios (sleeps, run flush and
 // retries, state, user errors, non-determinism, kill), written for Keel's tests.
 import * as restate from '@restatedev/restate-sdk';
-import { record, bumpAttempt } from './p2b-common.mjs';
+import { record, bumpAttempt } from './invocation-helpers.mjs';
 
 const { RestatePromise, TerminalError } = restate;
 

@@ -1,6 +1,6 @@
 // SDK services for test/cancellation.test.mjs: cancel, kill, purge, pause/resume, restart-as-new.
 import * as restate from '@restatedev/restate-sdk';
-import { record, broken } from './p2b-common.mjs';
+import { record, broken } from './invocation-helpers.mjs';
 
 // Awaits an awakeable (published under `tag`); when the wait fails (cancellation) it runs a
 // journaled compensation step and rethrows.

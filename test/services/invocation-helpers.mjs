@@ -1,4 +1,4 @@
-// Helpers shared by the P2b suites (calls, awakeables, cancellation, conformance): admin calls,
+// Helpers shared by the suites of calls, awakeables, cancellation and conformance: admin calls,
 // introspection queries, attach/output, an endpoint whose connections can be dropped, and an
 // in-process record of what handlers did (keyed by a per-test tag).
 import http2 from 'node:http2';

@@ -1,6 +1,6 @@
 // SDK services for test/calls.test.mjs: calls and sends between services and objects.
 import * as restate from '@restatedev/restate-sdk';
-import { record, bumpAttempt } from './p2b-common.mjs';
+import { record, bumpAttempt } from './invocation-helpers.mjs';
 
 export const callee = restate.service({
   name: 'Callee',

@@ -1,4 +1,4 @@
-// Small helpers shared by the P2 context-API tests: admin SQL, the restate CLI, raw GETs.
+// Small helpers shared by the context-API suites (objects, workflows, ingress, idempotency): admin SQL, the restate CLI, raw GETs.
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';

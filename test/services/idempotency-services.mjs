@@ -1,7 +1,7 @@
 // Services for test/idempotency.test.mjs. Every handler counts how often its body really ran
 // (inside ctx.run, so replays do not count) and returns that count in its result.
 import * as restate from '@restatedev/restate-sdk';
-import { waitGate } from './p2a-gates.mjs';
+import { waitGate } from './gates.mjs';
 
 /** tag -> number of executions of a handler body */
 export const bodyRuns = new Map();

@@ -2,7 +2,7 @@
 // a gated exclusive handler, shared readers and every state operation; built twice, with eager
 // state (the default) and with `enableLazyState: true` on every handler.
 import * as restate from '@restatedev/restate-sdk';
-import { waitGate } from './p2a-gates.mjs';
+import { waitGate } from './gates.mjs';
 
 /** Rows { ev: 'start'|'end', name, key, item, at } pushed once per step (inside ctx.run). */
 export const trace = [];

@@ -1,6 +1,6 @@
 // SDK services for test/awakeables.test.mjs: awakeables, combinators, deterministic random.
 import * as restate from '@restatedev/restate-sdk';
-import { record, bumpAttempt } from './p2b-common.mjs';
+import { record, bumpAttempt } from './invocation-helpers.mjs';
 
 const { RestatePromise, TerminalError, TimeoutError } = restate;
 

@@ -2,8 +2,8 @@
 // invocation answers crafted frame by frame (8-byte header + protobuf), to create protocol
 // conditions a real SDK never produces.
 import http2 from 'node:http2';
-import { encodeFrame } from '../../dist/invoker/framing.js';
-import { MessageType, encode, pb } from '../../dist/invoker/messages.js';
+import { encodeFrame } from '../../dist/protocol/framing.js';
+import { MessageType, encode, pb } from '../../dist/protocol/messages.js';
 
 export { encodeFrame, MessageType, encode, pb };
 
