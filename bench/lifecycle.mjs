@@ -7,9 +7,8 @@
 import { rmSync } from 'node:fs';
 import { crashGroup, stopGroup } from './children.mjs';
 import { log, median, nowMs, sleep, sqlQuery } from './common.mjs';
-import { runLoad } from './scenarios.mjs';
+import { SCENARIOS, runLoad } from './scenarios.mjs';
 import { newServer, probe, register, spawnServer, waitHealthy } from './targets.mjs';
-import { SCENARIOS } from './scenarios.mjs';
 
 export async function startupRuns(target, opts) {
   const out = { runs: [], errors: [] };
