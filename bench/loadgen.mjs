@@ -1,19 +1,37 @@
-// Closed-loop load generator: `concurrency` workers, each sends one request, waits for the answer, sends the next.
+// Load generator: `concurrency` workers, each sends one request, waits for the answer, sends the next.
 // Usage: node bench/loadgen.mjs '<json spec>'   → prints one JSON line with the results on stdout.
-// spec: { url, body, expect?, concurrency, warmupMs, durationMs, requestTimeoutMs, pids?: {server, service} }
+// spec: { url, body, expect?, concurrency, requestTimeoutMs, pids?: {server, service},
+//         warmupMs, durationMs      – timed mode: unmeasured warmup, then a measured window (the default)
+//         total                     – fixed-count mode: exactly `total` requests, measured from the first send
+//                                     to the last answer (wallMs); no warmup
+//         keys?, keyPrefix?         – object mode: `{key}` in url is replaced by keyPrefix + i, i = 0..keys-1,
+//                                     round robin over all requests; successes per key are counted in every
+//                                     phase (warmup too), so they can be compared with the object's state }
 // CPU of the pids' process trees is sampled right before and right after the measured window (after the drain).
 import * as http from 'node:http';
 import { sampleCpu } from './proc.mjs';
 
 const spec = JSON.parse(process.argv[2]);
-const url = new URL(spec.url);
 const body = Buffer.from(spec.body ?? '{}');
 const concurrency = spec.concurrency;
+const keys = spec.keys ?? 0;
 const agent = new http.Agent({ keepAlive: true, maxSockets: concurrency, maxFreeSockets: concurrency });
 const nowMs = () => Number(process.hrtime.bigint()) / 1e6;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+const paths = (() => {
+  const u = new URL(spec.url.replace('{key}', 'KEY_PLACEHOLDER'));
+  const p = u.pathname + u.search;
+  return keys > 0 ? Array.from({ length: keys }, (_, i) => p.replace('KEY_PLACEHOLDER', encodeURIComponent(`${spec.keyPrefix ?? ''}${i}`))) : [p];
+})();
+const { hostname, port } = new URL(spec.url.replace('{key}', 'k'));
+const okPerKey = new Array(paths.length).fill(0);
+const errorsPerKey = new Array(paths.length).fill(0);
+let nextKey = 0;
+
 function once() {
+  const k = nextKey;
+  nextKey = (nextKey + 1) % paths.length;
   return new Promise((resolve) => {
     const t0 = process.hrtime.bigint();
     let done = false;
@@ -22,13 +40,15 @@ function once() {
       done = true;
       clearTimeout(timer);
       r.ms = Number(process.hrtime.bigint() - t0) / 1e6;
+      if (r.ok) okPerKey[k]++;
+      else errorsPerKey[k]++;
       resolve(r);
     };
     const req = http.request(
       {
-        host: url.hostname,
-        port: url.port,
-        path: url.pathname + url.search,
+        host: hostname,
+        port,
+        path: paths[k],
         method: 'POST',
         agent,
         headers: { 'content-type': 'application/json', 'content-length': body.length },
@@ -56,14 +76,18 @@ function once() {
   });
 }
 
-async function phase(durationMs, rec) {
-  const stopAt = nowMs() + durationMs;
+/** Timed phase: workers send until `durationMs` is over (then drain). Fixed-count phase: until `total` are sent. */
+async function phase({ durationMs, total }, rec) {
+  const stopAt = durationMs !== undefined ? nowMs() + durationMs : Infinity;
+  let issued = 0;
+  const more = () => (total !== undefined ? issued < total : nowMs() < stopAt);
   const worker = async () => {
-    while (nowMs() < stopAt) {
+    while (more()) {
+      issued++;
       const r = await once();
       if (rec) rec(r);
-      // Do not spin on a dead server: back off a little after each error.
-      if (!r.ok) await sleep(20);
+      // Do not spin on a dead server: back off a little after each error (timed mode only: a burst is a burst).
+      if (!r.ok && total === undefined) await sleep(20);
     }
   };
   await Promise.all(Array.from({ length: concurrency }, worker));
@@ -75,7 +99,8 @@ function pct(sorted, p) {
   return sorted[i];
 }
 
-if (spec.warmupMs > 0) await phase(spec.warmupMs, null);
+const fixed = spec.total !== undefined;
+if (!fixed && spec.warmupMs > 0) await phase({ durationMs: spec.warmupMs }, null);
 
 let lat = new Float64Array(1024);
 let ok = 0;
@@ -100,7 +125,7 @@ const rec = (r) => {
 const pids = spec.pids ?? {};
 const cpu0 = sampleCpu(pids);
 const t0 = nowMs();
-await phase(spec.durationMs, rec);
+await phase(fixed ? { total: spec.total } : { durationMs: spec.durationMs }, rec);
 const t1 = nowMs();
 const cpu1 = sampleCpu(pids);
 agent.destroy();
@@ -111,22 +136,23 @@ const cpuMs = {};
 for (const k of Object.keys(pids)) cpuMs[k] = cpu0[k] != null && cpu1[k] != null ? cpu1[k] - cpu0[k] : null;
 let sum = 0;
 for (const v of sorted) sum += v;
-process.stdout.write(
-  JSON.stringify({
-    ok,
-    errors,
-    errorKinds,
-    errorSamples,
-    elapsedMs,
-    rps: ok / (elapsedMs / 1000),
-    latencyMs: {
-      mean: ok ? sum / ok : null,
-      p50: pct(sorted, 50),
-      p90: pct(sorted, 90),
-      p99: pct(sorted, 99),
-      max: ok ? sorted[ok - 1] : null,
-    },
-    cpuMs,
-    cpuMsPerInvocation: Object.fromEntries(Object.entries(cpuMs).map(([k, v]) => [k, v != null && ok ? v / ok : null])),
-  }) + '\n',
-);
+const out = {
+  ok,
+  errors,
+  errorKinds,
+  errorSamples,
+  elapsedMs,
+  rps: ok / (elapsedMs / 1000),
+  latencyMs: {
+    mean: ok ? sum / ok : null,
+    p50: pct(sorted, 50),
+    p90: pct(sorted, 90),
+    p99: pct(sorted, 99),
+    max: ok ? sorted[ok - 1] : null,
+  },
+  cpuMs,
+  cpuMsPerInvocation: Object.fromEntries(Object.entries(cpuMs).map(([k, v]) => [k, v != null && ok ? v / ok : null])),
+};
+if (fixed) out.wallMs = elapsedMs;
+if (keys > 0) out.perKey = { prefix: spec.keyPrefix ?? '', ok: okPerKey, errors: errorsPerKey };
+process.stdout.write(JSON.stringify(out) + '\n');

@@ -1,6 +1,10 @@
-// The SDK service endpoint both servers call during the benchmark.
-//   Bench/noop   – returns at once (no journal entries besides input/output)
-//   Bench/steps  – three ctx.run steps
+// The SDK service endpoint every server calls during the benchmark.
+//   Bench/noop    – returns at once (no journal entries besides input/output)
+//   Bench/steps   – three ctx.run steps
+//   Bench/sleepy  – one durable sleep ({"ms": N}, default 3000) then returns; its inactivity timeout is
+//                   short, so the server closes the stream and the SDK suspends it while it sleeps
+//   Counter/{key}/add – virtual object: ctx.get('count'), ctx.set('count', count + delta), returns the new count
+//   Counter/{key}/get – shared: the current count (the correctness check reads it)
 //   Greeter/greet – the seed's Greeter (uuid, run, durable 1 s sleep, run)
 // Run: node bench/service.mjs [port]   (PORT env works too; BENCH_SERVICE_HOST, default 127.0.0.1)
 //
@@ -20,10 +24,26 @@ export const bench = restate.service({
       const c = await ctx.run('step-3', () => b + 1);
       return { steps: [a, b, c], name: req?.name ?? null };
     },
+    sleepy: restate.handlers.handler({ inactivityTimeout: 200 }, async (ctx, req) => {
+      await ctx.sleep(Number(req?.ms ?? 3000));
+      return { slept: true };
+    }),
   },
 });
 
-export const services = [bench, greeter];
+export const counter = restate.object({
+  name: 'Counter',
+  handlers: {
+    add: async (ctx, req) => {
+      const next = ((await ctx.get('count')) ?? 0) + Number(req?.delta ?? 1);
+      ctx.set('count', next);
+      return next;
+    },
+    get: restate.handlers.object.shared(async (ctx) => (await ctx.get('count')) ?? 0),
+  },
+});
+
+export const services = [bench, counter, greeter];
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const port = Number(process.argv[2] ?? process.env.PORT ?? 9080);

@@ -1,0 +1,192 @@
+// Keel vs Restate benchmark: `make bench` → `npm run bench` → `node bench/run.mjs [flags]`. See bench/README.md.
+// Every flag has an env equivalent [in brackets]; lists are comma-separated, `none` is the empty list.
+//
+// Targets, one server at a time:
+//   --only / --targets LIST   restate, keel (default: fsync on), keel-nofsync           [BENCH_TARGETS] (all three)
+// Closed-loop cells (req/s, p50, p99, CPU per invocation):
+//   --scenarios LIST          noop, steps (greeter also works)                          [BENCH_SCENARIOS] (noop,steps)
+//   --concurrency LIST        concurrencies                                             [BENCH_CONCURRENCY] (1,32,256)
+//   --duration S              measured seconds per cell                                 [BENCH_DURATION] (6)
+//   --run-warmup S            unmeasured seconds before each cell                       [BENCH_RUN_WARMUP] (1)
+//   --warmup S                per-server warmup per scenario, at c=16                   [BENCH_WARMUP] (2)
+//   --idle S                  idle-CPU baseline per server                              [BENCH_IDLE] (2)
+//   --request-timeout S       per-request timeout                                       [BENCH_REQUEST_TIMEOUT] (10)
+// Virtual objects (Counter/{key}/add, final counts checked), cells as above:
+//   --objects LIST            key counts                                                [BENCH_OBJECTS] (1,100)
+//   --object-concurrency LIST concurrencies                                             [BENCH_OBJECT_CONCURRENCY] (32,256)
+// Greeter burst (fixed count, wall time):
+//   --burst CALLS@C           Greeter/greet calls at concurrency C                      [BENCH_BURST] (2000@500)
+//   --burst-timeout S         per-request timeout in the burst                          [BENCH_BURST_TIMEOUT] (30)
+// Lifecycle:
+//   --startup-runs N          spawn → healthy on an empty dir, N times (0: skip)        [BENCH_STARTUP_RUNS] (5)
+//   --recovery N              sleeping invocations at the SIGKILL (0: skip)             [BENCH_RECOVERY] (500)
+//   --recovery-sleep S        their durable sleep                                       [BENCH_RECOVERY_SLEEP] (5)
+//   --skip-lifecycle          no startup, no recovery                                   [BENCH_SKIP_LIFECYCLE=1]
+//   --skip-load               no closed-loop, object or burst cells                     [BENCH_SKIP_LOAD=1]
+// Micro-benchmark (bench/micro.mjs, in-process fold and append):
+//   --micro-only              only the micro-benchmark (no servers)                     [BENCH_MICRO_ONLY=1]
+//   --skip-micro              no micro-benchmark                                        [BENCH_SKIP_MICRO=1]
+//   --micro-invocations N     invocations per command kind in the fold part             [BENCH_MICRO_INVOCATIONS] (2000)
+//   --micro-duration S        seconds per append row                                    [BENCH_MICRO_DURATION] (1.5)
+//   --micro-batches LIST      append batch sizes                                        [BENCH_MICRO_BATCHES] (1,16,256)
+// Other:
+//   --start-timeout S         server start/health/registration timeout                  [BENCH_START_TIMEOUT] (30)
+//   --out FILE                JSON results; the markdown summary goes beside it (.md)   [BENCH_OUT] (bench/results/latest.json)
+//   --keep-dirs               keep the servers' temp data dirs
+//   -h / --help
+// Env only: BENCH_KEEL_MAIN (Keel entry point, default dist/main.js), BENCH_KEEL_DIST (dist/ for the micro-benchmark),
+// BENCH_NODE (node for the service, load generator and micro-benchmark), BENCH_TMPDIR (where data dirs go).
+import { readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { RESULTS_DIR } from './common.mjs';
+import { SCENARIOS } from './scenarios.mjs';
+import { ALL_TARGETS } from './targets.mjs';
+
+const VALUED = {
+  '--only': 'targets',
+  '--targets': 'targets',
+  '--scenarios': 'scenarios',
+  '--concurrency': 'concurrency',
+  '--duration': 'duration',
+  '--run-warmup': 'runWarmup',
+  '--warmup': 'warmup',
+  '--idle': 'idle',
+  '--request-timeout': 'requestTimeout',
+  '--objects': 'objects',
+  '--object-concurrency': 'objectConcurrency',
+  '--burst': 'burst',
+  '--burst-timeout': 'burstTimeout',
+  '--startup-runs': 'startupRuns',
+  '--recovery': 'recovery',
+  '--recovery-sleep': 'recoverySleep',
+  '--micro-invocations': 'microInvocations',
+  '--micro-duration': 'microDuration',
+  '--micro-batches': 'microBatches',
+  '--start-timeout': 'startTimeout',
+  '--out': 'out',
+};
+const FLAGS = {
+  '--skip-lifecycle': 'skipLifecycle',
+  '--skip-load': 'skipLoad',
+  '--micro-only': 'microOnly',
+  '--skip-micro': 'skipMicro',
+  '--keep-dirs': 'keepDirs',
+};
+
+function die(msg) {
+  console.error(`bench: ${msg}`);
+  process.exit(2);
+}
+
+const truthy = (v) => v !== undefined && v !== '' && v !== '0' && v !== 'false';
+
+export function help() {
+  const src = readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n');
+  return src.slice(0, src.findIndex((l) => !l.startsWith('//'))).map((l) => l.slice(3)).join('\n');
+}
+
+export function parseArgs(argv, env = process.env) {
+  const o = {
+    targets: env.BENCH_TARGETS ?? ALL_TARGETS.join(','),
+    scenarios: env.BENCH_SCENARIOS ?? 'noop,steps',
+    concurrency: env.BENCH_CONCURRENCY ?? '1,32,256',
+    duration: env.BENCH_DURATION ?? '6',
+    runWarmup: env.BENCH_RUN_WARMUP ?? '1',
+    warmup: env.BENCH_WARMUP ?? '2',
+    idle: env.BENCH_IDLE ?? '2',
+    requestTimeout: env.BENCH_REQUEST_TIMEOUT ?? '10',
+    objects: env.BENCH_OBJECTS ?? '1,100',
+    objectConcurrency: env.BENCH_OBJECT_CONCURRENCY ?? '32,256',
+    burst: env.BENCH_BURST ?? '2000@500',
+    burstTimeout: env.BENCH_BURST_TIMEOUT ?? '30',
+    startupRuns: env.BENCH_STARTUP_RUNS ?? '5',
+    recovery: env.BENCH_RECOVERY ?? '500',
+    recoverySleep: env.BENCH_RECOVERY_SLEEP ?? '5',
+    microInvocations: env.BENCH_MICRO_INVOCATIONS ?? '2000',
+    microDuration: env.BENCH_MICRO_DURATION ?? '1.5',
+    microBatches: env.BENCH_MICRO_BATCHES ?? '1,16,256',
+    startTimeout: env.BENCH_START_TIMEOUT ?? '30',
+    out: env.BENCH_OUT ?? join(RESULTS_DIR, 'latest.json'),
+    skipLifecycle: truthy(env.BENCH_SKIP_LIFECYCLE),
+    skipLoad: truthy(env.BENCH_SKIP_LOAD),
+    microOnly: truthy(env.BENCH_MICRO_ONLY),
+    skipMicro: truthy(env.BENCH_SKIP_MICRO),
+    keepDirs: false,
+  };
+  for (let i = 0; i < argv.length; i++) {
+    let a = argv[i];
+    let v;
+    if (a.includes('=')) [a, v] = [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)];
+    if (a === '-h' || a === '--help') {
+      console.log(help());
+      process.exit(0);
+    } else if (FLAGS[a]) o[FLAGS[a]] = true;
+    else if (VALUED[a]) {
+      if (v === undefined) v = argv[++i];
+      if (v === undefined) die(`${a} needs a value`);
+      o[VALUED[a]] = v;
+    } else die(`unknown argument ${a} (try --help)`);
+  }
+  const list = (s) => (String(s).trim() === 'none' ? [] : String(s).split(',').map((x) => x.trim()).filter(Boolean));
+  const num = (s, what) => {
+    const n = Number(s);
+    if (!Number.isFinite(n) || n < 0) die(`${what}: not a number: ${s}`);
+    return n;
+  };
+  const ints = (s, what) => {
+    const l = list(s).map((c) => num(c, what));
+    if (l.some((c) => c < 1 || !Number.isInteger(c))) die(`${what} must be positive integers`);
+    return l;
+  };
+  let burstCalls = 0;
+  let burstConcurrency = 0;
+  if (String(o.burst).trim() !== 'none' && String(o.burst).trim() !== '0') {
+    const m = /^(\d+)@(\d+)$/.exec(String(o.burst).trim());
+    if (!m) die(`--burst: want CALLS@CONCURRENCY, e.g. 2000@500, or none: ${o.burst}`);
+    [burstCalls, burstConcurrency] = [Number(m[1]), Number(m[2])];
+  }
+  const opts = {
+    targets: list(o.targets),
+    scenarios: list(o.scenarios),
+    concurrency: ints(o.concurrency, 'concurrency'),
+    durationMs: num(o.duration, 'duration') * 1000,
+    runWarmupMs: num(o.runWarmup, 'run-warmup') * 1000,
+    warmupMs: num(o.warmup, 'warmup') * 1000,
+    idleMs: num(o.idle, 'idle') * 1000,
+    requestTimeoutMs: num(o.requestTimeout, 'request-timeout') * 1000,
+    objectKeys: ints(o.objects, 'objects'),
+    objectConcurrency: ints(o.objectConcurrency, 'object-concurrency'),
+    burstCalls,
+    burstConcurrency,
+    burstRequestTimeoutMs: num(o.burstTimeout, 'burst-timeout') * 1000,
+    startupRuns: num(o.startupRuns, 'startup-runs'),
+    recoveryCount: num(o.recovery, 'recovery'),
+    recoverySleepMs: num(o.recoverySleep, 'recovery-sleep') * 1000,
+    micro: !o.skipMicro,
+    microInvocations: num(o.microInvocations, 'micro-invocations'),
+    microDurationMs: num(o.microDuration, 'micro-duration') * 1000,
+    microBatches: ints(o.microBatches, 'micro-batches'),
+    startTimeoutMs: num(o.startTimeout, 'start-timeout') * 1000,
+    out: resolve(o.out),
+    keepDirs: o.keepDirs,
+  };
+  if (o.skipLoad) {
+    opts.scenarios = [];
+    opts.objectKeys = [];
+    opts.burstCalls = 0;
+  }
+  if (o.skipLifecycle) {
+    opts.startupRuns = 0;
+    opts.recoveryCount = 0;
+  }
+  if (o.microOnly) {
+    opts.targets = [];
+    opts.micro = true;
+  }
+  if (opts.objectConcurrency.length === 0) opts.objectKeys = [];
+  if (opts.targets.includes('keel-fsync')) die("target keel-fsync is now `keel` (Keel's default is fsync on); the other mode is keel-nofsync");
+  for (const t of opts.targets) if (!ALL_TARGETS.includes(t)) die(`unknown target ${t} (known: ${ALL_TARGETS.join(', ')})`);
+  for (const s of opts.scenarios) if (!SCENARIOS[s]) die(`unknown scenario ${s} (known: ${Object.keys(SCENARIOS).join(', ')})`);
+  return opts;
+}

@@ -1,0 +1,290 @@
+// The report: tables built once from the results, rendered as text (stdout) and markdown (latest.md),
+// the Keel/Restate ratios per cell and the goals check of issue 7.
+import { fmt } from './common.mjs';
+
+// ---------------------------------------------------------------- goals (issue 7, Keel's default mode)
+
+export const GOALS = {
+  closedLoop: { scenarios: ['noop', 'steps'], concurrency: [32, 256], minThroughputRatio: 2, maxP99Ratio: 0.5 },
+  burst: { calls: 2000, concurrency: 500, maxMs: 4500 },
+  startupMaxMs: 300,
+  recovery: { invocations: 500, healthyMaxMs: 300 },
+};
+
+// ---------------------------------------------------------------- helpers
+
+const good = (r) => r && r.ok !== undefined && r.ok > 0;
+const ratio = (a, b) => (a != null && b != null && b > 0 ? a / b : null);
+const x = (v) => (v == null ? '-' : `${fmt(v, 2)}x`);
+const ms = (v, d = 1) => fmt(v, d);
+const errText = (r) => (r?.errors ? Object.entries(r.errorKinds ?? {}).map(([k, n]) => `${k}×${n}`).join(', ') : '');
+
+/** Keel/Restate ratios of two load results (throughput > 1 and latency/CPU < 1 mean Keel is better). */
+export function ratiosOf(k, base) {
+  if (!good(k) || !good(base)) return { throughput: null, p50: null, p99: null, cpuPerInvocation: null };
+  return {
+    throughput: ratio(k.rps, base.rps),
+    p50: ratio(k.latencyMs.p50, base.latencyMs.p50),
+    p99: ratio(k.latencyMs.p99, base.latencyMs.p99),
+    cpuPerInvocation: ratio(k.cpuMsPerInvocation?.server, base.cpuMsPerInvocation?.server),
+  };
+}
+
+const loadCells = (r) =>
+  r && r.ok !== undefined
+    ? [fmt(r.rps, 1), ms(r.latencyMs.p50, 2), ms(r.latencyMs.p99, 2), fmt(r.cpuMsPerInvocation?.server, 3), fmt(r.cpuMsPerInvocation?.serverNetOfIdle, 3), fmt(r.cpuMsPerInvocation?.service, 3), r.ok, r.errors]
+    : null;
+
+function loadRow(prefix, target, r, base, width) {
+  const cells = loadCells(r);
+  if (!cells) return [...prefix, target, r?.error ? 'ERROR' : 'not run', ...Array(width - prefix.length - 3).fill('-')];
+  const isBase = target === 'restate';
+  const rr = isBase ? null : ratiosOf(r, base);
+  return [...prefix, target, ...cells, isBase ? '' : x(rr.throughput), isBase ? '' : x(rr.p50), isBase ? '' : x(rr.p99), isBase ? '' : x(rr.cpuPerInvocation)];
+}
+
+const LOAD_COLS = ['req/s', 'p50 ms', 'p99 ms', 'srv CPU ms/inv', '(net of idle)', 'svc CPU ms/inv', 'ok', 'errors', 'thr vs R', 'p50 vs R', 'p99 vs R', 'CPU vs R'];
+
+// ---------------------------------------------------------------- tables of a full run
+
+export function buildTables(res) {
+  const { opts } = res.meta;
+  const targets = opts.targets;
+  const tables = [];
+
+  for (const scenario of targets.length ? opts.scenarios : []) {
+    const rows = [];
+    const notes = [];
+    for (const c of opts.concurrency) {
+      const base = res.results.find((r) => r.target === 'restate' && r.scenario === scenario && r.concurrency === c);
+      for (const t of targets) {
+        const r = res.results.find((q) => q.target === t && q.scenario === scenario && q.concurrency === c);
+        rows.push(loadRow([c], t, r, base, LOAD_COLS.length + 2));
+        if (r?.error) notes.push(`${t} c=${c}: ${r.error}`);
+        if (r?.errors) notes.push(`${t} c=${c}: ${errText(r)}; e.g. ${r.errorSamples?.[0] ?? ''}`);
+      }
+    }
+    tables.push({ title: `Closed loop: ${scenario} (${res.scenarioPaths?.[scenario] ?? ''})`, columns: ['c', 'target', ...LOAD_COLS], rows, notes });
+  }
+
+  if (targets.length && res.objects?.length) {
+    const rows = [];
+    const notes = [];
+    for (const keys of opts.objectKeys) {
+      for (const c of opts.objectConcurrency) {
+        const base = res.objects.find((r) => r.target === 'restate' && r.keys === keys && r.concurrency === c);
+        for (const t of targets) {
+          const r = res.objects.find((q) => q.target === t && q.keys === keys && q.concurrency === c);
+          const row = loadRow([keys, c], t, r, base, LOAD_COLS.length + 3);
+          row.splice(row.length - 4, 0, r?.check ? (r.check.pass ? `ok ${r.check.matching}/${r.check.keys}` : `WRONG ${r.check.matching}/${r.check.keys}`) : '-');
+          rows.push(row);
+          if (r?.error) notes.push(`${t} ${keys} key(s) c=${c}: ${r.error}`);
+          if (r?.check && !r.check.pass) notes.push(`${t} ${keys} key(s) c=${c}: counts differ from successful calls: ${JSON.stringify(r.check.mismatches)}`);
+          if (r?.errors) notes.push(`${t} ${keys} key(s) c=${c}: ${errText(r)}; e.g. ${r.errorSamples?.[0] ?? ''}`);
+        }
+      }
+    }
+    const cols = ['keys', 'c', 'target', ...LOAD_COLS];
+    cols.splice(cols.length - 4, 0, 'counts');
+    notes.unshift('Counter/{key}/add (ctx.get + ctx.set); 1 key: every call waits in that key\'s inbox; counts: final value of every key = successful calls to it');
+    tables.push({ title: 'Virtual objects', columns: cols, rows, notes });
+  }
+
+  if (res.burst && Object.keys(res.burst).length) {
+    const base = res.burst.restate;
+    const notes = [];
+    const rows = targets.map((t) => {
+      const r = res.burst[t];
+      if (r?.error) notes.push(`${t}: ${r.error}`);
+      if (!r || r.ok === undefined) return [t, r?.error ? 'ERROR' : 'not run', '-', '-', '-', '-', '-', ''];
+      return [t, fmt(r.wallMs / 1000, 2), ms(r.latencyMs.p50, 0), ms(r.latencyMs.p99, 0), r.ok, r.errors, t === 'restate' ? '' : x(ratio(r.wallMs, base?.wallMs)), errText(r)];
+    });
+    tables.push({
+      title: `Greeter burst: ${opts.burstCalls} × Greeter/greet at concurrency ${opts.burstConcurrency} (durable 1 s sleep)`,
+      columns: ['target', 'wall s', 'p50 ms', 'p99 ms', 'ok', 'errors', 'wall vs R', 'error kinds'],
+      rows,
+      notes,
+    });
+  }
+
+  if (res.startup && Object.keys(res.startup).length) {
+    const rows = targets.map((t) => {
+      const r = res.startup[t];
+      if (!r) return [t, '-', '-', '-', '-', 'not run'];
+      return [t, r.runs.length, ms(r.medianMs, 0), ms(r.maxMs, 0), r.runs.map((v) => v.toFixed(0)).join(' '), r.errors.join('; ')];
+    });
+    tables.push({ title: 'Startup: spawn → healthy on an empty data dir', columns: ['target', 'runs', 'median ms', 'max ms', 'each ms', 'errors'], rows, notes: [] });
+  }
+
+  if (res.recovery && Object.keys(res.recovery).length) {
+    const rows = targets.map((t) => {
+      const r = res.recovery[t];
+      if (!r) return [t, '-', '-', '-', '-', '-', '-', '-', 'not run'];
+      return [
+        t,
+        r.send ? `${r.send.ok}/${r.invocations}` : '-',
+        r.atKill?.suspended ?? 0,
+        ms(r.restartToHealthyMs, 0),
+        ms(r.restartToCompletedMs, 0),
+        ms(r.completedAfterLastDueMs, 0),
+        r.final?.retries ?? '-',
+        r.lost ?? '-',
+        r.pass ? 'ok' : `FAIL${r.error ? `: ${r.error}` : ''}`,
+      ];
+    });
+    const r0 = Object.values(res.recovery)[0];
+    tables.push({
+      title: `Crash recovery: ${r0?.invocations} × Bench/sleepy (${(r0?.sleepMs ?? 0) / 1000} s durable sleep), SIGKILL of the process group, restart on the same data dir`,
+      columns: ['target', 'sent', 'suspended at kill', 'restart→healthy ms', 'restart→all done ms', 'done after last due ms', 'retries', 'lost', 'result'],
+      rows,
+      notes: ['"done after last due": when the last invocation completed, minus when its sleep was due (≈ last send + sleep)'],
+    });
+  }
+
+  if (res.logs && Object.keys(res.logs).length) {
+    const rows = [];
+    const notes = [];
+    for (const t of targets) {
+      const l = res.logs[t];
+      if (!l) continue;
+      for (const [phase, c] of Object.entries(l.phases)) {
+        rows.push([t, phase, c.errors, c.warnings, c.rt0010, c.file?.replace(/^.*\/bench\//, 'bench/') ?? '']);
+        for (const s of c.errorSamples) notes.push(`${t} ${phase} error: ${s}`);
+        for (const s of c.warnSamples) notes.push(`${t} ${phase} warn: ${s}`);
+      }
+    }
+    tables.push({
+      title: 'Log health (an error or a retry under load is a bug, even when throughput looks good)',
+      columns: ['target', 'log', 'errors', 'warnings', 'RT0010', 'file'],
+      rows,
+      notes,
+    });
+  }
+
+  if (res.micro && !res.micro.error) tables.push(...microTables(res.micro));
+  else if (res.micro?.error) tables.push({ title: 'Micro-benchmark', columns: ['error'], rows: [[res.micro.error]], notes: [] });
+
+  if (res.goals?.length) tables.push(goalsTable(res.goals, targets.filter((t) => t !== 'restate')));
+  return tables;
+}
+
+export function microTables(m) {
+  return [
+    {
+      title: `Micro: fold alone, per command kind (${m.invocations} invocations per kind, median of 3 rounds, ${m.node})`,
+      columns: ['command', 'n', 'fold CPU µs', 'fold wall µs', 'encode µs', 'takeWrites µs', 'store writes/cmd'],
+      rows: m.fold.map((f) => [f.kind, f.n, fmt(f.foldCpuUs, 2), fmt(f.foldWallUs, 2), fmt(f.encodeUs, 2), fmt(f.takeWritesUs, 2), fmt(f.storeWritesPerCmd, 2)]),
+      notes: ['CPU µs is process CPU (includes GC threads) over the block / commands; encode = the log record; takeWrites = collecting the batch\'s store writes'],
+    },
+    {
+      title: `Micro: append + fold on a PartitionProcessor (temp store on disk, ${m.durationMs / 1000} s per row, Bench/steps lifecycles of 9 commands)`,
+      columns: ['fsync', 'batch', 'cmds/s', 'invocations/s', 'CPU µs/cmd', 'store writes', 'cmds/write', 'write p50 ms', 'write p99 ms', 'write max ms'],
+      rows: m.append.map((a) => [
+        a.fsync ? 'on' : 'off',
+        a.batch,
+        fmt(a.commandsPerSec, 0),
+        fmt(a.invocationsPerSec, 0),
+        fmt(a.cpuUsPerCmd, 1),
+        a.storeWrites,
+        fmt(a.cmdsPerWrite, 1),
+        fmt(a.writeMs.p50, 3),
+        fmt(a.writeMs.p99, 3),
+        fmt(a.writeMs.max, 3),
+      ]),
+      notes: ['batch = appends issued at once and awaited together; the store write is one group commit (classic-level chained batch)'],
+    },
+  ];
+}
+
+// ---------------------------------------------------------------- goals
+
+/** One row per goal and Keel target: `{goal, target, value, pass}` (pass null = not measured). */
+export function checkGoals(res) {
+  const out = [];
+  const keels = res.meta.opts.targets.filter((t) => t !== 'restate');
+  const g = GOALS;
+  const add = (goal, target, value, pass) => out.push({ goal, target, value, pass });
+  for (const t of keels) {
+    for (const scenario of g.closedLoop.scenarios)
+      for (const c of g.closedLoop.concurrency) {
+        const find = (tt) => res.results.find((r) => r.target === tt && r.scenario === scenario && r.concurrency === c);
+        const rr = ratiosOf(find(t), find('restate'));
+        add(`${scenario} c=${c}: throughput ≥ ${g.closedLoop.minThroughputRatio}× Restate`, t, x(rr.throughput), rr.throughput == null ? null : rr.throughput >= g.closedLoop.minThroughputRatio);
+        add(`${scenario} c=${c}: p99 ≤ ${g.closedLoop.maxP99Ratio}× Restate`, t, x(rr.p99), rr.p99 == null ? null : rr.p99 <= g.closedLoop.maxP99Ratio);
+      }
+    const b = res.burst?.[t];
+    const o = res.meta.opts;
+    const bOk = b && b.ok !== undefined && o.burstCalls === g.burst.calls && o.burstConcurrency === g.burst.concurrency;
+    add(
+      `Greeter ${g.burst.calls}@${g.burst.concurrency} ≤ ${g.burst.maxMs / 1000} s, no errors`,
+      t,
+      b?.ok !== undefined ? `${fmt(b.wallMs / 1000, 2)} s, ${b.errors} errors${bOk ? '' : ` (ran ${o.burstCalls}@${o.burstConcurrency})`}` : '-',
+      bOk ? b.wallMs <= g.burst.maxMs && b.errors === 0 : null,
+    );
+    for (const keys of res.meta.opts.objectKeys)
+      for (const c of res.meta.opts.objectConcurrency) {
+        const find = (tt) => res.objects?.find((r) => r.target === tt && r.keys === keys && r.concurrency === c);
+        const k = find(t);
+        const rr = ratiosOf(k, find('restate'));
+        const correct = k?.check?.pass;
+        add(
+          `objects ${keys} key${keys === 1 ? '' : 's'} c=${c}: throughput ahead of Restate, counts correct`,
+          t,
+          `${x(rr.throughput)}${k?.check ? (correct ? ', counts ok' : ', counts WRONG') : ''}`,
+          rr.throughput == null ? null : rr.throughput > 1 && correct === true,
+        );
+      }
+    const s = res.startup?.[t];
+    add(`startup (median) ≤ ${g.startupMaxMs} ms`, t, s?.medianMs != null ? `${fmt(s.medianMs, 0)} ms (max ${fmt(s.maxMs, 0)})` : '-', s?.medianMs != null ? s.medianMs <= g.startupMaxMs : null);
+    const r = res.recovery?.[t];
+    const rOk = r?.restartToHealthyMs != null && r.invocations === g.recovery.invocations;
+    add(
+      `recovery (${g.recovery.invocations} sleeping): restart→healthy ≤ ${g.recovery.healthyMaxMs} ms, none lost`,
+      t,
+      r?.restartToHealthyMs != null ? `${fmt(r.restartToHealthyMs, 0)} ms, lost ${r.lost ?? '?'}${rOk ? '' : ` (ran ${r.invocations})`}` : '-',
+      rOk ? r.restartToHealthyMs <= g.recovery.healthyMaxMs && r.pass === true : null,
+    );
+    const l = res.logs?.[t];
+    const ran = l && res.targets?.[t]?.status !== 'failed';
+    add('zero RT0010 in the whole run', t, l ? `${l.server.rt0010} RT0010, ${l.server.errors} errors` : '-', ran ? l.server.rt0010 === 0 : null);
+  }
+  return out;
+}
+
+function goalsTable(goals, keels) {
+  const names = [...new Set(goals.map((g) => g.goal))];
+  const cell = (g) => (g ? `${g.pass == null ? 'n/a' : g.pass ? 'PASS' : 'FAIL'} ${g.value}` : '');
+  const rows = names.map((n) => [n, ...keels.map((t) => cell(goals.find((g) => g.goal === n && g.target === t)))]);
+  return { id: 'goals', title: 'Goals (issue 7; they must hold for `keel`, Keel\'s default mode)', columns: ['goal', ...keels], rows, notes: [] };
+}
+
+// ---------------------------------------------------------------- renderers
+
+export function renderText(tables) {
+  const out = [];
+  for (const t of tables) {
+    const all = [t.columns, ...t.rows].map((r) => r.map((c) => String(c ?? '')));
+    const widths = t.columns.map((_, i) => Math.max(...all.map((r) => (r[i] ?? '').length)));
+    const line = (r) =>
+      r
+        .map((c, i) => (typeof t.rows[0]?.[i] === 'number' || /^[\d.x-]+$/.test(c) ? c.padStart(widths[i]) : c.padEnd(widths[i])))
+        .join('  ')
+        .trimEnd();
+    out.push('', `== ${t.title}`, line(all[0]), widths.map((w) => '-'.repeat(w)).join('  '));
+    for (const r of all.slice(1)) out.push(line(r));
+    for (const n of t.notes ?? []) out.push(`   ${n}`);
+  }
+  return out.join('\n');
+}
+
+const mdCell = (c) => String(c ?? '').replace(/\|/g, '\\|');
+
+export function renderMarkdown(tables, header = []) {
+  const out = [...header];
+  for (const t of tables) {
+    out.push('', `### ${t.title}`, '', `| ${t.columns.map(mdCell).join(' | ')} |`, `|${t.columns.map(() => '---').join('|')}|`);
+    for (const r of t.rows) out.push(`| ${r.map(mdCell).join(' | ')} |`);
+    if (t.notes?.length) out.push('', ...t.notes.map((n) => `- ${n}`));
+  }
+  return out.join('\n') + '\n';
+}
