@@ -24,7 +24,7 @@ const [store, groupWriter, processor, partitionState, foldIndex, commands, messa
   load('partition/state.js'),
   load('partition/fold/index.js'),
   load('log/commands.js'),
-  load('invoker/messages.js'),
+  load('protocol/messages.js'),
   load('common/ids.js'),
   load('common/logger.js'),
 ]);
@@ -32,7 +32,7 @@ const K = {
   openStore: (dir) => store.openWorkerStore(dir),
   /** A processor whose effects do nothing: only append, fold and the store write are measured. */
   openProcessor: (db, partition, fsync) =>
-    processor.PartitionProcessor.open(db, new groupWriter.GroupWriter(db), partition, fsync, { execute() {} }, logger.silentLogger),
+    processor.PartitionProcessor.open(db, new groupWriter.GroupWriter(db), partition, { fsync, effects: { execute() {} }, logger: logger.silentLogger }),
   newState: (partition) => {
     const s = new partitionState.PartitionState(partition);
     s.loader = () => undefined; // an empty store
@@ -54,11 +54,13 @@ const K = {
 const json = (v) => Buffer.from(JSON.stringify(v));
 const C = {
   invoke: (id, extra = {}) => ({
+    kind: 'invoke',
     invoke: { invocation_id: id, service: 'Bench', handler: 'steps', key: '', input: json({ name: 'bench' }), headers: [], service_type: 'Service', ...extra },
   }),
   invokeObject: (id, key) =>
     C.invoke(id, { service: 'Counter', handler: 'add', key, input: json({ delta: 1 }), service_type: 'VirtualObject', handler_type: 'Exclusive' }),
   append: (id, epoch, type, entry, extra = {}) => ({
+    kind: 'journal_append',
     journal_append: { invocation_id: id, epoch, entry_type: type, entry, deployment_id: 'dp_bench', protocol_version: 6, ...extra },
   }),
   run: (id, epoch, cid) => C.append(id, epoch, K.MT.RunCommand, K.entry('Run', { result_completion_id: cid, name: `step-${cid}` })),
@@ -68,9 +70,9 @@ const C = {
   getState: (id, epoch) => C.append(id, epoch, K.MT.GetEagerStateCommand, K.entry('GetEagerState', { key: Buffer.from('count'), value: { content: json(1) } })),
   setState: (id, epoch) => C.append(id, epoch, K.MT.SetStateCommand, K.entry('SetState', { key: Buffer.from('count'), value: { content: json(2) } })),
   output: (id, epoch) => C.append(id, epoch, K.MT.OutputCommand, K.entry('Output', { value: { content: json({ ok: true }) } })),
-  suspended: (id, epoch, cid) => ({ attempt_ended: { invocation_id: id, epoch, outcome: K.Outcome.SUSPENDED, waiting_completions: [cid] } }),
-  end: (id, epoch) => ({ attempt_ended: { invocation_id: id, epoch, outcome: K.Outcome.END } }),
-  timerFired: (id, cid, at) => ({ timer_fired: { invocation_id: id, completion_id: cid, wake_up_ms: at, kind: K.TimerKind.SLEEP } }),
+  suspended: (id, epoch, cid) => ({ kind: 'attempt_ended', attempt_ended: { invocation_id: id, epoch, outcome: K.Outcome.SUSPENDED, waiting_completions: [cid] } }),
+  end: (id, epoch) => ({ kind: 'attempt_ended', attempt_ended: { invocation_id: id, epoch, outcome: K.Outcome.END } }),
+  timerFired: (id, cid, at) => ({ kind: 'timer_fired', timer_fired: { invocation_id: id, completion_id: cid, wake_up_ms: at, kind: K.TimerKind.SLEEP } }),
 };
 
 /** The commands of one `Bench/steps` invocation, in log order (9 commands). */
