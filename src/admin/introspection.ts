@@ -1,7 +1,6 @@
 // What the admin API needs from the partitions to answer `/query` and manage invocations, and
 // the mapping of that live data to the introspection tables (Restate 1.7 `sys_*` schema).
 
-import { createHash } from 'node:crypto';
 import type { InvocationStatus } from '../partition/state.js';
 import type { Registry } from '../metadata/registry.js';
 import { entryTypeName } from '../invoker/messages.js';
@@ -51,20 +50,7 @@ export const emptySource: IntrospectionSource = {
   manage: async () => ({ status: 503, body: { message: 'invocation management is not available on this server', restate_code: null } }),
 };
 
-/**
- * The `version` of `restate state patch|clear`: base64url (no padding) of SHA-256 over the
- * state sorted by key, each entry hashed as u64_be(index) 0x01 key 0x02 value 0x03.
- */
-export function stateVersion(entries: Iterable<[string, Buffer]>): string {
-  const sorted = [...entries].sort(([a], [b]) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
-  const h = createHash('sha256');
-  sorted.forEach(([k, v], i) => {
-    const idx = Buffer.alloc(8);
-    idx.writeBigUInt64BE(BigInt(i));
-    h.update(idx).update(Buffer.from([1])).update(k).update(Buffer.from([2])).update(v).update(Buffer.from([3]));
-  });
-  return h.digest('base64url');
-}
+export { stateVersion } from '../partition/state-version.js';
 
 // ---------------------------------------------------------------------------------------------
 // Table schemas. Kinds drive both the SQLite declaration and the output encoding.

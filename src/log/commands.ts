@@ -124,6 +124,13 @@ export interface Attach {
   entry_type: number;
 }
 
+export interface ModifyState {
+  service: string;
+  key: string;
+  entries?: Array<{ key: Buffer; value: Buffer }>;
+  version?: string;
+}
+
 export interface RetryAttempt {
   invocation_id: Buffer;
   epoch: number;
@@ -140,7 +147,8 @@ export type CommandKind =
   | { outbox_delivered: OutboxDelivered }
   | { manage: Manage }
   | { purge: Purge }
-  | { attach: Attach };
+  | { attach: Attach }
+  | { modify_state: ModifyState };
 
 export type Command = CommandKind & { timestamp_ms: number; source_partition?: number; source_seq?: number };
 

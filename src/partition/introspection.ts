@@ -3,7 +3,8 @@ import { InvocationId, objectPartitionKey, randomPartitionKey } from '../common/
 import { ManageAction as Action } from '../log/commands.js';
 import { MessageType, commandTypes, decode, entryTypeName, isNotification, pb } from '../invoker/messages.js';
 import type { Db } from '../storage/store.js';
-import { decodeEntry, type InvocationStatus } from './state.js';
+import { KeelError } from '../errors/index.js';
+import { decodeEntry, objectKeyOf, type InvocationStatus } from './state.js';
 import type { Worker } from './worker.js';
 
 const unescape = (s: string) => decodeURIComponent(s);
@@ -77,6 +78,21 @@ export class WorkerIntrospection implements IntrospectionSource {
         for (const [k, value] of entries) yield { service: service!, key: key!, state_key: Buffer.from(k, 'base64url').toString('utf8'), value };
       }
     }
+  }
+
+  /** Replaces the state of one key, unless an invocation holds it (the fold checks again, and the version). */
+  async setState(service: string, key: string, entries: Map<string, Buffer>, version?: string): Promise<void> {
+    const p = this.worker.partitionOf(objectPartitionKey(service, key));
+    const holder = p.state.locks.get(objectKeyOf(service, key));
+    if (holder !== undefined) {
+      throw new KeelError(
+        undefined,
+        `the invocation '${holder}' holds '${service}/${key}': its state can be changed once no invocation runs for the key (wait for it, or cancel or kill it)`,
+        409,
+      );
+    }
+    const list = [...entries].map(([k, value]) => ({ key: Buffer.from(k, 'utf8'), value }));
+    await p.append({ modify_state: { service, key, entries: list, ...(version !== undefined ? { version } : {}) } });
   }
 
   *inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number }> {
