@@ -19,6 +19,21 @@ export interface JournalRow {
   appended_at_ms?: number;
 }
 
+/** One partition as `GET /partitions` shows it (see partitions.ts). */
+export interface PartitionInfo {
+  partition: number;
+  applied_position: number;
+  queued_commands: number;
+  max_queued_commands: number;
+  writing: boolean;
+  closed: boolean;
+  /** Invocations held in memory by status (completed ones only as far as they are kept there). */
+  invocations: Record<string, number>;
+  timers: number;
+  outbox: number;
+  inboxed: number;
+}
+
 export type ManageAction = 'cancel' | 'kill' | 'pause' | 'resume' | 'purge' | 'restart-as-new';
 
 export interface IntrospectionSource {
@@ -37,6 +52,8 @@ export interface IntrospectionSource {
    * only if it still matches.
    */
   setState?(service: string, key: string, entries: Map<string, Buffer>, version?: string): Promise<void>;
+  /** The partitions and how they are doing (`GET /partitions`). */
+  partitions?(): PartitionInfo[];
 }
 
 /** A source with nothing in it: `/query` still answers for the registry's tables. */

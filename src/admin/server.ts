@@ -12,6 +12,7 @@ import type { RegisterRequest, UpdateRequest } from '../metadata/types.js';
 import { emptySource, stateVersion, type IntrospectionSource, type ManageAction } from './introspection.js';
 import { QueryEngine, QueryError, toArrow, toJson } from './sql.js';
 import { deploymentDetailView, deploymentListView, handlerView, registerView, serviceView } from './views.js';
+import { partitionRoutes } from './partitions.js';
 
 export const SERVER_VERSION = '1.7.12';
 export const MIN_ADMIN_API_VERSION = 2;
@@ -404,6 +405,7 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
 
   await app.register(routes);
   for (const v of [2, 3, 4]) await app.register(routes, { prefix: `/v${v}` });
+  await app.register(partitionRoutes, { source });
   if (opts.extraRoutes) opts.extraRoutes(app);
   return app;
 }

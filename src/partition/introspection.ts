@@ -1,4 +1,4 @@
-import type { IntrospectionSource, JournalRow, ManageAction } from '../admin/introspection.js';
+import type { IntrospectionSource, JournalRow, ManageAction, PartitionInfo } from '../admin/introspection.js';
 import { InvocationId, objectPartitionKey, randomPartitionKey } from '../common/ids.js';
 import { ManageAction as Action } from '../log/commands.js';
 import { MessageType, commandTypes, decode, entryTypeName, isNotification, pb } from '../invoker/messages.js';
@@ -93,6 +93,16 @@ export class WorkerIntrospection implements IntrospectionSource {
     }
     const list = [...entries].map(([k, value]) => ({ key: Buffer.from(k, 'utf8'), value }));
     await p.append({ modify_state: { service, key, entries: list, ...(version !== undefined ? { version } : {}) } });
+  }
+
+  partitions(): PartitionInfo[] {
+    return this.worker.processors.map((p) => {
+      const invocations: Record<string, number> = {};
+      for (const s of p.state.invocations.values()) invocations[s.status] = (invocations[s.status] ?? 0) + 1;
+      let inboxed = 0;
+      for (const q of p.state.inboxes.values()) inboxed += q.length;
+      return { partition: p.partition, ...p.health(), invocations, timers: p.state.timers.size, outbox: p.state.outbox.size, inboxed };
+    });
   }
 
   *inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number }> {

@@ -86,6 +86,17 @@ export class PartitionProcessor {
     return this.state.status(id);
   }
 
+  /** What the admin UI shows of this partition: whether it takes commands, how far it is, how busy. */
+  health(): { applied_position: number; queued_commands: number; max_queued_commands: number; writing: boolean; closed: boolean } {
+    return {
+      applied_position: this.log.applied_position,
+      queued_commands: this.queue.length,
+      max_queued_commands: MAX_QUEUED_COMMANDS,
+      writing: this.writing,
+      closed: this.closed,
+    };
+  }
+
   /** Waits for the batch in flight and every queued command, then refuses new ones. */
   async close(): Promise<void> {
     while (this.writing || this.queue.length > 0) await this.idle;
