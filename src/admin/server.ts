@@ -13,6 +13,7 @@ import { emptySource, stateVersion, type IntrospectionSource, type ManageAction 
 import { QueryEngine, QueryError, toArrow, toJson } from './sql.js';
 import { deploymentDetailView, deploymentListView, handlerView, registerView, serviceView } from './views.js';
 import { partitionRoutes } from './partitions.js';
+import { uiRoutes } from './ui.js';
 
 export const SERVER_VERSION = '1.7.12';
 export const MIN_ADMIN_API_VERSION = 2;
@@ -406,6 +407,7 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
   await app.register(routes);
   for (const v of [2, 3, 4]) await app.register(routes, { prefix: `/v${v}` });
   await app.register(partitionRoutes, { source });
+  await app.register(uiRoutes, {});
   if (opts.extraRoutes) opts.extraRoutes(app);
   return app;
 }
