@@ -18,30 +18,33 @@ export interface Async<T> {
  * visible. Keeps the last data while reloading, so a live view does not flicker.
  */
 export function useAsync<T>(load: () => Promise<T>, deps: unknown[], pollMs?: number): Async<T> {
-  const [state, setState] = useState<{ data: T | undefined; error: unknown; loading: boolean }>({ data: undefined, error: undefined, loading: true });
+  // Data belongs to the deps it was loaded for: another id must not show the previous one's data.
+  const key = JSON.stringify(deps);
+  const [state, setState] = useState<{ key: string; data: T | undefined; error: unknown; loading: boolean }>({ key, data: undefined, error: undefined, loading: true });
   const [tick, setTick] = useState(0);
   const loadRef = useRef(load);
   loadRef.current = load;
   useEffect(() => {
     let live = true;
-    setState((s) => ({ ...s, loading: true }));
+    setState((s) => (s.key === key ? { ...s, loading: true } : { key, data: undefined, error: undefined, loading: true }));
     loadRef.current().then(
-      (data) => live && setState({ data, error: undefined, loading: false }),
-      (error) => live && setState((s) => ({ data: s.data, error, loading: false })),
+      (data) => live && setState({ key, data, error: undefined, loading: false }),
+      (error) => live && setState((s) => ({ key, data: s.key === key ? s.data : undefined, error, loading: false })),
     );
     return () => {
       live = false;
     };
-  }, [...deps, tick]);
+  }, [key, tick]);
   useEffect(() => {
     if (!pollMs) return;
     const t = setInterval(() => {
       if (document.visibilityState === 'visible') setTick((n) => n + 1);
     }, pollMs);
     return () => clearInterval(t);
-  }, [pollMs, ...deps]);
+  }, [pollMs, key]);
   const reload = useCallback(() => setTick((n) => n + 1), []);
-  return { ...state, reload };
+  const current = state.key === key;
+  return { data: current ? state.data : undefined, error: current ? state.error : undefined, loading: !current || state.loading, reload };
 }
 
 export function CodeLink({ code }: { code: string }) {

@@ -30,14 +30,14 @@ function route(path: string, query: URLSearchParams) {
   if (path === '/') return { title: 'Overview', page: <OverviewPage /> };
   if (path === '/register') return { title: 'Register a deployment', page: <RegisterPage /> };
   if (path === '/invocations') return { title: 'Invocations', page: <InvocationsPage query={query} /> };
-  if ((m = match('/invocations/:id', path))) return { title: m.id!, page: <InvocationPage id={m.id!} /> };
+  if ((m = match('/invocations/:id', path))) return { title: m.id!, page: <InvocationPage key={m.id} id={m.id!} /> };
   if (path === '/state') return { title: 'State', page: <StateIndexPage query={query} /> };
-  if ((m = match('/state/:service/:key', path))) return { title: `${m.service}/${m.key}`, page: <StatePage service={m.service!} objectKey={m.key!} /> };
+  if ((m = match('/state/:service/:key', path))) return { title: `${m.service}/${m.key}`, page: <StatePage key={`${m.service}/${m.key}`} service={m.service!} objectKey={m.key!} /> };
   if (path === '/promises') return { title: 'Promises', page: <PromisesPage query={query} /> };
   if (path === '/subscriptions') return { title: 'Subscriptions', page: <SubscriptionsPage /> };
   if (path === '/sql') return { title: 'SQL', page: <SqlPage query={query} /> };
   if (path === '/errors') return { title: 'Errors', page: <ErrorsIndexPage /> };
-  if ((m = match('/errors/:code', path))) return { title: m.code!, page: <ErrorPage code={m.code!} /> };
+  if ((m = match('/errors/:code', path))) return { title: m.code!, page: <ErrorPage key={m.code} code={m.code!} /> };
   return {
     title: 'Not found',
     page: (

@@ -374,7 +374,7 @@ function Timeline({ journal, inv }: { journal: Row[]; inv: Row }) {
             ) : (
               (outcome || pending) && (
                 <div class="entry-result small">
-                  {pending ? <span class="muted">waiting…</span> : <OutcomeView o={outcome} />}
+                  {pending ? <span class="muted">{inv.status === 'completed' ? 'never completed' : 'waiting…'}</span> : <OutcomeView o={outcome} />}
                   {completion && <span class="muted"> (#{completion.index})</span>}
                 </div>
               )
