@@ -9,7 +9,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as restate from '@restatedev/restate-sdk';
 import { chromium } from 'playwright-core';
-import { adminCall, eventually, ingress, query, serveServices, startKeel } from './helpers/keel.mjs';
+import { adminCall, eventually, ingress, query, serveServices, startKeel, tempDir } from './helpers/keel.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const ARTIFACTS = path.join(here, 'artifacts', 'ui');
@@ -123,7 +123,12 @@ const shot = (page, name) => page.screenshot({ path: path.join(ARTIFACTS, `${nam
 // ---- the run -----------------------------------------------------------------------------------
 
 t.test('admin UI', async (t) => {
+  const dir = tempDir(t);
+  const config = path.join(dir, 'keel.toml');
+  fs.writeFileSync(config, '[[ingress.kafka_clusters]]\nname = "local"\nbrokers = ["127.0.0.1:9092"]\n');
   const keel = await startKeel(t, {
+    dir,
+    args: ['--config', config],
     env: { KEEL_DEFAULT_RETRY_POLICY__INITIAL_INTERVAL: '50ms', KEEL_DEFAULT_RETRY_POLICY__MAX_INTERVAL: '200ms' },
   });
   const uri = await serveServices(t, [Counter, Flow, Drift, Swap, Signup]);
@@ -209,7 +214,18 @@ t.test('admin UI', async (t) => {
     // The same endpoint again: the dry run says nothing changes.
     await page.getByRole('button', { name: 'Preview (dry run)' }).click();
     await page.locator('#register-preview').waitFor();
-    t.match(await page.locator('#register-preview').innerText(), /already registered|changes nothing|Replaces/);
+    t.match(await page.locator('#register-preview').innerText(), /already registered .* changes nothing/);
+
+    // A new revision of Counter elsewhere: shown as an update, with what changes; not registered.
+    const CounterV2 = restate.object({ name: 'Counter', handlers: { add: async () => 0, get: restate.handlers.object.shared(async () => 0), reset: async () => {} } });
+    const uri2 = await serveServices(t, [CounterV2]);
+    await page.locator('input[name=uri]').fill(uri2);
+    await page.getByRole('button', { name: 'Preview (dry run)' }).click();
+    await page.locator('#register-preview').waitFor();
+    const upd = await page.locator('#register-preview tr.change-updated').innerText();
+    t.match(upd, /Counter[\s\S]*updated[\s\S]*1 → 2[\s\S]*handlers added: reset/);
+    await page.getByRole('button', { name: 'Back' }).click();
+    t.equal((await adminCall(keel, 'GET', '/deployments')).json.deployments.length, 1, 'still one deployment');
   });
 
   await t.test('overview lists the deployment and the services with their handlers', async (t) => {
@@ -249,6 +265,18 @@ t.test('admin UI', async (t) => {
     t.match(jt, /Sleep[\s\S]*until/, 'the sleep with its wake-up time');
     t.match(await page.locator('#invocation-summary').innerText(), /Flow\/wait/);
     await shot(page, 'invocation');
+
+    const statusOf = async (id) => (await query(keel, `SELECT status FROM sys_invocation WHERE id = '${id}'`))[0]?.status;
+    await page.locator('#invocation-actions button[data-action="pause"]').click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Pause' }).click();
+    await eventually(async () => (await statusOf(waitId)) === 'paused');
+    await page.locator('.id-title + .badge', { hasText: 'paused' }).waitFor({ timeout: 10_000 });
+    t.pass('paused, and the page shows it');
+    await page.locator('#invocation-actions button[data-action="resume"]').click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Resume' }).click();
+    await eventually(async () => ['running', 'suspended'].includes(await statusOf(waitId)));
+    await page.locator('.id-title + .badge', { hasText: /running|suspended/ }).waitFor({ timeout: 10_000 });
+    t.pass('resumed');
 
     await page.locator('#invocation-actions button[data-action="kill"]').click();
     const dialog = page.getByRole('dialog');
@@ -299,6 +327,23 @@ t.test('admin UI', async (t) => {
     t.match(jt, /Output[\s\S]*"hello keel #1"/);
     const child = page.locator('#journal a[href^="/ui/invocations/inv_"]').first();
     t.ok(await child.count(), 'the called invocation is linked');
+
+    await page.locator('#invocation-actions button[data-action="restart-as-new"]').click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Restart as new' }).click();
+    const fresh = page.locator('#action-result a');
+    await fresh.waitFor();
+    const freshId = await fresh.innerText();
+    t.not(freshId, id, 'a new invocation');
+    await fresh.click();
+    await page.locator('#journal [data-kind="Output"]').waitFor({ timeout: 10_000 });
+    t.match(await page.locator('#journal').innerText(), /"hello keel #2"/, 'the restarted invocation ran again from the same input');
+    t.match(await page.locator('#invocation-summary').innerText(), new RegExp(`restarted from\\s+${id}`));
+
+    await page.goto(ui(`/invocations/${id}`));
+    await page.locator('#invocation-actions button[data-action="purge"]').click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Purge' }).click();
+    await page.locator('#not-found').waitFor({ timeout: 10_000 });
+    t.same(await query(keel, `SELECT id FROM sys_invocation WHERE id = '${id}'`), [], 'purged');
   });
 
   await t.test('RT0016: the recorded entry and the handler side by side', async (t) => {
@@ -373,16 +418,49 @@ t.test('admin UI', async (t) => {
     t.equal((await ingress(keel, '/Counter/c1/get', null)).body, 43, 'the concurrent change was kept');
   });
 
+  await t.test('paging, and the code and age filters', async (t) => {
+    const total = (await query(keel, 'SELECT COUNT(*) AS n FROM sys_invocation'))[0].n;
+    t.ok(total > 10, `more than a page of 10 (${total})`);
+    await page.goto(ui('/invocations?size=10'));
+    await page.locator('#invocations tbody tr[data-id]').nth(9).waitFor();
+    t.equal(await page.locator('#invocations tbody tr[data-id]').count(), 10);
+    const first = await page.locator('#invocations tbody tr[data-id]').evaluateAll((rows) => rows.map((r) => r.dataset.id));
+    await page.getByRole('button', { name: 'Older →' }).click();
+    await eventually(async () => new URL(page.url()).searchParams.get('page') === '1');
+    await eventually(async () => {
+      const ids = await page.locator('#invocations tbody tr[data-id]').evaluateAll((rows) => rows.map((r) => r.dataset.id));
+      return ids.length === Math.min(10, total - 10) && ids.every((i) => !first.includes(i));
+    });
+    t.pass('page 2 holds the next, older invocations');
+
+    await page.goto(ui('/invocations?code=RT0016'));
+    await eventually(async () => /^\d+ invocations? · last failure RT0016/.test(await page.locator('#invocation-count').innerText()));
+    const codes = await page.locator('#invocations tbody tr[data-id]').evaluateAll((rows) => rows.map((r) => r.innerText));
+    t.ok(codes.length >= 1 && codes.every((c) => /RT0016/.test(c)), 'only RT0016 failures');
+    await page.locator('select[name=age]').selectOption('gt1d');
+    await eventually(async () => /^0 invocations · older than a day, last failure RT0016/.test(await page.locator('#invocation-count').innerText()));
+    t.equal(new URL(page.url()).searchParams.get('age'), 'gt1d', 'the filter is in the URL');
+  });
+
   await t.test('workflow promises and subscriptions', async (t) => {
     t.equal((await ingress(keel, '/Signup/u1/run', null)).body, 'yes');
     await page.goto(ui('/promises?service=Signup'));
     await page.locator('#promises').waitFor();
     t.match(await page.locator('#promises').innerText(), /u1[\s\S]*email-confirmed[\s\S]*completed[\s\S]*"yes"/);
     await shot(page, 'promises');
+    const sub = await adminCall(keel, 'POST', '/subscriptions', { source: 'kafka://local/orders', sink: 'service://Counter/add' });
+    t.equal(sub.status, 201, sub.text);
     await page.goto(ui('/subscriptions'));
-    await page.getByText('No subscriptions').waitFor();
+    await page.locator('#subscriptions').waitFor();
+    const st = await page.locator('#subscriptions').innerText();
+    t.match(st, /kafka:\/\/local\/orders\s+service:\/\/Counter\/add/);
+    t.match(st, /not consumed/, 'no made-up lag');
+    t.match(await page.locator('main').innerText(), /local\s+127\.0\.0\.1:9092/, 'the configured cluster');
     await shot(page, 'subscriptions');
-    t.pass();
+    await page.getByRole('button', { name: 'Delete' }).click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Delete' }).click();
+    await page.getByText('No subscriptions').waitFor();
+    t.same((await adminCall(keel, 'GET', '/subscriptions')).json.subscriptions, [], 'deleted');
   });
 
   await t.test('SQL console: table and CSV export', async (t) => {

@@ -16,7 +16,7 @@ const AGES: Array<[value: string, label: string, ms: number, newer: boolean]> = 
   ['gt1d', 'older than a day', 86400e3, false],
 ];
 
-const PAGE_SIZES = [25, 50, 100];
+const PAGE_SIZES = [25, 10, 50, 100];
 
 export interface Filter {
   service: string;
@@ -220,7 +220,7 @@ export function InvocationsPage({ query }: { query: URLSearchParams }) {
               Older →
             </button>
             <select aria-label="page size" value={String(size)} onChange={(e) => go({ size: Number(e.currentTarget.value) })}>
-              {PAGE_SIZES.map((s) => (
+              {[...PAGE_SIZES].sort((a, b) => a - b).map((s) => (
                 <option value={String(s)}>{s} per page</option>
               ))}
             </select>

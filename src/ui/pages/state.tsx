@@ -244,7 +244,10 @@ export function StatePage({ service, objectKey }: { service: string; objectKey: 
         <h1>
           State of <span class="mono">{service}</span> / <span class="mono">{objectKey}</span>
         </h1>
-        <Link to={href('/invocations', { service, key: objectKey })}>Invocations of this key</Link>
+        <span class="links">
+          {svc.data?.ty === 'Workflow' && <Link to={href('/promises', { service, key: objectKey })}>Promises of this workflow</Link>}
+          <Link to={href('/invocations', { service, key: objectKey })}>Invocations of this key</Link>
+        </span>
       </div>
       <ErrorBox error={svc.error} />
       {svc.data && !keyed && <p class="warn-text">{service} is a plain service: only virtual objects and workflows have state.</p>}
