@@ -14,34 +14,46 @@ export interface Async<T> {
 }
 
 /**
- * Runs `load` when `deps` change and, with `pollMs`, again every `pollMs` while the page is
- * visible. Keeps the last data while reloading, so a live view does not flicker.
+ * Runs `load` when `deps` change and, with `pollMs`, again while the page is visible: no more
+ * often than every pollMs, and backing off to 4× the last load's duration, because /query
+ * materialises the tables it reads and an open tab must not hammer a big store. Keeps the last
+ * data while reloading, so a live view does not flicker; data belongs to the deps it was loaded
+ * for, so another id never shows the previous one's data.
  */
 export function useAsync<T>(load: () => Promise<T>, deps: unknown[], pollMs?: number): Async<T> {
-  // Data belongs to the deps it was loaded for: another id must not show the previous one's data.
   const key = JSON.stringify(deps);
   const [state, setState] = useState<{ key: string; data: T | undefined; error: unknown; loading: boolean }>({ key, data: undefined, error: undefined, loading: true });
   const [tick, setTick] = useState(0);
+  const [wake, setWake] = useState(0);
   const loadRef = useRef(load);
   loadRef.current = load;
+  const lastMs = useRef(0);
   useEffect(() => {
     let live = true;
+    const t0 = performance.now();
     setState((s) => (s.key === key ? { ...s, loading: true } : { key, data: undefined, error: undefined, loading: true }));
     loadRef.current().then(
-      (data) => live && setState({ key, data, error: undefined, loading: false }),
-      (error) => live && setState((s) => ({ key, data: s.key === key ? s.data : undefined, error, loading: false })),
+      (data) => {
+        lastMs.current = performance.now() - t0;
+        if (live) setState({ key, data, error: undefined, loading: false });
+      },
+      (error) => {
+        lastMs.current = performance.now() - t0;
+        if (live) setState((s) => ({ key, data: s.key === key ? s.data : undefined, error, loading: false }));
+      },
     );
     return () => {
       live = false;
     };
   }, [key, tick]);
   useEffect(() => {
-    if (!pollMs) return;
-    const t = setInterval(() => {
-      if (document.visibilityState === 'visible') setTick((n) => n + 1);
-    }, pollMs);
-    return () => clearInterval(t);
-  }, [pollMs, key]);
+    if (!pollMs || state.loading) return;
+    const t = setTimeout(
+      () => (document.visibilityState === 'visible' ? setTick((n) => n + 1) : setWake((n) => n + 1)),
+      Math.max(pollMs, 4 * lastMs.current),
+    );
+    return () => clearTimeout(t);
+  }, [pollMs, key, state.loading, wake]);
   const reload = useCallback(() => setTick((n) => n + 1), []);
   const current = state.key === key;
   return { data: current ? state.data : undefined, error: current ? state.error : undefined, loading: !current || state.loading, reload };

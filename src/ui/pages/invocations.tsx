@@ -298,6 +298,10 @@ function BulkActions({ filter, onDone }: { filter: Filter; onDone: () => void })
       const where = whereOf(filter, Date.now());
       const rows = await sql(`SELECT id FROM sys_invocation ${where} ORDER BY created_at LIMIT ${BULK_LIMIT}`);
       const ids = rows.map((r) => String(r.id));
+      if (ids.length === 0) {
+        setProgress({ done: 0, total: 0, failed: [], finished: true });
+        return;
+      }
       const ok = await ask({
         title: `${ACTION_LABEL[action]} ${ids.length} invocation${ids.length === 1 ? '' : 's'}?`,
         body: (
@@ -315,7 +319,7 @@ function BulkActions({ filter, onDone }: { filter: Filter; onDone: () => void })
         confirm: `${ACTION_LABEL[action]} ${ids.length}`,
         danger: action === 'kill' || action === 'purge' || action === 'cancel',
       });
-      if (!ok || ids.length === 0) return;
+      if (!ok) return;
       const state = { done: 0, total: ids.length, failed: [] as Array<{ id: string; error: string }>, finished: false };
       setProgress({ ...state });
       await pool(ids, 4, async (id) => {
@@ -350,7 +354,7 @@ function BulkActions({ filter, onDone }: { filter: Filter; onDone: () => void })
       </button>
       {progress && (
         <span class="small" id="bulk-progress">
-          {progress.finished ? 'Done' : 'Working'}: {progress.done}/{progress.total}
+          {progress.total === 0 ? 'Nothing matches the filter' : `${progress.finished ? 'Done' : 'Working'}: ${progress.done}/${progress.total}`}
           {progress.failed.length > 0 && `, ${progress.failed.length} refused`}
         </span>
       )}

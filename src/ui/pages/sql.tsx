@@ -7,6 +7,9 @@ import { href, navigate } from '../router';
 
 const DEFAULT_QUERY = 'SELECT id, target, status, created_at, last_failure_error_code\nFROM sys_invocation\nORDER BY created_at DESC\nLIMIT 20';
 
+/** Rows drawn in the page; a browser table of 100k rows is not readable anyway. */
+const SHOWN = 1000;
+
 const KNOWN_TABLES = ['sys_invocation', 'sys_invocation_status', 'sys_journal', 'state', 'sys_service', 'sys_deployment', 'sys_inbox', 'sys_keyed_service_status', 'sys_promise'];
 
 /** RFC 4180: every field quoted when it needs it, CRLF between records. */
@@ -118,7 +121,12 @@ export function SqlPage({ query }: { query: URLSearchParams }) {
             </div>
           </form>
           <ErrorBox error={error} title="Query failed" />
-          {result && (result.rows.length > 0 ? <DataTable rows={result.rows} columns={result.columns} /> : <p class="muted">No rows.</p>)}
+          {result && result.rows.length > SHOWN && (
+            <p class="muted small">
+              Showing the first {SHOWN} of {result.rows.length} rows; the CSV has them all.
+            </p>
+          )}
+          {result && (result.rows.length > 0 ? <DataTable rows={result.rows.slice(0, SHOWN)} columns={result.columns} /> : <p class="muted">No rows.</p>)}
         </div>
       </div>
     </div>
