@@ -1,7 +1,6 @@
 // What the admin API needs from the partitions to answer `/query` and manage invocations, and
 // the mapping of that live data to the introspection tables (Restate 1.7 `sys_*` schema).
 
-import { createHash } from 'node:crypto';
 import type { InvocationStatus } from '../partition/state.js';
 import type { Registry } from '../metadata/registry.js';
 import { entryTypeName } from '../protocol/messages.js';
@@ -17,6 +16,23 @@ export interface JournalRow {
   promise_name?: string;
   entry_json?: string;
   appended_at_ms?: number;
+}
+
+/** One partition as `GET /partitions` shows it (see partitions.ts). */
+export interface PartitionInfo {
+  partition: number;
+  applied_position: number;
+  queued_commands: number;
+  max_queued_commands: number;
+  writing: boolean;
+  closed: boolean;
+  /** Why the partition stopped (a broken invariant or a failed write), when it did. */
+  failure?: string;
+  /** Invocations held in memory by status (completed ones only as far as they are kept there). */
+  invocations: Record<string, number>;
+  timers: number;
+  outbox: number;
+  inboxed: number;
 }
 
 export type ManageAction = 'cancel' | 'kill' | 'pause' | 'resume' | 'purge' | 'restart-as-new';
@@ -37,6 +53,8 @@ export interface IntrospectionSource {
    * only if it still matches.
    */
   setState?(service: string, key: string, entries: Map<string, Buffer>, version?: string): Promise<void>;
+  /** The partitions and how they are doing (`GET /partitions`). */
+  partitions?(): PartitionInfo[];
 }
 
 /** A source with nothing in it: `/query` still answers for the registry's tables. */
@@ -47,23 +65,10 @@ export const emptySource: IntrospectionSource = {
   inbox: () => [],
   locks: () => [],
   promises: async function* () {},
-  manage: async () => ({ status: 503, body: { message: 'invocation management is not available on this server', restate_code: null } }),
+  manage: async () => ({ status: 501, body: { message: '[KEEL0009] invocation management is not available on this server', restate_code: 'KEEL0009' } }),
 };
 
-/**
- * The `version` of `restate state patch|clear`: base64url (no padding) of SHA-256 over the
- * state sorted by key, each entry hashed as u64_be(index) 0x01 key 0x02 value 0x03.
- */
-export function stateVersion(entries: Iterable<[string, Buffer]>): string {
-  const sorted = [...entries].sort(([a], [b]) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
-  const h = createHash('sha256');
-  sorted.forEach(([k, v], i) => {
-    const idx = Buffer.alloc(8);
-    idx.writeBigUInt64BE(BigInt(i));
-    h.update(idx).update(Buffer.from([1])).update(k).update(Buffer.from([2])).update(v).update(Buffer.from([3]));
-  });
-  return h.digest('base64url');
-}
+export { stateVersion } from '../partition/state-version.js';
 
 // ---------------------------------------------------------------------------------------------
 // Table schemas. Kinds drive both the SQLite declaration and the output encoding.

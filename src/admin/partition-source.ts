@@ -3,9 +3,10 @@ import { ManageAction as Action, type CommandKind } from '../log/commands.js';
 import type { InvocationStatus } from '../partition/state.js';
 import type { Worker } from '../partition/worker.js';
 import { MessageType, commandTypes, decode, entryTypeName, isNotification, pb, type Codec } from '../protocol/messages.js';
-import { splitObjectKey } from '../storage/keys.js';
+import { objectKeyOf, splitObjectKey } from '../storage/keys.js';
+import { KeelError } from '../errors/index.js';
 import { splitPromiseKey } from '../storage/tables/promises.js';
-import type { IntrospectionSource, JournalRow, ManageAction } from './introspection.js';
+import type { IntrospectionSource, JournalRow, ManageAction, PartitionInfo } from './introspection.js';
 
 /** The fields of journal entries that `sys_journal` shows, whichever command or notification they are. */
 interface EntryView {
@@ -108,6 +109,31 @@ export class WorkerIntrospection implements IntrospectionSource {
         };
       }
     }
+  }
+
+  /** Replaces the state of one key, unless an invocation holds it (the fold checks again, and the version). */
+  async setState(service: string, key: string, entries: Map<string, Buffer>, version?: string): Promise<void> {
+    const p = this.worker.partitionOf(objectPartitionKey(service, key));
+    const holder = p.state.locks.get(objectKeyOf(service, key));
+    if (holder !== undefined) {
+      throw new KeelError(
+        'KEEL0008',
+        `the invocation '${holder}' holds '${service}/${key}': its state can be changed once no invocation runs for the key (wait for it, or cancel or kill it)`,
+        409,
+      );
+    }
+    const list = [...entries].map(([k, value]) => ({ key: Buffer.from(k, 'utf8'), value }));
+    await p.append({ kind: 'modify_state', modify_state: { service, key, entries: list, ...(version !== undefined ? { version } : {}) } });
+  }
+
+  partitions(): PartitionInfo[] {
+    return this.worker.processors.map((p) => {
+      const invocations: Record<string, number> = {};
+      for (const s of p.state.invocations.values()) invocations[s.status] = (invocations[s.status] ?? 0) + 1;
+      let inboxed = 0;
+      for (const q of p.state.inboxes.values()) inboxed += q.length;
+      return { partition: p.partition, ...p.info(), invocations, timers: p.state.timers.size, outbox: p.state.outbox.size, inboxed };
+    });
   }
 
   async manage(idText: string, action: ManageAction): Promise<{ status: number; body?: unknown }> {

@@ -15,7 +15,9 @@ import { MAX_ADMIN_API_VERSION, metaRoutes, MIN_ADMIN_API_VERSION } from './rout
 import { queryRoutes } from './routes/query.js';
 import { serviceRoutes } from './routes/services.js';
 import { subscriptionRoutes } from './routes/subscriptions.js';
+import { partitionRoutes } from './partitions.js';
 import { QueryEngine } from './sql.js';
+import { uiRoutes } from './ui.js';
 
 export { MAX_ADMIN_API_VERSION, MIN_ADMIN_API_VERSION, SERVER_VERSION } from './routes/meta.js';
 
@@ -81,6 +83,8 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
   };
   await app.register(routes);
   for (const v of [2, 3, 4]) await app.register(routes, { prefix: `/v${v}` });
+  await app.register(partitionRoutes, { source });
+  await app.register(uiRoutes, {});
   if (opts.extraRoutes) opts.extraRoutes(app);
   return app;
 }

@@ -102,6 +102,18 @@ export class PartitionProcessor implements AttemptHost {
     return this.failure;
   }
 
+  /** How the partition is doing, for `GET /partitions`: whether it takes commands, how far it is, how busy. */
+  info(): { applied_position: number; queued_commands: number; max_queued_commands: number; writing: boolean; closed: boolean; failure?: string } {
+    return {
+      applied_position: this.log.applied_position,
+      queued_commands: this.queue.length,
+      max_queued_commands: MAX_QUEUED_COMMANDS,
+      writing: this.writing,
+      closed: this.closed || this.failure !== undefined,
+      ...(this.failure ? { failure: this.failure.reason } : {}),
+    };
+  }
+
   invocation(id: string): InvocationStatus | undefined {
     return this.state.status(id);
   }

@@ -6,6 +6,7 @@ import type { FoldContext } from './context.js';
 import { foldInvoke } from './invoke.js';
 import { foldJournalAppend } from './journal-append.js';
 import { foldManage } from './manage.js';
+import { foldModifyState } from './modify-state.js';
 import { foldAttach, foldOutboxDelivered, foldPurge } from './misc.js';
 import { foldRetryAttempt } from './retry-attempt.js';
 import { foldSignal } from './signal.js';
@@ -44,6 +45,8 @@ export function fold(ctx: FoldContext, cmd: Command): void {
       return foldPurge(ctx, cmd.purge);
     case 'attach':
       return foldAttach(ctx, cmd.attach);
+    case 'modify_state':
+      return foldModifyState(ctx, cmd.modify_state);
     default:
       return assertNever(cmd, 'log command kind');
   }
