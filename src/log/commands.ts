@@ -124,6 +124,12 @@ export interface Attach {
   entry_type: number;
 }
 
+export interface SetObjectState {
+  service: string;
+  key: string;
+  entries?: Array<{ key: string; value?: Buffer }>;
+}
+
 export interface RetryAttempt {
   invocation_id: Buffer;
   epoch: number;
@@ -140,7 +146,8 @@ export type CommandKind =
   | { outbox_delivered: OutboxDelivered }
   | { manage: Manage }
   | { purge: Purge }
-  | { attach: Attach };
+  | { attach: Attach }
+  | { set_object_state: SetObjectState };
 
 export type Command = CommandKind & { timestamp_ms: number; source_partition?: number; source_seq?: number };
 

@@ -116,6 +116,13 @@ export class WorkerIntrospection implements IntrospectionSource {
     }
   }
 
+  /** Replaces the state of one key; the admin API checked `version` against the state it read. */
+  async setState(service: string, key: string, entries: Map<string, Buffer>): Promise<void> {
+    await this.worker.partitionOf(objectPartitionKey(service, key)).append({
+      set_object_state: { service, key, entries: [...entries].map(([k, value]) => ({ key: k, value })) },
+    });
+  }
+
   async manage(idText: string, action: ManageAction): Promise<{ status: number; body?: unknown }> {
     const id = InvocationId.parse(idText);
     const s = id === undefined ? undefined : this.worker.invocation(id);

@@ -5,7 +5,7 @@ import type { FoldContext } from './context.js';
 import { foldInvoke } from './invoke.js';
 import { foldJournalAppend } from './journal-append.js';
 import { foldManage } from './manage.js';
-import { foldAttach, foldOutboxDelivered, foldPurge } from './misc.js';
+import { foldAttach, foldOutboxDelivered, foldPurge, foldSetObjectState } from './misc.js';
 import { foldRetryAttempt } from './retry-attempt.js';
 import { foldSignal } from './signal.js';
 import { foldTimerFired } from './timer-fired.js';
@@ -32,4 +32,5 @@ export function fold(ctx: FoldContext, cmd: Command): void {
   if (c.manage) return foldManage(ctx, c.manage);
   if (c.purge) return foldPurge(ctx, c.purge);
   if (c.attach) return foldAttach(ctx, c.attach);
+  if (c.set_object_state) return foldSetObjectState(ctx, c.set_object_state);
 }

@@ -1,5 +1,6 @@
 import { InvocationId } from '../../common/ids.js';
-import type { Attach, OutboxDelivered, Purge } from '../../log/commands.js';
+import type { Attach, OutboxDelivered, Purge, SetObjectState } from '../../log/commands.js';
+import { objectKeyOf } from '../state.js';
 import { resultMsg, sendTo, statusOf, type FoldContext } from './context.js';
 import { MessageType } from '../../invoker/messages.js';
 
@@ -35,4 +36,11 @@ export function foldAttach(ctx: FoldContext, cmd: Attach): void {
   if (cmd.entry_type === MessageType.GetInvocationOutputCompletion) return answer(undefined);
   s.attachers = [...(s.attachers ?? []), { id: waiter.text, completion_id: cmd.waiter_completion_id ?? 0, entry_type: cmd.entry_type }];
   ctx.state.putStatus(s);
+}
+
+/** The operator's new state of one object/workflow key replaces the old one entirely. */
+export function foldSetObjectState(ctx: FoldContext, cmd: SetObjectState): void {
+  const objectKey = objectKeyOf(cmd.service, cmd.key);
+  ctx.state.clearState(objectKey);
+  for (const e of cmd.entries ?? []) ctx.state.setState(objectKey, Buffer.from(e.key, 'utf8').toString('base64url'), e.value ?? Buffer.alloc(0));
 }
