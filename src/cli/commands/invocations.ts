@@ -48,9 +48,8 @@ function limitOf(o: Record<string, unknown>, dflt: number): number {
 }
 
 function failureOf(r: Row): string {
-  if (typeof r.last_failure_error_code === 'string') return r.last_failure_error_code;
-  if (typeof r.completion_failure === 'string') return String(r.completion_failure).replace(/^(\[\d+\]).*$/s, '$1');
-  return '';
+  if (r.status === 'completed') return typeof r.completion_failure === 'string' ? String(r.completion_failure).replace(/^(\[\d+\]).*$/s, '$1') : '';
+  return typeof r.last_failure_error_code === 'string' ? r.last_failure_error_code : '';
 }
 
 async function list(ctx: Ctx, o: Record<string, unknown>): Promise<void> {
