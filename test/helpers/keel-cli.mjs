@@ -102,6 +102,6 @@ export async function tmuxShell(t, env) {
     },
   };
   shell.run(`PS1='$ '`);
-  await shell.waitFor(/\$ $/m);
+  await shell.waitFor(/^\$ ?$/m);
   return shell;
 }
