@@ -1,7 +1,7 @@
 // What every command gets: the admin client, the output mode, and the two interactive pieces
-// (confirmation, spinner), which draw on stderr so that stdout stays data.
+// (confirmation, spinner), which draw on stderr so that stdout stays data. The prompt library
+// loads only when a terminal needs it.
 
-import { confirm, isCancel, spinner } from '@clack/prompts';
 import { AdminClient } from './admin.js';
 import { CliError, EXIT } from './errors.js';
 import { colorsFor, promptStream, type Colors } from './output.js';
@@ -51,6 +51,7 @@ export class Ctx {
         hint: 'pass --yes (-y) to confirm in scripts',
       });
     }
+    const { confirm, isCancel } = await import('@clack/prompts');
     const answer = await confirm({ message: question, initialValue: false, output: promptStream(this.ec.enabled) });
     if (isCancel(answer) || answer !== true) throw new CliError('aborted: nothing was changed', EXIT.ABORTED);
   }
@@ -58,6 +59,7 @@ export class Ctx {
   /** Runs `work` under a spinner on stderr when it is a terminal (plain otherwise). */
   async spin<T>(message: string, work: () => Promise<T>, done?: (r: T) => string): Promise<T> {
     if (process.stderr.isTTY !== true) return work();
+    const { spinner } = await import('@clack/prompts');
     const s = spinner({ output: promptStream(this.ec.enabled) });
     s.start(message);
     try {
