@@ -52,14 +52,27 @@ async function statusOf(keel, id) {
   return (await query(keel, `SELECT status FROM sys_invocation WHERE id = '${id}'`))[0]?.status;
 }
 
-/** A shell with `keel` defined; each step starts on a clean screen and ends with EXIT=<code>. */
+/**
+ * A shell with `keel` defined. `step(line)` runs one command line after a marker line;
+ * `waitFor` and `exit` then look only at what the terminal shows after that marker.
+ */
 async function shellFor(t, keel, env = {}) {
   const sh = await tmuxShell(t, { KEEL_ADMIN_URL: keel.admin, ...env });
   sh.run(`keel() { ${cliNode} ${bin} "$@"; }`);
+  let n = 0;
+  const rawWait = sh.waitFor;
   sh.step = async (line) => {
-    sh.clear();
-    await sh.waitFor(/^\$ ?$/m);
-    sh.run(`${line}; echo EXIT=$?`);
+    n += 1;
+    sh.run(`echo "==step ${n}=="; ${line}; echo EXIT=$?`);
+  };
+  sh.waitFor = async (re, opts = {}) => {
+    const marker = new RegExp(`^(?:\\x1b\\[[0-9;]*m)*==step ${n}==\\s*$`, 'm');
+    const after = (screen) => {
+      const m = marker.exec(screen);
+      return m ? screen.slice(m.index + m[0].length) : '';
+    };
+    const matched = { test: (screen) => re.test(after(screen)) };
+    return after(await rawWait(matched, opts));
   };
   sh.exit = async (opts) => {
     const exit = /^(?:\x1b\[[0-9;]*m)*EXIT=(\d+)\s*$/m;
@@ -71,10 +84,10 @@ async function shellFor(t, keel, env = {}) {
 
 t.test('register: spinner during discovery, then the plan and a prompt answered yes', async (t) => {
   const keel = await startKeel(t);
-  const uri = await slowDiscovery(t, [sleepy, counter], 2500);
+  const uri = await slowDiscovery(t, [sleepy, counter], 5000);
   const sh = await shellFor(t, keel);
   await sh.step(`keel deployments register ${uri}`);
-  const spinning = await sh.waitFor(SPINNER_FRAME, { timeout_ms: 2400 });
+  const spinning = await sh.waitFor(SPINNER_FRAME, { timeout_ms: 4500 });
   t.notMatch(spinning, /Register/, 'the prompt waits for discovery');
   const prompt = await sh.waitFor(/Register http:\/\/127\.0\.0\.1:\d+\/ \(2 services\)\?/);
   t.match(prompt, /Discovered 2 service\(s\)/, 'the spinner ends with what it found');
