@@ -181,7 +181,7 @@ t.test('colours on the terminal only', async (t) => {
   await plain.step('keel invocations ls; keel services describe NoSuch');
   r = await plain.exit({ escapes: true });
   t.match(r.screen, /running/);
-  t.match(r.screen, /error: The requested service 'NoSuch' does not exist/);
+  t.match(r.screen, /error\[KEEL0004\]: The requested service 'NoSuch' does not exist/);
   t.notMatch(r.screen, SGR, 'NO_COLOR: no colours at all');
 
   await plain.step('keel invocations kill --service Sleepy');
