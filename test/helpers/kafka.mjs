@@ -9,7 +9,9 @@
 //   request errors, an unknown topic.
 // `.ci/run` installs the three packages when they are missing.
 //
-// The mock's group coordinator waits ~3 s before completing the first join of a new group.
+// What the mock does that a broker would not quite: its group coordinator waits ~3 s before
+// completing the first join of a new group; a member that left is forgotten only when its session
+// expires (use a short session.timeout.ms); each partition keeps about 5 MB, older records trimmed.
 import { spawn, execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
