@@ -33,7 +33,7 @@ async function until(what, f, timeout_ms = 20_000) {
  */
 function consumer(t, { library = 'kafkajs', bootstrap, topic, options = {}, store = new Map(), name = 'c' }) {
   const settings = kafkaConsumerSettings({ name: 'test', properties: { 'bootstrap.servers': bootstrap } }, options, 'sub_1test');
-  const me = { name, deliveries: [], warnings: [], assignedEvents: [], revokedEvents: [], store, answer: undefined };
+  const me = { name, deliveries: [], warnings: [], assignedEvents: [], revokedEvents: [], store, answer: undefined, failNext: 0, refused: [] };
   me.client = createKafkaConsumer(library, settings, topic, {
     onAssigned(partitions) {
       me.assignedEvents.push(partitions);
@@ -46,6 +46,11 @@ function consumer(t, { library = 'kafkajs', bootstrap, topic, options = {}, stor
       me.revokedEvents.push(partitions);
     },
     async onRecords(records) {
+      if (me.failNext > 0) {
+        me.failNext--;
+        me.refused.push(records.map((r) => `${r.partition}:${r.offset}`));
+        throw new Error('the log is busy');
+      }
       for (const r of records) {
         me.deliveries.push(r);
         store.set(r.partition, r.offset + 1);
@@ -170,6 +175,11 @@ t.test('kafkajs: a rebalance between two members splits the partitions; position
   t.same(a.client.assignment(), [0, 1, 2, 3]);
 
   const b = consumer(t, { bootstrap: mock.bootstrap, topic: 'rb', options, store, name: 'b' });
+  // b answers its positions asynchronously, as Keel would after reading them.
+  b.answer = async (partitions) => {
+    await sleep(300);
+    return new Map(partitions.filter((p) => store.has(p)).map((p) => [p, store.get(p)]));
+  };
   await until('the partitions split between a and b', () => {
     const x = a.client.assignment();
     const y = b.client.assignment();
@@ -232,6 +242,16 @@ t.test('kafkajs: an unknown topic is warned about and retried; consumption start
   await mock.produce('ghost', Array.from({ length: 5 }, (_, i) => ({ value: `g${i}`, partition: 0 })));
   await until('the records once the topic exists', () => c.deliveries.length >= 5, 30_000);
   t.same(c.of(0).map((r) => r.value.toString()), ['g0', 'g1', 'g2', 'g3', 'g4']);
+
+  // Keel refuses a batch twice (its log is busy): the same records come again, then on in order.
+  c.failNext = 2;
+  await mock.produce('ghost', Array.from({ length: 3 }, (_, i) => ({ value: `g${5 + i}`, partition: 0 })));
+  await until('the refused records, delivered again', () => c.deliveries.length >= 8, 15_000);
+  t.equal(c.refused.length, 2, 'refused twice');
+  t.same(c.refused[1], c.refused[0], 'the same records offered again');
+  t.equal(c.refused[0][0], '0:5');
+  t.same(c.of(0).map((r) => r.value.toString()), ['g0', 'g1', 'g2', 'g3', 'g4', 'g5', 'g6', 'g7'], 'then delivered once, in order');
+  t.match(c.warnings.join('\n'), /records were not taken; delivering them again/);
 });
 
 t.test('@platformatic/kafka refuses this broker (it needs Kafka >= 3.5): warned, retried with backoff, stopped cleanly', async (t) => {
