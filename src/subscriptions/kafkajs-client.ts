@@ -241,10 +241,12 @@ export class KafkajsConsumer implements KafkaConsumer {
     if (paused.length) consumer.pause([{ topic: this.topic, partitions: paused }]);
     if (added.length === 0) return;
 
+    const seeksAtJoin = new Map(added.map((p) => [p, this.seeks.get(p) ?? 0]));
     const apply = (positions: ReadonlyMap<number, number>) => {
       for (const p of added) {
         if (!this.assigned.has(p)) continue;
-        const at = positions.get(p);
+        // A seek made while the answer was pending wins over it.
+        const at = (this.seeks.get(p) ?? 0) !== seeksAtJoin.get(p) ? this.next.get(p) : positions.get(p);
         if (at === undefined) {
           this.next.delete(p);
           continue;
