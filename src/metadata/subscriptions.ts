@@ -4,6 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import type { KafkaCluster } from '../config/index.js';
 import { KeelError } from '../errors/index.js';
+import { kafkaConsumerSettings } from './kafka-options.js';
 import type { HandlerSchema, ServiceSchema, SubscriptionRequest } from './types.js';
 
 const ALPHABET = '0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ';
@@ -58,7 +59,8 @@ export function validateSubscription(
   if (typeof req.source !== 'string' || req.source === '') throw invalid('the field source is required and must be a string kafka://<cluster>/<topic>');
   if (typeof req.sink !== 'string' || req.sink === '') throw invalid('the field sink is required and must be a string service://<service>/<handler>');
   const { cluster } = parseSource(req.source);
-  if (!clusters.some((c) => c.name === cluster)) {
+  const kafkaCluster = clusters.find((c) => c.name === cluster);
+  if (!kafkaCluster) {
     const known = clusters.map((c) => `'${c.name}'`).join(', ');
     throw invalid(
       `the Kafka cluster '${cluster}' of source '${req.source}' is not configured ` +
@@ -84,5 +86,7 @@ export function validateSubscription(
     }
     options = { ...(req.options as Record<string, string>) };
   }
+  // Refuses (META0009) any consumer property, of the options or of the cluster, Keel cannot honour.
+  kafkaConsumerSettings(kafkaCluster, options, 'sub_1-not-yet-assigned');
   return { source: req.source, sink: req.sink, options };
 }
