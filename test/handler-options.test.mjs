@@ -128,7 +128,12 @@ t.test('workflow completion retention from the manifest: the run is forgotten af
   const keel = await setup(t, { KEEL_WORKER__CLEANUP_INTERVAL: '200ms' });
   t.equal((await ingress(keel, '/Onboarding/w1/run', 'ada')).body, 'welcome ada');
   t.equal((await ingress(keel, '/Onboarding/w1/run', 'ada')).status, 409, 'kept while retained');
-  await eventually(async () => (await fetch(`${keel.ingress}/restate/workflow/Onboarding/w1/output`)).status === 404);
+  let seen = '';
+  await eventually(async () => {
+    const r = await fetch(`${keel.ingress}/restate/workflow/Onboarding/w1/output`);
+    seen = `${r.status} ${await r.text()}`;
+    return r.status === 404;
+  }).catch((err) => t.fail(`still answered ${seen}: ${err.message}`));
   t.equal((await ingress(keel, '/Onboarding/w1/run', 'bob')).body, 'welcome bob');
   t.equal(attempts.get('wf:w1'), 2);
 });

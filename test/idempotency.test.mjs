@@ -153,7 +153,12 @@ t.test('after a short idempotency retention expires, the same key runs the handl
   const b = await ingress(keel, '/Idem/short', 'e1', { 'idempotency-key': 'k6' });
   t.equal(b.body, 'e1#1', 'within the retention: the stored result');
   t.equal(b.headers.get('x-restate-id'), a.headers.get('x-restate-id'));
-  await eventually(async () => (await request(keel, 'GET', '/restate/invocation/Idem/short/k6/output')).status === 404, { timeout_ms: 10_000 });
+  let seen = '';
+  await eventually(async () => {
+    const r = await request(keel, 'GET', '/restate/invocation/Idem/short/k6/output');
+    seen = `${r.status} ${JSON.stringify(r.body)}`;
+    return r.status === 404;
+  }, { timeout_ms: 10_000 }).catch((err) => t.fail(`still answered ${seen}: ${err.message}`));
   t.ok(Date.now() >= expires, 'not removed before it expired');
   const c = await ingress(keel, '/Idem/short', 'e1', { 'idempotency-key': 'k6' });
   t.equal(c.status, 200);

@@ -186,8 +186,12 @@ t.test('kafkajs: a rebalance between two members splits the partitions; position
   });
   const ofB = b.client.assignment();
   t.same(a.client.assignment().filter((p) => ofB.includes(p)), [], 'disjoint');
-  t.same(a.revokedEvents.flat().sort(), ofB, "a was told it lost b's partitions");
-  t.same(b.assignedEvents.flat().sort(), ofB);
+  // A loaded machine may take more than one rebalance to settle: what counts is that every
+  // partition b ended up with was revoked from a, and b was assigned each of them.
+  const revoked = new Set(a.revokedEvents.flat());
+  t.same(ofB.filter((p) => !revoked.has(p)), [], "a was told it lost b's partitions");
+  const assigned = new Set(b.assignedEvents.flat());
+  t.same(ofB.filter((p) => !assigned.has(p)), [], 'b was told it got them');
 
   await mock.produce('rb', Array.from({ length: 200 }, (_, i) => all(200 + i)));
   await until('400 records in all', () => a.deliveries.length + b.deliveries.length >= 400);

@@ -189,14 +189,17 @@ export async function ingress(keel, pathname, body, headers = {}) {
 
 export async function eventually(f, { timeout_ms = 15_000, interval_ms = 50 } = {}) {
   const deadline = Date.now() + timeout_ms;
+  let last;
   for (;;) {
     try {
       const v = await f();
       if (v) return v;
+      last = v;
     } catch (err) {
       if (Date.now() > deadline) throw err;
+      last = err;
     }
-    if (Date.now() > deadline) throw new Error('condition not met in time');
+    if (Date.now() > deadline) throw new Error(`condition not met in time (last: ${last instanceof Error ? last.message : JSON.stringify(last)})`);
     await new Promise((r) => setTimeout(r, interval_ms));
   }
 }
