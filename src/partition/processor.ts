@@ -5,7 +5,7 @@ import { keelError } from '../errors/index.js';
 import { encodeCommand, type Command, type CommandKind } from '../log/commands.js';
 import { EmbeddedLog, type PartitionLog } from '../log/partition-log.js';
 import type { GroupWriter } from '../storage/group-writer.js';
-import type { Db } from '../storage/store.js';
+import type { Db, StateWrite } from '../storage/store.js';
 import { invocationsTable } from '../storage/tables/invocations.js';
 import { fold } from './fold/index.js';
 import { loadState, recoveryActions } from './recovery.js';
@@ -66,6 +66,7 @@ export class PartitionProcessor implements AttemptHost {
     private readonly effects: Effects,
     private readonly owns: (id: InvocationId) => boolean,
     private readonly logger: Logger,
+    private readonly observe: ((partition: number, writes: readonly StateWrite[]) => void) | undefined,
   ) {}
 
   /** Opens the partition and loads its materialised state from the store. */
@@ -73,11 +74,18 @@ export class PartitionProcessor implements AttemptHost {
     db: Db,
     writer: GroupWriter,
     partition: number,
-    options: { fsync: boolean; effects: Effects; owns?: (id: InvocationId) => boolean; logger: Logger },
+    options: {
+      fsync: boolean;
+      effects: Effects;
+      owns?: (id: InvocationId) => boolean;
+      logger: Logger;
+      /** Sees the store writes of every batch once it is durable (the query engine's copy follows them). */
+      observe?: (partition: number, writes: readonly StateWrite[]) => void;
+    },
   ): Promise<PartitionProcessor> {
     const log = await EmbeddedLog.open(db, partition, writer);
     const state = await loadState(db, partition);
-    return new PartitionProcessor(partition, log, state, options.fsync, options.effects, options.owns ?? (() => true), options.logger.child({ partition }));
+    return new PartitionProcessor(partition, log, state, options.fsync, options.effects, options.owns ?? (() => true), options.logger.child({ partition }), options.observe);
   }
 
   /** Brings a freshly opened partition back to life: attempts restart, timers re-arm. */
@@ -166,12 +174,18 @@ export class PartitionProcessor implements AttemptHost {
         break;
       }
       const before = this.log.applied_position;
+      const writes = this.state.takeWrites();
       try {
-        const last = await this.log.append(records, this.state.takeWrites(), this.fsync);
+        const last = await this.log.append(records, writes, this.fsync);
         assert(last === before + records.length, () => `partition ${this.partition}: log at ${last} after appending ${records.length} records at ${before}`);
       } catch (err) {
         this.halt(err, 'the partition log could not be written', batch);
         break;
+      }
+      try {
+        this.observe?.(this.partition, writes);
+      } catch (err) {
+        this.logger.error({ err, code: 'RT0006' }, 'an observer of durable batches failed');
       }
       for (const p of batch) p.resolve();
       try {
