@@ -21,10 +21,27 @@ export interface KafkaCluster {
   properties: Record<string, string>;
 }
 
+/** SQL introspection (`POST /query` and the PostgreSQL wire on 9071), run in a child process. */
+export interface QueryEngineConfig {
+  pgsql_bind_address: string;
+  /** Password psql and other PostgreSQL clients must give on 9071; undefined: none asked. */
+  pgsql_password: string | undefined;
+  /** A query still running after this is cancelled (KEEL0021, 408). */
+  query_timeout_ms: number;
+  /** A query answering more rows than this is cancelled (KEEL0022). */
+  max_result_rows: number;
+  /** A query answering more bytes than this, or reading more into the engine, is cancelled (KEEL0022). */
+  max_result_bytes: number;
+  /** The engine's memory budget (DuckDB's buffer manager; past it, work spills to disk or fails). */
+  memory_limit_bytes: number;
+  /** Threads DuckDB may use for one query. */
+  threads: number;
+}
+
 export interface Config {
   base_dir: string;
   ingress: { bind_address: string; kafka_clusters: KafkaCluster[] };
-  admin: { bind_address: string };
+  admin: { bind_address: string; query_engine: QueryEngineConfig };
   meta: { storage_path: string };
   worker: {
     partitions: number;
@@ -53,6 +70,13 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'base_dir', kind: 'string', dflt: './keel-data' },
   { path: 'ingress.bind_address', kind: 'address', dflt: '0.0.0.0:8080' },
   { path: 'admin.bind_address', kind: 'address', dflt: '0.0.0.0:9070' },
+  { path: 'admin.query_engine.pgsql_bind_address', kind: 'address', dflt: '0.0.0.0:9071' },
+  { path: 'admin.query_engine.pgsql_password', kind: 'string', dflt: undefined },
+  { path: 'admin.query_engine.query_timeout', kind: 'duration', dflt: 30_000 },
+  { path: 'admin.query_engine.max_result_rows', kind: 'int', dflt: 1_000_000 },
+  { path: 'admin.query_engine.max_result_bytes', kind: 'size', dflt: 64 * 1024 * 1024 },
+  { path: 'admin.query_engine.memory_limit', kind: 'size', dflt: 512 * 1024 * 1024 },
+  { path: 'admin.query_engine.threads', kind: 'int', dflt: 2 },
   { path: 'meta.storage_path', kind: 'string', dflt: undefined },
   { path: 'worker.partitions', kind: 'int', dflt: 8 },
   { path: 'worker.storage_db.path', kind: 'string', dflt: undefined },
@@ -308,7 +332,18 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
   return {
     base_dir: baseDir,
     ingress: { bind_address: v<string>('ingress.bind_address'), kafka_clusters },
-    admin: { bind_address: v<string>('admin.bind_address') },
+    admin: {
+      bind_address: v<string>('admin.bind_address'),
+      query_engine: {
+        pgsql_bind_address: v<string>('admin.query_engine.pgsql_bind_address'),
+        pgsql_password: v<string | undefined>('admin.query_engine.pgsql_password'),
+        query_timeout_ms: v<number>('admin.query_engine.query_timeout'),
+        max_result_rows: v<number>('admin.query_engine.max_result_rows'),
+        max_result_bytes: v<number>('admin.query_engine.max_result_bytes'),
+        memory_limit_bytes: v<number>('admin.query_engine.memory_limit'),
+        threads: v<number>('admin.query_engine.threads'),
+      },
+    },
     meta: { storage_path: v<string | undefined>('meta.storage_path') ?? join(baseDir, 'meta') },
     worker: {
       partitions: v<number>('worker.partitions'),
