@@ -16,7 +16,7 @@ import { queryRoutes } from './routes/query.js';
 import { serviceRoutes } from './routes/services.js';
 import { subscriptionRoutes } from './routes/subscriptions.js';
 import { partitionRoutes } from './partitions.js';
-import { QueryEngine } from './sql.js';
+import { QueryEngine } from './query/engine.js';
 import { uiRoutes } from './ui.js';
 
 export { MAX_ADMIN_API_VERSION, MIN_ADMIN_API_VERSION, SERVER_VERSION } from './routes/meta.js';
@@ -30,6 +30,13 @@ export interface AdminServerOptions {
   introspection?: IntrospectionSource;
   /** Partitions that stopped, for `/health`. */
   failures?: () => Array<{ partition: number; reason: string }>;
+  /** The query engine for `/query`; without one the admin server makes its own (started on the first query). */
+  engine?: QueryEngine;
+}
+
+/** The query engine of a server: `/query` and the PostgreSQL wire protocol share it. */
+export function createQueryEngine(config: Config, registry: Registry, source: () => IntrospectionSource, logger: Logger): QueryEngine {
+  return new QueryEngine(config.admin.query_engine, config.base_dir, registry, source, logger.child({ component: 'query-engine' }));
 }
 
 /** Every body is read as JSON whatever its content-type (as Restate does); an empty body is no body. */
@@ -48,12 +55,13 @@ function parseAnyAsJson(app: FastifyInstance): void {
 
 export async function createAdminServer(opts: AdminServerOptions): Promise<FastifyInstance> {
   const source = (): IntrospectionSource => opts.introspection ?? emptySource;
+  const engine = opts.engine ?? createQueryEngine(opts.config, opts.registry, source, opts.logger);
   const ctx: AdminContext = {
     config: opts.config,
     registry: opts.registry,
     logger: opts.logger,
     source,
-    engine: new QueryEngine(opts.registry, source),
+    engine,
     failures: opts.failures ?? (() => []),
   };
   const app = Fastify({
@@ -64,6 +72,7 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
   }) as unknown as FastifyInstance;
   parseAnyAsJson(app);
   installErrorHandling(app);
+  if (opts.engine === undefined) app.addHook('onClose', async () => engine.close());
 
   const v1 = async (_req: FastifyRequest, reply: FastifyReply) =>
     reply
