@@ -1,5 +1,7 @@
 import type { FastifyInstance } from 'fastify';
-import { createAdminServer } from './admin/server.js';
+import { createAdminServer, createQueryEngine } from './admin/server.js';
+import { startPgServer, type PgServer } from './admin/pgwire.js';
+import type { QueryEngine } from './admin/query/engine.js';
 import { splitAddress, type Config } from './config/index.js';
 import { createLogger, type Logger } from './common/logger.js';
 import { KeelError } from './errors/index.js';
@@ -23,6 +25,8 @@ export class KeelServer {
     readonly endpoints: EndpointClient,
     readonly ingress: FastifyInstance,
     readonly admin: FastifyInstance,
+    readonly engine: QueryEngine,
+    readonly pgsql: PgServer,
   ) {}
 
   static async start(config: Config, logger = createLogger(config.log.level, config.log.format)): Promise<KeelServer> {
@@ -35,20 +39,26 @@ export class KeelServer {
       const endpoints = new EndpointClient();
       const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }));
       const ingress = await createIngressServer({ config, registry, worker, logger });
-      const admin = await createAdminServer({ config, registry, logger, introspection: new WorkerIntrospection(worker), failures: () => worker.failures() });
+      const introspection = new WorkerIntrospection(worker);
+      const engine = createQueryEngine(config, registry, () => introspection, logger);
+      const admin = await createAdminServer({ config, registry, logger, introspection, engine, failures: () => worker.failures() });
       await listen(ingress, config.ingress.bind_address, 'ingress');
+      let pgsql: PgServer;
       try {
         await listen(admin, config.admin.bind_address, 'admin');
+        pgsql = await startPgServer(config.admin.query_engine, engine, logger);
       } catch (err) {
-        await ingress.close();
+        await Promise.allSettled([ingress.close(), admin.close()]);
         throw err;
       }
       worker.start(invoker);
+      // The query engine's copy of the statuses loads in the background, off the event loop.
+      engine.start();
       logger.info(
-        { ingress: config.ingress.bind_address, admin: config.admin.bind_address, partitions: config.worker.partitions, fsync: config.worker.storage_db.fsync },
+        { ingress: config.ingress.bind_address, admin: config.admin.bind_address, pgsql: pgsql.address, partitions: config.worker.partitions, fsync: config.worker.storage_db.fsync },
         'keel is ready',
       );
-      return new KeelServer(config, logger, db, registry, worker, invoker, endpoints, ingress, admin);
+      return new KeelServer(config, logger, db, registry, worker, invoker, endpoints, ingress, admin, engine, pgsql);
     } catch (err) {
       await registry?.close().catch(() => {});
       await db.close().catch(() => {});
@@ -57,7 +67,7 @@ export class KeelServer {
   }
 
   async stop(): Promise<void> {
-    await Promise.allSettled([this.ingress.close(), this.admin.close()]);
+    await Promise.allSettled([this.ingress.close(), this.admin.close(), this.pgsql.close(), this.engine.close()]);
     await this.worker.stop();
     this.endpoints.close();
     await this.registry.close();
