@@ -343,6 +343,16 @@ t.test('state (4.12), vqueues and rules (4.14), sql (4.13)', async (t) => {
   t.same(prom.body.rows, [{ key: 'p', completed: true, completion_success_value_utf8: '1' }]);
 });
 
+t.test('a table filled per query is read only as far as max_result_bytes: filter it', async (t) => {
+  const { base, source } = await startAdmin(t, { queryEngine: { max_result_bytes: 600 } });
+  const all = await query(base, 'SELECT id, index, entry_json FROM sys_journal');
+  t.equal(all.status, 422, JSON.stringify(all.body));
+  t.equal(all.body.restate_code, 'KEEL0022');
+  t.match(all.body.message, /sys_journal.*filter it by id/);
+  const one = await query(base, `SELECT index FROM sys_journal WHERE id = '${source.ids.running}' ORDER BY index`);
+  t.same(one.body.rows, [{ index: 0 }, { index: 1 }], 'by id only that journal is read');
+});
+
 t.test('errors', async (t) => {
   const { base } = await startAdmin(t);
   const parse = await query(base, 'SELEC id FROM sys_invocation');

@@ -75,7 +75,7 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'admin.query_engine.query_timeout', kind: 'duration', dflt: 30_000 },
   { path: 'admin.query_engine.max_result_rows', kind: 'int', dflt: 1_000_000 },
   { path: 'admin.query_engine.max_result_bytes', kind: 'size', dflt: 64 * 1024 * 1024 },
-  { path: 'admin.query_engine.memory_limit', kind: 'size', dflt: 512 * 1024 * 1024 },
+  { path: 'admin.query_engine.memory_limit', kind: 'size', dflt: 256 * 1024 * 1024 },
   { path: 'admin.query_engine.threads', kind: 'int', dflt: 2 },
   { path: 'meta.storage_path', kind: 'string', dflt: undefined },
   { path: 'worker.partitions', kind: 'int', dflt: 8 },

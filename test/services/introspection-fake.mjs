@@ -84,8 +84,10 @@ export function fakeSource(deploymentId) {
   return source;
 }
 
-export async function startAdmin(t) {
+/** An admin server over the fake source; `queryEngine` overrides admin.query_engine settings. */
+export async function startAdmin(t, { queryEngine = {} } = {}) {
   const config = testConfig(tempDir(t));
+  Object.assign(config.admin.query_engine, queryEngine);
   const registry = await Registry.open(config, silentLogger);
   const uri = await serveH2(t, [greeter, counter]);
   const { deployment } = await registry.register({ uri });

@@ -72,7 +72,9 @@ function lowerPriority(): void {
 
 async function start(o: EngineOptions): Promise<void> {
   options = o;
-  db = await DuckDBInstance.create(join(o.dir, 'keel.duckdb'), {
+  // In memory: the copy is rebuilt at every start, so it needs no file, no WAL and no fsync;
+  // past memory_limit DuckDB moves its blocks to temp_directory (memory stays bounded).
+  db = await DuckDBInstance.create(':memory:', {
     threads: String(o.threads),
     memory_limit: `${Math.floor(o.memory_limit_bytes / (1024 * 1024))}MiB`,
     temp_directory: join(o.dir, 'spill'),
@@ -117,6 +119,7 @@ function slim(record: Uint8Array): Uint8Array {
   }
 }
 
+/** The changed statuses in temp.staging, in the copy's columns. */
 async function stage(file: string, raw: readonly Uint8Array[]): Promise<number> {
   const records = raw.map(slim);
   writeLines(file, records);
@@ -140,31 +143,45 @@ async function stage(file: string, raw: readonly Uint8Array[]): Promise<number> 
   return records.length;
 }
 
-async function applyChanges(m: Extract<ToEngine, { t: 'changes' }>): Promise<void> {
-  const file = join(options.dir, `copy-${m.seq}.json`);
+/** A batch of the initial scan: statuses no change has touched since load-begin, read straight into the copy. */
+async function applyLoad(m: Extract<ToEngine, { t: 'changes' }>, file: string): Promise<void> {
+  writeLines(file, m.records.map(slim));
   try {
-    if (m.records.length > 0) await stage(file, m.records);
-  } finally {
-    rmSync(file, { force: true });
+    await copy.run(`INSERT INTO ${COPY_TABLE} SELECT r.* FROM (${copyRowsFrom(file, MAX_OBJECT_BYTES)}) r ANTI JOIN temp.seen USING (id)`);
+  } catch {
+    await stage(file, m.records); // one by one: an unreadable status costs only itself
+    await copy.run(`INSERT INTO ${COPY_TABLE} SELECT s.* FROM temp.staging s ANTI JOIN temp.seen USING (id)`);
   }
+}
+
+/** Changes of durable batches: each status replaces the copy's, purged ones leave it. */
+async function applyUpdates(m: Extract<ToEngine, { t: 'changes' }>, file: string): Promise<void> {
+  if (m.records.length > 0) await stage(file, m.records);
+  const deleted = m.deleted.map(literal).join(', ');
   await copy.run('BEGIN TRANSACTION');
   try {
-    if (m.load) {
-      if (m.records.length > 0) await copy.run(`INSERT INTO ${COPY_TABLE} SELECT * FROM temp.staging WHERE id NOT IN (SELECT id FROM temp.seen)`);
-    } else {
-      const deleted = m.deleted.map(literal).join(', ');
-      if (m.records.length > 0) await copy.run(`DELETE FROM ${COPY_TABLE} WHERE id IN (SELECT id FROM temp.staging)`);
-      if (deleted !== '') await copy.run(`DELETE FROM ${COPY_TABLE} WHERE id IN (${deleted})`);
-      if (loading) {
-        if (m.records.length > 0) await copy.run('INSERT INTO temp.seen SELECT id FROM temp.staging');
-        if (deleted !== '') await copy.run(`INSERT INTO temp.seen VALUES ${m.deleted.map((id) => `(${literal(id)})`).join(', ')}`);
-      }
-      if (m.records.length > 0) await copy.run(`INSERT INTO ${COPY_TABLE} SELECT * FROM temp.staging`);
+    if (m.records.length > 0) await copy.run(`DELETE FROM ${COPY_TABLE} WHERE id IN (SELECT id FROM temp.staging)`);
+    if (deleted !== '') await copy.run(`DELETE FROM ${COPY_TABLE} WHERE id IN (${deleted})`);
+    if (loading) {
+      if (m.records.length > 0) await copy.run('INSERT INTO temp.seen SELECT id FROM temp.staging');
+      if (deleted !== '') await copy.run(`INSERT INTO temp.seen VALUES ${m.deleted.map((id) => `(${literal(id)})`).join(', ')}`);
     }
+    if (m.records.length > 0) await copy.run(`INSERT INTO ${COPY_TABLE} SELECT * FROM temp.staging`);
     await copy.run('COMMIT');
   } catch (err) {
     await copy.run('ROLLBACK').catch(() => {});
     throw err;
+  }
+}
+
+async function applyChanges(m: Extract<ToEngine, { t: 'changes' }>): Promise<void> {
+  const file = join(options.dir, `copy-${m.seq}.json`);
+  try {
+    if (m.load) {
+      if (m.records.length > 0) await applyLoad(m, file);
+    } else await applyUpdates(m, file);
+  } finally {
+    rmSync(file, { force: true });
   }
   send({ t: 'applied', seq: m.seq });
 }
@@ -180,7 +197,6 @@ async function beginLoad(): Promise<void> {
 async function endLoad(seq: number): Promise<void> {
   await copy.run('DROP TABLE IF EXISTS temp.seen');
   await copy.run('DROP TABLE IF EXISTS temp.staging');
-  await copy.run('CHECKPOINT');
   loading = false;
   const count = await copy.runAndReadAll(`SELECT count(*) FROM ${COPY_TABLE}`);
   log('info', 'query engine: copy of the invocation statuses loaded', { invocations: Number(count.getRows()[0]![0]), load_ms: Date.now() - loadStarted });
@@ -308,18 +324,19 @@ async function waitLoaded(q: Query): Promise<void> {
 
 async function parse(q: Query, sql: string): Promise<{ text: string; tables: Map<string, TableFilter> }> {
   const conn = q.conn!;
-  const statements = await conn.extractStatements(sql).catch((err: Error) => {
-    throw new QueryFailure({ code: 'KEEL0010', status: 400, message: err.message.replace(/^Failed to extract statements: /, '') });
-  });
-  if (statements.count === 0) throw new QueryFailure({ code: 'KEEL0010', status: 400, message: 'the query is empty' });
-  if (statements.count > 1) throw refused(`the query holds ${statements.count} statements: send one SELECT per query`);
+  // DuckDB's parser reads the query once: a parse error, a statement that is not a SELECT, or
+  // several statements all show in this one answer.
   const serialized = await conn.runAndReadAll('SELECT json_serialize_sql($1::VARCHAR)', [sql]);
-  const tree = JSON.parse(String(serialized.getRows()[0]![0])) as { error?: boolean; error_message?: string; statements?: Ast };
+  const tree = JSON.parse(String(serialized.getRows()[0]![0])) as { error?: boolean; error_message?: string; statements?: Ast[] };
   if (tree.error) {
     const first = /^\s*\(*\s*([A-Za-z]+)/.exec(sql)?.[1]?.toUpperCase() ?? '';
     if (/Only SELECT statements/i.test(tree.error_message ?? '')) throw refused(`${first} is not allowed: queries are read-only, one SELECT over the introspection tables`);
-    throw new QueryFailure({ code: 'KEEL0010', status: 400, message: tree.error_message ?? 'the query cannot be read' });
+    const message = tree.error_message ?? 'the query cannot be read';
+    throw new QueryFailure({ code: 'KEEL0010', status: 400, message: /^[A-Za-z ]+ Error: /.test(message) ? message : `Parser Error: ${message}` });
   }
+  const count = tree.statements?.length ?? 0;
+  if (count === 0) throw new QueryFailure({ code: 'KEEL0010', status: 400, message: 'the query is empty' });
+  if (count > 1) throw refused(`the query holds ${count} statements: send one SELECT per query`);
   const wanted = new Set([...PER_QUERY, ...COPY_VIEWS]);
   const analysis = analyze(tree as Ast, wanted);
   if (analysis.refusal !== undefined) throw refused(analysis.refusal);
@@ -381,9 +398,8 @@ async function run(q: Query, m: Extract<ToEngine, { t: 'query' }>, before: Promi
     await before;
     await loadTables(q, tables);
     q.check();
-    const prepared = await q.conn.prepare(text);
-    if (m.params !== undefined && m.params.length > 0) prepared.bind(m.params);
-    const answer = await encodeAnswer(q, await prepared.stream(), m.format);
+    const params = m.params !== undefined && m.params.length > 0 ? m.params : undefined;
+    const answer = await encodeAnswer(q, await q.conn.stream(text, params), m.format);
     const chunks = rechunk(answer.body, CHUNK_BYTES);
     const first = chunks.shift() ?? new Uint8Array(0);
     q.rest = chunks;
