@@ -126,6 +126,7 @@ export class QueryEngine {
 
   /** Runs one query; rejects with a coded KeelError (KEEL0010, KEEL0020–KEEL0023). */
   query(sql: string, format: Format, opts: QueryOptions = {}): Promise<Answer> {
+    if (this.closed) return Promise.reject(unavailable('the server is shutting down'));
     this.start();
     if (this.waiting.length >= MAX_WAITING) return Promise.reject(unavailable(`${this.waiting.length} queries are waiting already; retry shortly`));
     return new Promise<Answer>((resolve, reject) => {
