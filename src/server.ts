@@ -32,6 +32,7 @@ export class KeelServer {
   static async start(config: Config, logger = createLogger(config.log.level, config.log.format)): Promise<KeelServer> {
     const db = await openWorkerStore(config.worker.storage_db.path);
     let registry: Registry | undefined;
+    let engine: QueryEngine | undefined;
     try {
       registry = await Registry.open(config, logger.child({ component: 'metadata' }));
       const worker = new Worker(config, logger.child({ component: 'worker' }));
@@ -40,7 +41,7 @@ export class KeelServer {
       const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }));
       const ingress = await createIngressServer({ config, registry, worker, logger });
       const introspection = new WorkerIntrospection(worker);
-      const engine = createQueryEngine(config, registry, () => introspection, logger);
+      engine = createQueryEngine(config, registry, () => introspection, logger);
       const admin = await createAdminServer({ config, registry, logger, introspection, engine, failures: () => worker.failures() });
       await listen(ingress, config.ingress.bind_address, 'ingress');
       let pgsql: PgServer;
@@ -52,7 +53,8 @@ export class KeelServer {
         throw err;
       }
       worker.start(invoker);
-      // The query engine's copy of the statuses loads in the background, off the event loop.
+      // The query engine boots in a process of its own once the server answers, and its copy of
+      // the statuses loads in the background.
       engine.start();
       logger.info(
         { ingress: config.ingress.bind_address, admin: config.admin.bind_address, pgsql: pgsql.address, partitions: config.worker.partitions, fsync: config.worker.storage_db.fsync },
@@ -60,6 +62,7 @@ export class KeelServer {
       );
       return new KeelServer(config, logger, db, registry, worker, invoker, endpoints, ingress, admin, engine, pgsql);
     } catch (err) {
+      await engine?.close().catch(() => {});
       await registry?.close().catch(() => {});
       await db.close().catch(() => {});
       throw err;

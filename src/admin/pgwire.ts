@@ -5,8 +5,7 @@
 // clients send on their own (SET, BEGIN, COMMIT, …) are acknowledged without running.
 
 import net from 'node:net';
-import { createScramSha256Data, type ScramSha256Data } from 'pg-gateway';
-import { fromNodeSocket } from 'pg-gateway/node';
+import type { ScramSha256Data } from 'pg-gateway';
 import type { Logger } from '../common/logger.js';
 import { splitAddress, type QueryEngineConfig } from '../config/index.js';
 import { KeelError } from '../errors/index.js';
@@ -262,6 +261,10 @@ class Session {
   }
 }
 
+/** pg-gateway loads on the first connection: a server no PostgreSQL client talks to starts without it. */
+let gateway: Promise<[typeof import('pg-gateway'), typeof import('pg-gateway/node')]> | undefined;
+const loadGateway = () => (gateway ??= Promise.all([import('pg-gateway'), import('pg-gateway/node')]));
+
 export interface PgServer {
   address: string;
   close(): Promise<void>;
@@ -282,17 +285,21 @@ export async function startPgServer(config: QueryEngineConfig, engine: QueryEngi
     socket.on('close', () => sockets.delete(socket));
     socket.on('error', () => socket.destroy());
     const session = new Session(engine, log);
-    fromNodeSocket(socket, {
-      serverVersion: SERVER_PG_VERSION,
-      auth: password === undefined ? { method: 'trust' } : { method: 'scram-sha-256', getScramSha256Data: () => (scram ??= createScramSha256Data(password)) },
-      onMessage(data, state) {
-        if (!state.isAuthenticated || data[0] === 0x58 /* Terminate: pg-gateway closes */) return undefined;
-        return session.handle(data);
-      },
-    }).catch((err) => {
-      log.warn({ err, code: 'KEEL0001' }, 'pgsql connection failed');
-      socket.destroy();
-    });
+    loadGateway()
+      .then(([{ createScramSha256Data }, { fromNodeSocket }]) =>
+        fromNodeSocket(socket, {
+          serverVersion: SERVER_PG_VERSION,
+          auth: password === undefined ? { method: 'trust' } : { method: 'scram-sha-256', getScramSha256Data: () => (scram ??= createScramSha256Data(password)) },
+          onMessage(data, state) {
+            if (!state.isAuthenticated || data[0] === 0x58 /* Terminate: pg-gateway closes */) return undefined;
+            return session.handle(data);
+          },
+        }),
+      )
+      .catch((err) => {
+        log.warn({ err, code: 'KEEL0001' }, 'pgsql connection failed');
+        socket.destroy();
+      });
   });
   const { host, port } = splitAddress(config.pgsql_bind_address);
   await new Promise<void>((resolve, reject) => {

@@ -5,7 +5,7 @@
 //          restate CLI reads it
 //   pg     PostgreSQL RowDescription and DataRow messages in text format
 
-import { Binary, Bool, Field, Float64, Int64, RecordBatch, Schema, Struct, Table, TimeUnit, Timestamp, Uint64, Utf8, makeData, tableToIPC, vectorFromArray, type DataType } from 'apache-arrow';
+import type { DataType, Field, RecordBatch } from 'apache-arrow';
 import { DuckDBTypeId, type DuckDBValue } from '@duckdb/node-api';
 import { PG_TYPE, dataRow, rowDescription } from './pg-messages.js';
 import type { Format } from './protocol.js';
@@ -147,23 +147,28 @@ class JsonEncoder implements Encoder {
   }
 }
 
-function arrowType(kind: Kind): DataType {
+type Arrow = typeof import('apache-arrow');
+let arrowModule: Promise<Arrow> | undefined;
+/** apache-arrow takes ~150 ms to load: the engine loads it once it is ready, not before. */
+export const loadArrow = (): Promise<Arrow> => (arrowModule ??= import('apache-arrow'));
+
+function arrowType(a: Arrow, kind: Kind): DataType {
   switch (kind) {
     case 'utf8':
-      return new Utf8();
+      return new a.Utf8();
     case 'int':
     case 'huge':
-      return new Int64();
+      return new a.Int64();
     case 'uint':
-      return new Uint64();
+      return new a.Uint64();
     case 'float':
-      return new Float64();
+      return new a.Float64();
     case 'bool':
-      return new Bool();
+      return new a.Bool();
     case 'ts':
-      return new Timestamp(TimeUnit.MILLISECOND, '+00:00');
+      return new a.Timestamp(a.TimeUnit.MILLISECOND, '+00:00');
     case 'binary':
-      return new Binary();
+      return new a.Binary();
   }
 }
 
@@ -187,21 +192,21 @@ class ArrowEncoder implements Encoder {
   private readonly fields: Field[];
   private readonly batches: RecordBatch[] = [];
 
-  constructor(private readonly columns: Column[]) {
-    this.fields = columns.map((c) => new Field(c.name, arrowType(c.kind), true));
+  constructor(private readonly a: Arrow, private readonly columns: Column[]) {
+    this.fields = columns.map((c) => new a.Field(c.name, arrowType(a, c.kind), true));
   }
 
   add(columns: Cell[][], rows: number): number {
-    const children = this.columns.map((c, i) => vectorFromArray(columns[i]!.map((v) => arrowValue(c.kind, v)), arrowType(c.kind)).data[0]!);
-    const data = makeData({ type: new Struct(this.fields), length: rows, nullCount: 0, children });
-    const batch = new RecordBatch(new Schema(this.fields), data);
-    this.batches.push(batch);
+    const a = this.a;
+    const children = this.columns.map((c, i) => a.vectorFromArray(columns[i]!.map((v) => arrowValue(c.kind, v)), arrowType(a, c.kind)).data[0]!);
+    const data = a.makeData({ type: new a.Struct(this.fields), length: rows, nullCount: 0, children });
+    this.batches.push(new a.RecordBatch(new a.Schema(this.fields), data));
     return children.reduce((n, d) => n + d.byteLength, 0);
   }
 
   finish(): { body: Uint8Array[] } {
-    const schema = new Schema(this.fields);
-    return { body: [tableToIPC(new Table(schema, this.batches), 'stream')] };
+    const a = this.a;
+    return { body: [a.tableToIPC(new a.Table(new a.Schema(this.fields), this.batches), 'stream')] };
   }
 }
 
@@ -269,12 +274,12 @@ class PgEncoder implements Encoder {
   }
 }
 
-export function encoder(format: Format, columns: Column[]): Encoder {
+export async function encoder(format: Format, columns: Column[]): Promise<Encoder> {
   switch (format) {
     case 'json':
       return new JsonEncoder(columns);
     case 'arrow':
-      return new ArrowEncoder(columns);
+      return new ArrowEncoder(await loadArrow(), columns);
     case 'pg':
       return new PgEncoder(columns);
   }

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { DuckDBInstance, type DuckDBConnection, type DuckDBResult } from '@duckdb/node-api';
 import { PER_QUERY_TABLES, type RawJournalEntry, type Row, type TableFilter } from '../introspection.js';
 import { analyze, treeText, type Ast } from './analyze.js';
-import { cell, encoder, kindOf, rechunk, type Cell, type Column } from './encode.js';
+import { cell, encoder, kindOf, loadArrow, rechunk, type Cell, type Column } from './encode.js';
 import { journalRows } from './journal-rows.js';
 import type { EngineOptions, Format, FromEngine, QueryError, ToEngine } from './protocol.js';
 import { COPY_TABLE, COPY_VIEWS, PER_QUERY, copyRowsFrom, literal, perQueryTableSql, schemaSql } from './schema.js';
@@ -91,6 +91,7 @@ async function start(o: EngineOptions): Promise<void> {
   await copy.run('SET enable_external_access = false');
   lowerPriority();
   send({ t: 'ready' });
+  void loadArrow();
 }
 
 // ------------------------------------------------------------------------------- the copy
@@ -347,7 +348,7 @@ async function parse(q: Query, sql: string): Promise<{ text: string; tables: Map
 
 async function encodeAnswer(q: Query, result: DuckDBResult, format: Format): Promise<{ rows: number; head?: Uint8Array; body: Uint8Array[] }> {
   const columns: Column[] = result.columnNames().map((name, i) => ({ name, kind: kindOf(result.columnTypeId(i)), type: result.columnTypeId(i) }));
-  const enc = encoder(format, columns);
+  const enc = await encoder(format, columns);
   let rows = 0;
   let bytes = 0;
   for (;;) {
