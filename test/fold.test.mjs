@@ -244,3 +244,16 @@ t.test('a broken invariant throws instead of writing half a change', async (t) =
   p.state.journals.get(id.text).push({ type: MessageType.InputCommand, payload: Buffer.alloc(0) });
   t.throws(() => p.apply(append(id, 0, MessageType.OutputCommand, output(1))), { name: 'InvariantError' }, 'a journal longer than its status says');
 });
+
+t.test('the live index holds exactly the invocations that have not completed', async (t) => {
+  const p = partition();
+  const [a, b] = [serviceId(), serviceId()];
+  p.apply(invoke(a));
+  p.apply(invoke(b));
+  const liveKeys = () => [...p.store.keys()].filter((k) => k.startsWith('p0/s/live/')).map((k) => k.slice('p0/s/live/'.length)).sort();
+  t.same(liveKeys(), [a.text, b.text].sort());
+  completeWith(p, a, 1);
+  t.same(liveKeys(), [b.text], 'a completed invocation leaves it');
+  p.apply({ kind: 'manage', manage: { invocation_id: b.bytes, action: ManageAction.KILL } });
+  t.same(liveKeys(), [], 'so does a killed one');
+});

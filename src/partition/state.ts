@@ -6,6 +6,7 @@ import { fsmTable, type Counters } from '../storage/tables/fsm.js';
 import { inboxTable, type InboxEntry } from '../storage/tables/inbox.js';
 import { invocationsTable, type InvocationStatus } from '../storage/tables/invocations.js';
 import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
+import { liveTable } from '../storage/tables/live.js';
 import { locksTable } from '../storage/tables/locks.js';
 import { outboxTable, type OutboxEntry } from '../storage/tables/outbox.js';
 import { promisesTable, type PromiseState } from '../storage/tables/promises.js';
@@ -45,6 +46,8 @@ export class PartitionState {
   readonly invocations = new Map<string, InvocationStatus>();
   /** Completed ids in memory, least recently used first. */
   private readonly completed = new Set<string>();
+  /** Ids in the store's `live` index: every invocation that has not completed. */
+  readonly live = new Set<string>();
   /** Reads a key of the store synchronously (the fold may not wait); set when there is a store. */
   loader: ((key: string) => Buffer | undefined) | undefined;
   /** Journals of invocations that have not completed; completed ones stay on disk only. */
@@ -91,7 +94,18 @@ export class PartitionState {
     assert(s.journal_length === (this.journals.get(s.id)?.length ?? s.journal_length), () => `journal of ${s.id} has ${this.journals.get(s.id)?.length} entries in memory, its status says ${s.journal_length}`);
     this.invocations.set(s.id, s);
     this.writes.set(invocationsTable.key(this.partition, s.id), invocationsTable.encode(s));
-    if (s.status === 'completed') this.touchCompleted(s.id);
+    if (s.status === 'completed') {
+      this.touchCompleted(s.id);
+      this.setLive(s.id, false);
+    } else this.setLive(s.id, true);
+  }
+
+  /** Keeps the `live` index in step, writing it only when an invocation enters or leaves it. */
+  private setLive(id: string, live: boolean): void {
+    if (this.live.has(id) === live) return;
+    if (live) this.live.add(id);
+    else this.live.delete(id);
+    this.writes.set(liveTable.key(this.partition, id), live ? liveTable.value : null);
   }
 
   private touchCompleted(id: string): void {
@@ -124,6 +138,7 @@ export class PartitionState {
   }
 
   deleteStatus(s: InvocationStatus): void {
+    this.setLive(s.id, false);
     this.invocations.delete(s.id);
     this.completed.delete(s.id);
     this.writes.set(invocationsTable.key(this.partition, s.id), null);

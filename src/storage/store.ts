@@ -5,7 +5,8 @@ import { KeelError } from '../errors/index.js';
 
 export type Db = ClassicLevel<string, Buffer>;
 
-export const WORKER_FORMAT_VERSION = 1;
+/** 2: the `live` index of invocations that have not completed. */
+export const WORKER_FORMAT_VERSION = 2;
 const VERSION_FILE = 'KEEL_STORAGE_VERSION';
 
 /**
