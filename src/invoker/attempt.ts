@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, hash } from 'node:crypto';
 import { InvocationId } from '../common/ids.js';
 import type { Logger } from '../common/logger.js';
 import { KeelError } from '../errors/index.js';
@@ -386,7 +386,7 @@ function flattenFuture(f: Future, into: { completions: number[]; signals: number
 
 /** Stable across retries and restarts: derived from the invocation id (53 bits, exact in JS). */
 function randomSeed(id: InvocationId): number {
-  const h = createHash('sha256').update(id.bytes).digest();
+  // crypto.hash (one shot, Node >= 20.12) is several times cheaper than a Hash object.
+  const h = typeof hash === 'function' ? (hash('sha256', id.bytes, 'buffer') as Buffer) : createHash('sha256').update(id.bytes).digest();
   return h.readUIntBE(0, 6) * 32 + (h[6]! >> 3);
 }
-

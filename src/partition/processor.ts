@@ -1,5 +1,5 @@
 import { assert, InvariantError } from '../common/assert.js';
-import { InvocationId } from '../common/ids.js';
+import { partitionKeyOfIdBytes } from '../common/ids.js';
 import type { Logger } from '../common/logger.js';
 import { keelError } from '../errors/index.js';
 import { encodeCommand, type Command, type CommandKind } from '../log/commands.js';
@@ -64,7 +64,7 @@ export class PartitionProcessor implements AttemptHost {
     readonly state: PartitionState,
     private readonly fsync: boolean,
     private readonly effects: Effects,
-    private readonly owns: (id: InvocationId) => boolean,
+    private readonly owns: (partitionKey: bigint) => boolean,
     private readonly logger: Logger,
   ) {}
 
@@ -73,7 +73,7 @@ export class PartitionProcessor implements AttemptHost {
     db: Db,
     writer: GroupWriter,
     partition: number,
-    options: { fsync: boolean; effects: Effects; owns?: (id: InvocationId) => boolean; logger: Logger },
+    options: { fsync: boolean; effects: Effects; owns?: (partitionKey: bigint) => boolean; logger: Logger },
   ): Promise<PartitionProcessor> {
     const log = await EmbeddedLog.open(db, partition, writer);
     const state = await loadState(db, partition);
@@ -141,8 +141,8 @@ export class PartitionProcessor implements AttemptHost {
     const body = (command as unknown as Record<string, { invocation_id?: Buffer } | undefined>)[command.kind];
     const bytes = body?.invocation_id;
     if (bytes === undefined) return;
-    const id = InvocationId.fromBytes(bytes);
-    assert(id === undefined || this.owns(id), () => `partition ${this.partition} got a ${command.kind} for ${id?.text}, which another partition owns`);
+    const key = partitionKeyOfIdBytes(bytes);
+    assert(key === undefined || this.owns(key), () => `partition ${this.partition} got a ${command.kind} for partition key ${key}, which another partition owns`);
   }
 
   private scheduleFlush(): void {

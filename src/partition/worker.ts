@@ -58,7 +58,7 @@ export class Worker implements Effects {
     const options = { fsync: this.config.worker.storage_db.fsync, effects: this, logger: this.logger };
     const opened = await Promise.all(
       Array.from({ length: this.config.worker.partitions }, (_, p) =>
-        PartitionProcessor.open(db, writer, p, { ...options, owns: (id) => this.partitionIndexOf(id.partitionKey) === p }),
+        PartitionProcessor.open(db, writer, p, { ...options, owns: (key) => this.partitionIndexOf(key) === p }),
       ),
     );
     this.processors.push(...opened);

@@ -84,7 +84,8 @@ function codec<T>(name: string): Codec<T> {
   const type = root.lookupType(`${PACKAGE}.${name}`);
   return {
     name,
-    encode: (value) => type.encode(type.fromObject(value as { [k: string]: unknown })).finish(),
+    // Values are built to the generated types: no fromObject copy before encoding.
+    encode: (value) => type.encode(value as { [k: string]: unknown }).finish(),
     decode: (bytes) => type.toObject(type.decode(bytes), plain) as T,
   };
 }
