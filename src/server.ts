@@ -31,7 +31,11 @@ export class KeelServer {
     try {
       registry = await Registry.open(config, logger.child({ component: 'metadata' }));
       const worker = new Worker(config, logger.child({ component: 'worker' }));
-      await worker.open(db);
+      await worker.open(db).catch((err: unknown) => {
+        if (err instanceof KeelError) throw err;
+        // A read that fails its checksum, or state that breaks an invariant: never run on it.
+        throw new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(err as Error)?.message ?? String(err)}`, 500, { cause: err });
+      });
       const endpoints = new EndpointClient();
       const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }));
       const ingress = await createIngressServer({ config, registry, worker, logger });
