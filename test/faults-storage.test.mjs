@@ -101,10 +101,18 @@ t.test('a store whose writes fail: the partition stops, nothing is acknowledged 
   t.same(acknowledged.filter((id) => again.invocation(id) === undefined), [], 'every acknowledged invocation is there after a restart');
 });
 
-/** Mounts a tmpfs of `size` at a new directory (the tests run as root, as CI does). */
+/**
+ * Mounts a tmpfs of `size` at a new directory (the tests run as root, as CI does). Where the
+ * machine forbids mounts, undefined: the in-process write-failure test above covers the path.
+ */
 function mountTmpfs(t, size) {
   const dir = tempDir(t, 'keel-mnt-');
-  execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${size}`, 'tmpfs', dir]);
+  try {
+    execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${size}`, 'tmpfs', dir], { stdio: 'pipe' });
+  } catch (err) {
+    t.match(String(err.stderr ?? err.message), /permission|not permitted|only root|must be superuser/i, 'only a forbidden mount is tolerated');
+    return undefined;
+  }
   t.teardown(() => {
     try {
       execFileSync('umount', ['-l', dir]);
@@ -126,6 +134,7 @@ async function sendUntilRefused(keel, body, max) {
 
 t.test('a full disk and a read-only data directory: coded refusals, acknowledged work survives', async (t) => {
   const mnt = mountTmpfs(t, '24m');
+  if (mnt === undefined) return t.comment('this machine forbids mounts: the full-disk and read-only cases ran in-process only');
   const env = { KEEL_WORKER__PARTITIONS: '2', KEEL_BASE_DIR: path.join(mnt, 'data') };
   const keel = await startKeel(t, { dir: mnt, env });
   await register(keel, await serveServices(t, [echo]));
