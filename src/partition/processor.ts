@@ -6,7 +6,6 @@ import { encodeCommand, type Command, type CommandKind } from '../log/commands.j
 import { EmbeddedLog, type PartitionLog } from '../log/partition-log.js';
 import type { GroupWriter } from '../storage/group-writer.js';
 import type { Db } from '../storage/store.js';
-import { invocationsTable } from '../storage/tables/invocations.js';
 import { fold } from './fold/index.js';
 import { loadState, recoveryActions } from './recovery.js';
 import type { Action, InvocationStatus, JournalEntry, PartitionState } from './state.js';
@@ -195,6 +194,3 @@ export class PartitionProcessor implements AttemptHost {
     for (const p of [...batch, ...this.queue.splice(0)]) p.reject(refusal);
   }
 }
-
-/** The partition an invocation status belongs to has it under this key (for tests and tools). */
-export const statusKey = invocationsTable.key;

@@ -1,5 +1,4 @@
 import { assert } from '../common/assert.js';
-import { objectKeyOf } from '../storage/keys.js';
 import type { StateWrite } from '../storage/store.js';
 import { dedupTable } from '../storage/tables/dedup.js';
 import { fsmTable, type Counters } from '../storage/tables/fsm.js';
@@ -264,9 +263,4 @@ export class PartitionState {
   discardWrites(): void {
     this.writes = new Map();
   }
-}
-
-/** Store-safe name of the key of an invocation of a keyed service. */
-export function objectKeyOfStatus(s: Pick<InvocationStatus, 'service' | 'key'>): string {
-  return objectKeyOf(s.service, s.key);
 }

@@ -159,8 +159,4 @@ export function decode<T>(codec: Codec<T>, bytes: Uint8Array): T {
   return codec.decode(bytes);
 }
 
-export interface FailureJson {
-  code: number;
-  message: string;
-  metadata?: Array<{ key: string; value: string }>;
-}
+
