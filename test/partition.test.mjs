@@ -156,3 +156,21 @@ t.test('a fold that throws stops the partition: nothing of the batch is written,
   t.equal((await EmbeddedLog.open(db, 2)).applied_position, before, 'nothing was written');
   t.same(await verifyPartition(db, 2), [], 'the store is still the fold of its log');
 });
+
+t.test('past its bound of live invocations a partition refuses new ones with 503, and takes them again once some complete', async (t) => {
+  const { db, effects } = await setup(t);
+  const p = await PartitionProcessor.open(db, new GroupWriter(db), 0, { fsync: false, effects, max_live_invocations: 3, logger: silentLogger });
+  const ids = [];
+  for (let i = 0; i < 3; i++) {
+    const cmd = invoke(i);
+    await p.append(cmd);
+    ids.push(cmd.invoke.invocation_id);
+  }
+  await t.rejects(p.append(invoke(3)), { code: 'KEEL0501', status: 503 });
+  // Completing one makes room (other commands are never refused for this).
+  const output = Buffer.from([0x0a, 0x03, 0x0a, 0x01, 0x31]);
+  await p.append({ kind: 'journal_append', journal_append: { invocation_id: ids[0], epoch: 0, entry_type: 0x0401, entry: output } });
+  await p.append({ kind: 'attempt_ended', attempt_ended: { invocation_id: ids[0], epoch: 0, outcome: 0 } });
+  await p.append(invoke(4));
+  t.equal(p.state.live.size, 3);
+});

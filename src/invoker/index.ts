@@ -6,7 +6,7 @@ import type { EndpointClient } from '../endpoint/client.js';
 import { Outcome, Then, type AttemptEnded } from '../log/commands.js';
 import { resolveTarget } from '../metadata/targets.js';
 import type { HandlerSchema, ServiceSchema } from '../metadata/types.js';
-import type { AttemptHost } from '../partition/processor.js';
+import { MAX_LIVE_INVOCATIONS_PER_PARTITION, type AttemptHost } from '../partition/processor.js';
 import type { Action } from '../partition/state.js';
 import type { AttemptRunner } from '../partition/worker.js';
 import { MAX_SERVICE_PROTOCOL_VERSION, MIN_SERVICE_PROTOCOL_VERSION } from '../protocol/versions.js';
@@ -26,11 +26,6 @@ interface Queued {
   epoch: number;
 }
 
-/**
- * Attempts waiting for a slot. Every running or backing-off invocation has at most one, so the
- * bound is only reached on a broken invariant; the partitions bound how many invocations exist.
- */
-const MAX_WAITING_ATTEMPTS = 1_000_000;
 
 /**
  * Runs invocation attempts against service endpoints, at most
@@ -51,7 +46,8 @@ export class Invoker implements AttemptRunner {
 
   start(host: AttemptHost, id: string, epoch: number): void {
     if (this.stopped) return;
-    assert(this.waiting.length < MAX_WAITING_ATTEMPTS, () => `${this.waiting.length} attempts wait for a slot: more than there can be invocations`);
+    // Every live invocation has at most one attempt waiting, and partitions bound live invocations.
+    assert(this.waiting.length < this.config.worker.partitions * MAX_LIVE_INVOCATIONS_PER_PARTITION, () => `${this.waiting.length} attempts wait for a slot: more than there can be live invocations`);
     this.waiting.push({ host, id, epoch });
     this.drain();
   }

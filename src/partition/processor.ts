@@ -39,6 +39,13 @@ interface Pending {
 }
 
 const MAX_BATCH_COMMANDS = 1024;
+/**
+ * Invocations of one partition that have not completed. Past it, new invocations are refused
+ * with 503 (KEEL0501) until some complete: each costs memory (its status and journal) and a
+ * place in the invoker's queue. Calls from handlers are refused the same way and their outbox
+ * delivery retries with backoff, so nothing accepted is lost.
+ */
+export const MAX_LIVE_INVOCATIONS_PER_PARTITION = 250_000;
 /** Commands waiting for their batch; past it appends are refused with 503 (back-pressure). */
 const MAX_QUEUED_COMMANDS = 200_000;
 
@@ -64,6 +71,7 @@ export class PartitionProcessor implements AttemptHost {
     private readonly fsync: boolean,
     private readonly effects: Effects,
     private readonly owns: (partitionKey: bigint) => boolean,
+    private readonly max_live_invocations: number,
     private readonly logger: Logger,
   ) {}
 
@@ -72,11 +80,12 @@ export class PartitionProcessor implements AttemptHost {
     db: Db,
     writer: GroupWriter,
     partition: number,
-    options: { fsync: boolean; effects: Effects; owns?: (partitionKey: bigint) => boolean; logger: Logger },
+    options: { fsync: boolean; effects: Effects; owns?: (partitionKey: bigint) => boolean; max_live_invocations?: number; logger: Logger },
   ): Promise<PartitionProcessor> {
     const log = await EmbeddedLog.open(db, partition, writer);
     const state = await loadState(db, partition);
-    return new PartitionProcessor(partition, log, state, options.fsync, options.effects, options.owns ?? (() => true), options.logger.child({ partition }));
+    const maxLive = options.max_live_invocations ?? MAX_LIVE_INVOCATIONS_PER_PARTITION;
+    return new PartitionProcessor(partition, log, state, options.fsync, options.effects, options.owns ?? (() => true), maxLive, options.logger.child({ partition }));
   }
 
   /** Brings a freshly opened partition back to life: attempts restart, timers re-arm. */
@@ -89,6 +98,9 @@ export class PartitionProcessor implements AttemptHost {
     if (this.failure !== undefined) return Promise.reject(keelError('KEEL0503', { partition: this.partition, reason: this.failure.reason }));
     if (this.closed) return Promise.reject(keelError('KEEL0502', { partition: this.partition }));
     if (this.queue.length >= MAX_QUEUED_COMMANDS) return Promise.reject(keelError('KEEL0501', { partition: this.partition, queued: this.queue.length }));
+    if (kind.kind === 'invoke' && this.state.live.size >= this.max_live_invocations) {
+      return Promise.reject(keelError('KEEL0501', { partition: this.partition, queued: this.state.live.size }));
+    }
     const command = { timestamp_ms: Date.now(), ...kind } as Command;
     this.checkOwnership(command);
     return new Promise((resolve, reject) => {
