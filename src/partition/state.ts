@@ -1,6 +1,7 @@
 import { assert } from '../common/assert.js';
 import type { StateWrite } from '../storage/store.js';
 import { dedupTable } from '../storage/tables/dedup.js';
+import { expiryTable } from '../storage/tables/expiry.js';
 import { fsmTable, type Counters } from '../storage/tables/fsm.js';
 import { inboxTable, type InboxEntry } from '../storage/tables/inbox.js';
 import { invocationsTable, type InvocationStatus } from '../storage/tables/invocations.js';
@@ -146,6 +147,27 @@ export class PartitionState {
   deleteJournal(s: InvocationStatus): void {
     for (let i = 0; i < s.journal_length; i++) this.writes.set(journalTable.key(this.partition, s.id, i), null);
     this.journals.delete(s.id);
+  }
+
+  /**
+   * Indexes when a completed invocation's retention ends: its journal (when the journal
+   * retention is shorter) and then all of it. Called once, at completion.
+   */
+  indexExpiry(s: InvocationStatus): void {
+    assert(s.status === 'completed' && s.completed_at_ms !== undefined, () => `expiry of ${s.id}, which has not completed`);
+    const all = s.completed_at_ms + s.completion_retention_ms;
+    this.writes.set(expiryTable.key(this.partition, all, s.id), expiryTable.encode('all'));
+    const journal = s.completed_at_ms + s.journal_retention_ms;
+    if (journal < all) this.writes.set(expiryTable.key(this.partition, journal, s.id), expiryTable.encode('journal'));
+  }
+
+  /** Removes the expiry entries of a completed invocation (`journal`: only the journal's). */
+  unindexExpiry(s: InvocationStatus, scope: 'journal' | 'all'): void {
+    if (s.completed_at_ms === undefined) return;
+    const journal = s.completed_at_ms + s.journal_retention_ms;
+    const all = s.completed_at_ms + s.completion_retention_ms;
+    if (journal < all) this.writes.set(expiryTable.key(this.partition, journal, s.id), null);
+    if (scope === 'all') this.writes.set(expiryTable.key(this.partition, all, s.id), null);
   }
 
   /** The journal leaves memory when the invocation completes; the store keeps it. */

@@ -6,6 +6,7 @@ import { keelError } from '../errors/index.js';
 import { decodeCommand, type Command, type CommandKind } from '../log/commands.js';
 import { GroupWriter } from '../storage/group-writer.js';
 import type { Db } from '../storage/store.js';
+import { expiryTable } from '../storage/tables/expiry.js';
 import { invocationsTable } from '../storage/tables/invocations.js';
 import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
 import { PartitionProcessor, type AttemptHost, type Effects, type PartitionFailure } from './processor.js';
@@ -87,24 +88,18 @@ export class Worker implements Effects {
   /**
    * Retention: completed invocations whose retention is over are purged (status and journal),
    * or lose only their journal when the journal retention is shorter. Nothing else is deleted.
-   * Completed invocations live in the store, so the scan reads it; each run appends a bounded
-   * number of purges per partition and waits for them, so it never floods a partition.
+   * The expiry index names what is due, so a run reads only that; it appends a bounded number
+   * of purges per partition and waits for them, so it never floods a partition.
    */
   async clean(now_ms: number): Promise<number> {
     let purged = 0;
     for (const p of this.processors) {
-      if (p.health !== undefined) continue;
+      if (p.health !== undefined || this.stopped) continue;
       const appends: Promise<void>[] = [];
-      for await (const s of invocationsTable.scan(this.db!, p.partition)) {
-        if (this.stopped || appends.length >= MAX_PURGES_PER_PARTITION_RUN) break;
-        if (s.status !== 'completed' || s.completed_at_ms === undefined) continue;
-        const id = InvocationId.parse(s.id);
-        assert(id !== undefined, () => `stored status with a malformed id ${s.id}`);
-        if (now_ms >= s.completed_at_ms + s.completion_retention_ms) {
-          appends.push(p.append({ kind: 'purge', purge: { invocation_id: id.bytes } }));
-        } else if (s.journal_length > 0 && now_ms >= s.completed_at_ms + s.journal_retention_ms) {
-          appends.push(p.append({ kind: 'purge', purge: { invocation_id: id.bytes, journal_only: true } }));
-        }
+      for (const due of await expiryTable.due(this.db!, p.partition, now_ms, MAX_PURGES_PER_PARTITION_RUN)) {
+        const id = InvocationId.parse(due.id);
+        assert(id !== undefined, () => `expiry entry with a malformed id ${due.id}`);
+        appends.push(p.append({ kind: 'purge', purge: { invocation_id: id.bytes, ...(due.scope === 'journal' ? { journal_only: true } : {}) } }));
       }
       const results = await Promise.allSettled(appends);
       const failed = results.filter((r) => r.status === 'rejected');
