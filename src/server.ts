@@ -10,6 +10,8 @@ import { Registry } from './metadata/registry.js';
 import { Worker } from './partition/worker.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
 import { openWorkerStore, type Db } from './storage/store.js';
+import { directorySize_bytes } from './telemetry/disk.js';
+import { KeelMetrics } from './telemetry/metrics.js';
 
 /** A running Keel node: store, registry, partitions, invoker, ingress and admin servers. */
 export class KeelServer {
@@ -25,17 +27,23 @@ export class KeelServer {
     readonly admin: FastifyInstance,
   ) {}
 
-  static async start(config: Config, logger = createLogger(config.log.level, config.log.format)): Promise<KeelServer> {
+  /** Without a logger of the caller's, the server's own counts coded warn/error lines (`keel_errors_total`). */
+  static async start(config: Config, logger?: Logger): Promise<KeelServer> {
+    const metrics = new KeelMetrics({ processMetrics: true });
+    logger ??= createLogger(config.log.level, config.log.format, (code) => metrics.error(code));
     const db = await openWorkerStore(config.worker.storage_db.path);
     let registry: Registry | undefined;
     try {
       registry = await Registry.open(config, logger.child({ component: 'metadata' }));
-      const worker = new Worker(config, logger.child({ component: 'worker' }));
+      const known = registry;
+      metrics.knownTarget = (service, handler) => known.handler(service, handler) !== undefined;
+      const worker = new Worker(config, logger.child({ component: 'worker' }), metrics);
       await worker.open(db);
       const endpoints = new EndpointClient();
-      const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }));
-      const ingress = await createIngressServer({ config, registry, worker, logger });
-      const admin = await createAdminServer({ config, registry, logger, introspection: new WorkerIntrospection(worker), failures: () => worker.failures() });
+      const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }), metrics);
+      sampleQueues(metrics, config, worker, invoker);
+      const ingress = await createIngressServer({ config, registry, worker, logger, metrics });
+      const admin = await createAdminServer({ config, registry, logger, introspection: new WorkerIntrospection(worker), failures: () => worker.failures(), metrics });
       await listen(ingress, config.ingress.bind_address, 'ingress');
       try {
         await listen(admin, config.admin.bind_address, 'admin');
@@ -63,6 +71,23 @@ export class KeelServer {
     await this.registry.close();
     await this.db.close();
   }
+}
+
+/** Queue depths, invocations by status and store sizes for /metrics, read at scrape time. */
+function sampleQueues(metrics: KeelMetrics, config: Config, worker: Worker, invoker: Invoker): void {
+  metrics.sample({
+    invoker: () => invoker.depths(),
+    partitions: () =>
+      worker.processors.map((p) => {
+        const invocations = new Map<string, number>();
+        for (const s of p.state.invocations.values()) if (s.status !== 'completed') invocations.set(s.status, (invocations.get(s.status) ?? 0) + 1);
+        return { partition: p.partition, queued_commands: p.info().queued_commands, outbox_entries: p.state.outbox.size, invocations };
+      }),
+    storeSizes: async () => [
+      { store: 'worker', bytes: await directorySize_bytes(config.worker.storage_db.path) },
+      { store: 'meta', bytes: await directorySize_bytes(config.meta.storage_path) },
+    ],
+  });
 }
 
 async function listen(app: FastifyInstance, address: string, what: string): Promise<void> {

@@ -7,6 +7,7 @@ import type { CommandKind, Header } from '../log/commands.js';
 import { resolveTarget } from '../metadata/targets.js';
 import type { HandlerSchema, ServiceSchema } from '../metadata/types.js';
 import type { Worker } from '../partition/worker.js';
+import type { KeelMetrics } from '../telemetry/metrics.js';
 import { ingressError, respond } from './respond.js';
 
 /** What the ingress needs of the schema registry. */
@@ -27,6 +28,18 @@ export interface InvokeDeps {
   registry: IngressRegistry;
   worker: Worker;
   logger: Logger;
+  metrics: KeelMetrics;
+}
+
+/** Counts the request in `keel_ingress_requests_in_flight` while `f` runs. */
+export async function inFlight<T>(deps: Pick<InvokeDeps, 'metrics'>, f: () => Promise<T>): Promise<T> {
+  const gauge = deps.metrics.ingressInFlight;
+  gauge.inc();
+  try {
+    return await f();
+  } finally {
+    gauge.inc(-1);
+  }
 }
 
 /**
@@ -35,7 +48,11 @@ export interface InvokeDeps {
  * `segments` is the decoded path after any `/restate/call|send` prefix; `forceSend` is set
  * by `/restate/send/...`.
  */
-export async function invoke(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], forceSend?: boolean): Promise<FastifyReply> {
+export function invoke(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], forceSend?: boolean): Promise<FastifyReply> {
+  return inFlight(deps, () => invokeTarget(deps, req, reply, segments, forceSend));
+}
+
+async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], forceSend?: boolean): Promise<FastifyReply> {
   const { registry, worker } = deps;
   if (segments.length < 2) return ingressError(reply, 'KEEL0011', `no route for ${req.url}`);
   const service = registry.service(segments[0]!);

@@ -9,6 +9,7 @@ import { MessageType, REQUESTED_ACK_FLAG, commandTypes, decode, encode, isCustom
 import { invocationContentType } from '../protocol/versions.js';
 import type { EndpointClient, InvocationStream } from '../endpoint/client.js';
 import type { ResolvedTarget } from '../metadata/targets.js';
+import type { AttemptOutcome } from '../telemetry/metrics.js';
 
 export interface AttemptDeployment {
   id: string;
@@ -31,8 +32,8 @@ export interface AttemptOptions {
   message_size_limit_bytes: number;
   /** Appends a command to the invocation's partition. */
   append: (kind: CommandKind) => Promise<void>;
-  /** Called once the attempt is over, whatever the outcome. */
-  onClose: () => void;
+  /** Called once the attempt is over, with how it ended. */
+  onClose: (outcome: AttemptOutcome) => void;
   /** Turns a failure into the AttemptEnded command (adds the retry decision). */
   failed: (f: AttemptFailure) => AttemptEnded;
   /** Eager state for StartMessage; `partial` makes the SDK ask for what is missing. */
@@ -148,7 +149,7 @@ export class Attempt {
   /** Stops the attempt without recording anything (kill, shutdown). */
   abort(): void {
     if (this.finished) return;
-    this.close('abort');
+    this.close('abort', 'aborted');
   }
 
   private onResponse(code: number, headers: Record<string, string | string[] | undefined>, contentType: string): void {
@@ -315,7 +316,7 @@ export class Attempt {
       ...ended,
     };
     this.record({ kind: 'attempt_ended', attempt_ended: cmd });
-    this.close('finish');
+    this.close('finish', ended.outcome === Outcome.SUSPENDED ? 'suspended' : 'completed');
   }
 
   /**
@@ -331,7 +332,7 @@ export class Attempt {
     cmd.protocol_version = this.o.protocol_version;
     if (this.sdk_version) cmd.sdk_version = this.sdk_version;
     this.record({ kind: 'attempt_ended', attempt_ended: cmd });
-    this.close(how);
+    this.close(how, 'failed');
   }
 
   /** The partition queues appends in call order, so the log sees the endpoint's messages in order. */
@@ -339,13 +340,13 @@ export class Attempt {
     this.o.append(kind).catch((err) => this.o.logger.error({ err, invocation: this.id }, 'cannot record a message of the attempt'));
   }
 
-  private close(how: 'finish' | 'abort'): void {
+  private close(how: 'finish' | 'abort', outcome: AttemptOutcome): void {
     this.finished = true;
     clearTimeout(this.inactivity);
     clearTimeout(this.abortTimer);
     if (how === 'finish') this.stream?.finish();
     else this.stream?.abort();
-    this.o.onClose();
+    this.o.onClose(outcome);
   }
 
   /**

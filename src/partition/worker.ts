@@ -8,6 +8,8 @@ import { GroupWriter } from '../storage/group-writer.js';
 import type { Db } from '../storage/store.js';
 import { invocationsTable } from '../storage/tables/invocations.js';
 import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
+import { KeelMetrics, type CompletionOutcome } from '../telemetry/metrics.js';
+import { KILLED_FAILURE } from './fold/manage.js';
 import { PartitionProcessor, type AttemptHost, type Effects, type PartitionFailure } from './processor.js';
 import type { Action, InvocationStatus, OutboxEntry, Timer } from './state.js';
 
@@ -50,12 +52,13 @@ export class Worker implements Effects {
   constructor(
     private readonly config: Config,
     private readonly logger: Logger,
+    private readonly metrics: KeelMetrics = new KeelMetrics(),
   ) {}
 
   async open(db: Db): Promise<void> {
     this.db = db;
     const writer = new GroupWriter(db);
-    const options = { fsync: this.config.worker.storage_db.fsync, effects: this, logger: this.logger };
+    const options = { fsync: this.config.worker.storage_db.fsync, effects: this, logger: this.logger, metrics: this.metrics };
     const opened = await Promise.all(
       Array.from({ length: this.config.worker.partitions }, (_, p) =>
         PartitionProcessor.open(db, writer, p, { ...options, owns: (id) => this.partitionIndexOf(id.partitionKey) === p }),
@@ -215,15 +218,22 @@ export class Worker implements Effects {
           this.runner?.reject(processor, a);
           break;
         case 'completed': {
+          const s = processor.invocation(a.id)!;
+          this.observeCompletion(s);
           const list = this.waiters.get(a.id);
           if (list === undefined) break;
           this.waiters.delete(a.id);
-          const s = processor.invocation(a.id)!;
           for (const resolve of list) resolve(s);
           break;
         }
       }
     }
+  }
+
+  private observeCompletion(s: InvocationStatus): void {
+    const cells = this.metrics.target(s.service, s.handler);
+    cells.completed[completionOutcome(s)].inc();
+    if (s.completed_at_ms !== undefined) cells.invocationSeconds.observe((s.completed_at_ms - s.created_at_ms) / 1000);
   }
 
   private armTimer(processor: PartitionProcessor, t: Timer): void {
@@ -269,4 +279,10 @@ export class Worker implements Effects {
     );
     this.timers.add(handle);
   }
+}
+
+function completionOutcome(s: InvocationStatus): CompletionOutcome {
+  const failure = s.result?.failure;
+  if (failure === undefined) return 'succeeded';
+  return failure.code === KILLED_FAILURE.code && failure.message === KILLED_FAILURE.message ? 'killed' : 'failed';
 }
