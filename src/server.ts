@@ -11,7 +11,7 @@ import { Worker } from './partition/worker.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
 import { openWorkerStore, type Db } from './storage/store.js';
 import { directorySize_bytes } from './telemetry/disk.js';
-import { KeelMetrics } from './telemetry/metrics.js';
+import { createTracing, KeelMetrics, type Telemetry } from './telemetry/index.js';
 
 /** A running Keel node: store, registry, partitions, invoker, ingress and admin servers. */
 export class KeelServer {
@@ -25,6 +25,7 @@ export class KeelServer {
     readonly endpoints: EndpointClient,
     readonly ingress: FastifyInstance,
     readonly admin: FastifyInstance,
+    readonly telemetry: Telemetry,
   ) {}
 
   /** Without a logger of the caller's, the server's own counts coded warn/error lines (`keel_errors_total`). */
@@ -33,16 +34,18 @@ export class KeelServer {
     logger ??= createLogger(config.log.level, config.log.format, (code) => metrics.error(code));
     const db = await openWorkerStore(config.worker.storage_db.path);
     let registry: Registry | undefined;
+    const tracing = await createTracing(config.tracing.endpoint, logger.child({ component: 'tracing' }));
+    const telemetry: Telemetry = { metrics, tracing };
     try {
       registry = await Registry.open(config, logger.child({ component: 'metadata' }));
       const known = registry;
       metrics.knownTarget = (service, handler) => known.handler(service, handler) !== undefined;
-      const worker = new Worker(config, logger.child({ component: 'worker' }), metrics);
+      const worker = new Worker(config, logger.child({ component: 'worker' }), telemetry);
       await worker.open(db);
       const endpoints = new EndpointClient();
-      const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }), metrics);
+      const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }), telemetry);
       sampleQueues(metrics, config, worker, invoker);
-      const ingress = await createIngressServer({ config, registry, worker, logger, metrics });
+      const ingress = await createIngressServer({ config, registry, worker, logger, telemetry });
       const admin = await createAdminServer({ config, registry, logger, introspection: new WorkerIntrospection(worker), failures: () => worker.failures(), metrics });
       await listen(ingress, config.ingress.bind_address, 'ingress');
       try {
@@ -53,11 +56,18 @@ export class KeelServer {
       }
       worker.start(invoker);
       logger.info(
-        { ingress: config.ingress.bind_address, admin: config.admin.bind_address, partitions: config.worker.partitions, fsync: config.worker.storage_db.fsync },
+        {
+          ingress: config.ingress.bind_address,
+          admin: config.admin.bind_address,
+          partitions: config.worker.partitions,
+          fsync: config.worker.storage_db.fsync,
+          ...(config.tracing.endpoint ? { tracing: config.tracing.endpoint } : {}),
+        },
         'keel is ready',
       );
-      return new KeelServer(config, logger, db, registry, worker, invoker, endpoints, ingress, admin);
+      return new KeelServer(config, logger, db, registry, worker, invoker, endpoints, ingress, admin, telemetry);
     } catch (err) {
+      await tracing.shutdown().catch(() => {});
       await registry?.close().catch(() => {});
       await db.close().catch(() => {});
       throw err;
@@ -70,6 +80,8 @@ export class KeelServer {
     this.endpoints.close();
     await this.registry.close();
     await this.db.close();
+    // Spans still waiting for their batch are exported before the process goes.
+    await this.telemetry.tracing.shutdown().catch((err) => this.logger.warn({ err, code: 'KEEL0601' }, 'cannot export the last traces'));
   }
 }
 

@@ -7,7 +7,7 @@ import type { CommandKind, Header } from '../log/commands.js';
 import { resolveTarget } from '../metadata/targets.js';
 import type { HandlerSchema, ServiceSchema } from '../metadata/types.js';
 import type { Worker } from '../partition/worker.js';
-import type { KeelMetrics } from '../telemetry/metrics.js';
+import type { IngressSpan, Telemetry } from '../telemetry/index.js';
 import { ingressError, respond } from './respond.js';
 
 /** What the ingress needs of the schema registry. */
@@ -28,12 +28,12 @@ export interface InvokeDeps {
   registry: IngressRegistry;
   worker: Worker;
   logger: Logger;
-  metrics: KeelMetrics;
+  telemetry: Telemetry;
 }
 
 /** Counts the request in `keel_ingress_requests_in_flight` while `f` runs. */
-export async function inFlight<T>(deps: Pick<InvokeDeps, 'metrics'>, f: () => Promise<T>): Promise<T> {
-  const gauge = deps.metrics.ingressInFlight;
+export async function inFlight<T>(deps: Pick<InvokeDeps, 'telemetry'>, f: () => Promise<T>): Promise<T> {
+  const gauge = deps.telemetry.metrics.ingressInFlight;
   gauge.inc();
   try {
     return await f();
@@ -49,10 +49,23 @@ export async function inFlight<T>(deps: Pick<InvokeDeps, 'metrics'>, f: () => Pr
  * by `/restate/send/...`.
  */
 export function invoke(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], forceSend?: boolean): Promise<FastifyReply> {
-  return inFlight(deps, () => invokeTarget(deps, req, reply, segments, forceSend));
+  const tracing = deps.telemetry.tracing;
+  if (!tracing.enabled) return inFlight(deps, () => invokeTarget(deps, req, reply, segments, forceSend, undefined));
+  const span = tracing.ingress(req.headers);
+  // The status is read from `reply`: what the handler resolves with is not always the reply.
+  return inFlight(deps, () => invokeTarget(deps, req, reply, segments, forceSend, span)).then(
+    (r) => {
+      span?.end(reply.statusCode);
+      return r;
+    },
+    (err: unknown) => {
+      span?.end((err as { status?: number }).status ?? 500);
+      throw err;
+    },
+  );
 }
 
-async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], forceSend?: boolean): Promise<FastifyReply> {
+async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], forceSend: boolean | undefined, span: IngressSpan | undefined): Promise<FastifyReply> {
   const { registry, worker } = deps;
   if (segments.length < 2) return ingressError(reply, 'KEEL0011', `no route for ${req.url}`);
   const service = registry.service(segments[0]!);
@@ -91,6 +104,7 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   if (target.workflow_run && idempotencyKey) return ingressError(reply, 'KEEL0012', 'the idempotency key is not supported for workflow run handlers');
 
   void reply.header('x-restate-id', target.id.text);
+  span?.target(service.name, handler.name, target.id.text);
   // Only workflow runs and idempotent requests have ids that can already exist.
   const existing = target.deterministic ? worker.invocation(target.id) : undefined;
   if (existing !== undefined) {
@@ -121,6 +135,7 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
       journal_retention_ms: target.journal_retention_ms,
       ...(idempotencyKey ? { idempotency_key: idempotencyKey } : {}),
       ...(execute_at_ms ? { execute_at_ms } : {}),
+      ...(span ? { traceparent: span.traceparent } : {}),
     },
   };
   if (isSend) {

@@ -10,7 +10,7 @@ import type { AttemptHost } from '../partition/processor.js';
 import type { Action } from '../partition/state.js';
 import type { AttemptRunner } from '../partition/worker.js';
 import { MAX_SERVICE_PROTOCOL_VERSION, MIN_SERVICE_PROTOCOL_VERSION } from '../protocol/versions.js';
-import { KeelMetrics } from '../telemetry/metrics.js';
+import { standaloneTelemetry, type Telemetry } from '../telemetry/index.js';
 import { Attempt, type AttemptDeployment, type AttemptFailure } from './attempt.js';
 import { decideRetry } from './retry.js';
 
@@ -48,7 +48,7 @@ export class Invoker implements AttemptRunner {
     private readonly registry: DeploymentLookup,
     private readonly endpoints: EndpointClient,
     private readonly logger: Logger,
-    private readonly metrics: KeelMetrics = new KeelMetrics(),
+    private readonly telemetry: Telemetry = standaloneTelemetry(),
   ) {}
 
   /** Attempts waiting for a slot and attempts running, for the queue-depth gauges. */
@@ -87,7 +87,7 @@ export class Invoker implements AttemptRunner {
     this.logger.warn({ code: a.error_code, invocation: a.id, entry_index: a.entry_index }, a.message);
     const policy = this.policyFor(s.service, s.handler);
     const decision = decideRetry(policy, s.retry_count + 1, Date.now());
-    if (decision.then === Then.RETRY) this.metrics.target(s.service, s.handler).retries.inc();
+    if (decision.then === Then.RETRY) this.telemetry.metrics.target(s.service, s.handler).retries.inc();
     void host
       .append({
         kind: 'attempt_ended',
@@ -130,7 +130,7 @@ export class Invoker implements AttemptRunner {
     const handler = service?.handlers.find((h) => h.name === status.handler);
     const policy = this.policyFor(status.service, status.handler);
     const invocationBytes = InvocationId.parse(id)!.bytes;
-    const cells = this.metrics.target(status.service, status.handler);
+    const cells = this.telemetry.metrics.target(status.service, status.handler);
     const failed = (f: AttemptFailure): AttemptEnded => {
       const decision = f.behavior === 1 ? { then: Then.PAUSE, retry_at_ms: 0 }
         : f.behavior === 2 ? { then: Then.FAIL, retry_at_ms: 0 }
@@ -176,6 +176,8 @@ export class Invoker implements AttemptRunner {
     // Epoch 0 is the invocation's first attempt (every later one bumps the epoch).
     if (status.epoch === 0) cells.started.inc();
     const started_ms = performance.now();
+    // Untraced invocations (tracing off, or accepted before it was on) cost one test here.
+    const span = this.telemetry.tracing.enabled ? this.telemetry.tracing.attempt(status, epoch, deployment.id) : undefined;
     const lazy = handler?.enable_lazy_state ?? service?.enable_lazy_state ?? false;
     const keyed = status.service_type !== 'Service';
     const entries = keyed && !lazy
@@ -215,7 +217,8 @@ export class Invoker implements AttemptRunner {
       append: (kind) => host.append(kind),
       endpoints: this.endpoints,
       failed,
-      onClose: (outcome) => {
+      onClose: (outcome, failure) => {
+        span?.end(outcome, failure);
         cells.attempts[outcome].inc();
         cells.attemptSeconds.observe((performance.now() - started_ms) / 1000);
         if (this.live.get(id) === attempt) this.live.delete(id);
@@ -223,6 +226,7 @@ export class Invoker implements AttemptRunner {
         this.drain();
       },
       logger: this.logger,
+      ...(span ? { traceparent: span.traceparent } : {}),
     });
     this.live.get(id)?.abort();
     this.live.set(id, attempt);

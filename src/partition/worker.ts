@@ -8,7 +8,7 @@ import { GroupWriter } from '../storage/group-writer.js';
 import type { Db } from '../storage/store.js';
 import { invocationsTable } from '../storage/tables/invocations.js';
 import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
-import { KeelMetrics, type CompletionOutcome } from '../telemetry/metrics.js';
+import { standaloneTelemetry, type CompletionOutcome, type Telemetry } from '../telemetry/index.js';
 import { KILLED_FAILURE } from './fold/manage.js';
 import { PartitionProcessor, type AttemptHost, type Effects, type PartitionFailure } from './processor.js';
 import type { Action, InvocationStatus, OutboxEntry, Timer } from './state.js';
@@ -52,13 +52,13 @@ export class Worker implements Effects {
   constructor(
     private readonly config: Config,
     private readonly logger: Logger,
-    private readonly metrics: KeelMetrics = new KeelMetrics(),
+    private readonly telemetry: Telemetry = standaloneTelemetry(),
   ) {}
 
   async open(db: Db): Promise<void> {
     this.db = db;
     const writer = new GroupWriter(db);
-    const options = { fsync: this.config.worker.storage_db.fsync, effects: this, logger: this.logger, metrics: this.metrics };
+    const options = { fsync: this.config.worker.storage_db.fsync, effects: this, logger: this.logger, metrics: this.telemetry.metrics };
     const opened = await Promise.all(
       Array.from({ length: this.config.worker.partitions }, (_, p) =>
         PartitionProcessor.open(db, writer, p, { ...options, owns: (id) => this.partitionIndexOf(id.partitionKey) === p }),
@@ -230,10 +230,17 @@ export class Worker implements Effects {
     }
   }
 
+  /** Metrics of a completed invocation, and its span when it is traced. */
   private observeCompletion(s: InvocationStatus): void {
-    const cells = this.metrics.target(s.service, s.handler);
-    cells.completed[completionOutcome(s)].inc();
-    if (s.completed_at_ms !== undefined) cells.invocationSeconds.observe((s.completed_at_ms - s.created_at_ms) / 1000);
+    const cells = this.telemetry.metrics.target(s.service, s.handler);
+    const outcome = completionOutcome(s);
+    const completed_at_ms = s.completed_at_ms ?? s.modified_at_ms;
+    cells.completed[outcome].inc();
+    cells.invocationSeconds.observe((completed_at_ms - s.created_at_ms) / 1000);
+    if (this.telemetry.tracing.enabled && s.traceparent !== undefined) {
+      const failure = s.result?.failure;
+      this.telemetry.tracing.invocationCompleted({ ...s, completed_at_ms, outcome, ...(failure ? { failure } : {}) });
+    }
   }
 
   private armTimer(processor: PartitionProcessor, t: Timer): void {
