@@ -22,6 +22,8 @@ import type { AttemptSpan, CompletedInvocation, IngressSpan, TracedInvocation, T
 const EXPORT_DELAY_MS = 1_000;
 /** Spans beyond this many waiting for export are dropped (a slow receiver cannot grow memory). */
 const MAX_QUEUED_SPANS = 8_192;
+/** How long a stopping server waits for its last spans to be exported. */
+const SHUTDOWN_GRACE_MS = 2_000;
 /** Export failures are logged at most once per this interval, with the count of dropped spans. */
 const FAILURE_LOG_INTERVAL_MS = 60_000;
 
@@ -106,8 +108,13 @@ class OtelTracing implements Tracing {
     span.end(inv.completed_at_ms);
   }
 
-  shutdown(): Promise<void> {
-    return this.provider.shutdown();
+  /** Exports what is left, but never holds the process for longer than the grace period. */
+  async shutdown(): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), SHUTDOWN_GRACE_MS)));
+    const outcome = await Promise.race([this.provider.shutdown().then(() => 'done' as const), late]);
+    clearTimeout(timer);
+    if (outcome === 'late') throw new Error(`the OTLP receiver did not take the last spans within ${SHUTDOWN_GRACE_MS} ms`);
   }
 
   /** The invocation span's context (remote: it is exported by whoever sees the completion). */
