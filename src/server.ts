@@ -44,7 +44,7 @@ export class KeelServer {
       await worker.open(db);
       const endpoints = new EndpointClient();
       const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }), telemetry);
-      sampleQueues(metrics, config, worker, invoker);
+      sampleQueues(metrics, config, worker, invoker, endpoints);
       const ingress = await createIngressServer({ config, registry, worker, logger, telemetry });
       const admin = await createAdminServer({ config, registry, logger, introspection: new WorkerIntrospection(worker), failures: () => worker.failures(), metrics });
       await listen(ingress, config.ingress.bind_address, 'ingress');
@@ -86,9 +86,10 @@ export class KeelServer {
 }
 
 /** Queue depths, invocations by status and store sizes for /metrics, read at scrape time. */
-function sampleQueues(metrics: KeelMetrics, config: Config, worker: Worker, invoker: Invoker): void {
+function sampleQueues(metrics: KeelMetrics, config: Config, worker: Worker, invoker: Invoker, endpoints: EndpointClient): void {
   metrics.sample({
     invoker: () => invoker.depths(),
+    endpoints: () => endpoints.http2Stats(),
     partitions: () =>
       worker.processors.map((p) => {
         const invocations = new Map<string, number>();

@@ -99,6 +99,8 @@ t.test('/metrics after real invocations: counters, histograms, gauges, labels, f
   });
   t.equal(sum(during, 'keel_invocations', { status: 'running' }), 1, 'one invocation is running');
   t.equal(value(during, 'keel_invoker_attempts_waiting'), 0);
+  t.ok(value(during, 'keel_endpoint_http2_connections') >= 1, 'a pooled HTTP/2 connection to the endpoint');
+  t.equal(value(during, 'keel_endpoint_http2_streams'), 1, 'carrying the waiting attempt');
   const [{ id }] = await query(keel, "SELECT id FROM sys_invocation WHERE target_handler_name = 'wait'");
   const kill = await adminCall(keel, 'PATCH', `/invocations/${id}/kill`);
   t.ok(kill.status < 300, `kill accepted: ${kill.status} ${kill.text}`);
@@ -118,7 +120,7 @@ t.test('/metrics after real invocations: counters, histograms, gauges, labels, f
     'keel_attempt_duration_seconds', 'keel_invocation_duration_seconds', 'keel_journal_entries_appended_total', 'keel_log_batch_commands',
     'keel_log_batch_size_bytes', 'keel_log_write_duration_seconds', 'keel_errors_total', 'keel_ingress_requests_in_flight',
     'keel_invoker_attempts_waiting', 'keel_invoker_attempts_running', 'keel_partition_queued_commands', 'keel_outbox_entries',
-    'keel_invocations', 'keel_store_size_bytes']) {
+    'keel_invocations', 'keel_store_size_bytes', 'keel_endpoint_http2_connections', 'keel_endpoint_http2_streams']) {
     t.ok(families.includes(f), `${f} is exposed`);
   }
   t.equal(m.types.get('keel_attempt_duration_seconds'), 'histogram');

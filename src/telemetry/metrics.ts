@@ -41,6 +41,7 @@ export interface PartitionCells {
 /** Queue depths and sizes, read only when /metrics is scraped. */
 export interface MetricSources {
   invoker(): { waiting: number; running: number };
+  endpoints(): { connections: number; streams: number };
   partitions(): Array<{ partition: number; queued_commands: number; outbox_entries: number; invocations: ReadonlyMap<string, number> }>;
   storeSizes(): Promise<Array<{ store: string; bytes: number }>>;
 }
@@ -133,6 +134,8 @@ export class KeelMetrics {
       sources.partitions().map((p): [Labels, number] => [{ partition: String(p.partition) }, p[key]]);
     this.register(new SampledGauge('keel_invoker_attempts_waiting', 'Attempts waiting for an invoker slot (concurrent_invocations_limit)', () => [[{}, sources.invoker().waiting]]));
     this.register(new SampledGauge('keel_invoker_attempts_running', 'Attempts running against service endpoints', () => [[{}, sources.invoker().running]]));
+    this.register(new SampledGauge('keel_endpoint_http2_connections', 'HTTP/2 connections open to service endpoints', () => [[{}, sources.endpoints().connections]]));
+    this.register(new SampledGauge('keel_endpoint_http2_streams', 'Streams (attempts) open on those connections', () => [[{}, sources.endpoints().streams]]));
     this.register(new SampledGauge('keel_partition_queued_commands', 'Commands waiting for the next log batch, by partition', perPartition('queued_commands')));
     this.register(new SampledGauge('keel_outbox_entries', 'Messages to other partitions not yet delivered, by partition', perPartition('outbox_entries')));
     this.register(
