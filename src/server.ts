@@ -55,6 +55,8 @@ export class KeelServer {
         throw err;
       }
       worker.start(invoker);
+      // prom-client loads after the start, in the background: the first scrape finds it there.
+      metrics.load().catch((err) => logger.error({ err, code: 'RT0006' }, 'cannot load the metrics registry'));
       logger.info(
         {
           ingress: config.ingress.bind_address,

@@ -1,4 +1,5 @@
-import { collectDefaultMetrics, Registry } from 'prom-client';
+import type { Registry } from 'prom-client';
+import { assert } from '../common/assert.js';
 import { catalogue } from '../errors/index.js';
 import {
   BATCH_BYTES_BUCKETS,
@@ -59,9 +60,12 @@ const ATTEMPTS: readonly AttemptOutcome[] = ['completed', 'suspended', 'failed',
 /**
  * Every `keel_*` metric, in one prom-client Registry served at `GET /metrics`. Hot paths get
  * pre-bound cells (`target`, `partition`, `error`); queue depths are sampled at scrape time.
+ * prom-client itself is loaded only by `load()` (importing it costs about a third of what
+ * fastify's import does: it stays off the startup path).
  */
 export class KeelMetrics {
-  readonly registry = new Registry();
+  private readonly scraped: ScrapedMetric[] = [];
+  private registry: Promise<Registry> | undefined;
   /** Whether a service/handler pair is registered; label sets come only from the registry. */
   knownTarget: (service: string, handler: string) => boolean = () => true;
 
@@ -87,11 +91,23 @@ export class KeelMetrics {
   /** Ingress requests in flight: the ingress bumps it up and down. */
   readonly ingressInFlight: Cell;
 
-  constructor(options: { processMetrics?: boolean } = {}) {
+  constructor(private readonly options: { processMetrics?: boolean } = {}) {
     for (const m of Object.values(this.f)) this.register(m);
     this.ingressInFlight = this.f.ingressInFlight.cell();
-    // Process metrics under their usual names (process_*, nodejs_*): dashboards expect them so.
-    if (options.processMetrics) collectDefaultMetrics({ register: this.registry });
+  }
+
+  /** Loads prom-client and registers every metric; the server calls it once it is ready, a scrape at the latest. */
+  load(): Promise<Registry> {
+    this.registry ??= import('prom-client').then(({ Registry, collectDefaultMetrics }) => {
+      const registry = new Registry();
+      // prom-client reads any object with a name and get(); its own metric classes are not
+      // used on the hot path (see cells.ts).
+      for (const m of this.scraped) registry.registerMetric(m as unknown as Parameters<Registry['registerMetric']>[0]);
+      // Process metrics under their usual names (process_*, nodejs_*): dashboards expect them so.
+      if (this.options.processMetrics) collectDefaultMetrics({ register: registry });
+      return registry;
+    });
+    return this.registry;
   }
 
   /** The cells of a service and handler; unknown or too many pairs share the `_other` cells. */
@@ -152,7 +168,8 @@ export class KeelMetrics {
 
   /** The Prometheus text exposition of every metric. */
   async text(): Promise<{ contentType: string; body: string }> {
-    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+    const registry = await this.load();
+    return { contentType: registry.contentType, body: await registry.metrics() };
   }
 
   private bind(labels: { service: string; handler: string }): TargetCells {
@@ -169,8 +186,7 @@ export class KeelMetrics {
   }
 
   private register(m: ScrapedMetric): void {
-    // prom-client reads any object with a name and get(); its own metric classes are not used
-    // on the hot path (see cells.ts).
-    this.registry.registerMetric(m as unknown as Parameters<Registry['registerMetric']>[0]);
+    assert(this.registry === undefined, () => `metric ${m.name} registered after prom-client was loaded`);
+    this.scraped.push(m);
   }
 }
