@@ -6,6 +6,7 @@ import type { Config } from '../config/index.js';
 import type { Logger } from '../common/logger.js';
 import { KeelError } from '../errors/index.js';
 import type { Registry } from '../metadata/registry.js';
+import type { KeelMetrics } from '../telemetry/metrics.js';
 import type { AdminContext } from './context.js';
 import { errorBody, installErrorHandling } from './errors.js';
 import { emptySource, type IntrospectionSource } from './introspection.js';
@@ -15,6 +16,7 @@ import { MAX_ADMIN_API_VERSION, metaRoutes, MIN_ADMIN_API_VERSION } from './rout
 import { queryRoutes } from './routes/query.js';
 import { serviceRoutes } from './routes/services.js';
 import { subscriptionRoutes } from './routes/subscriptions.js';
+import { metricsRoutes } from './metrics.js';
 import { partitionRoutes } from './partitions.js';
 import { QueryEngine } from './sql.js';
 import { uiRoutes } from './ui.js';
@@ -31,6 +33,8 @@ export interface AdminServerOptions {
   introspection?: IntrospectionSource;
   /** Partitions that stopped, for `/health`. */
   failures?: () => Array<{ partition: number; reason: string }>;
+  /** Served at `GET /metrics` when given. */
+  metrics?: KeelMetrics;
 }
 
 /** Every body is read as JSON whatever its content-type (as Restate does); an empty body is no body. */
@@ -94,6 +98,7 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
   };
   await app.register(routes);
   await app.register(partitionRoutes, { source });
+  if (opts.metrics) await app.register(metricsRoutes, { metrics: opts.metrics });
   await app.register(uiRoutes, {});
   if (opts.extraRoutes) opts.extraRoutes(app);
   return app;

@@ -169,6 +169,9 @@ const entries = [
   { code: 'KEEL0503', title: 'Partition stopped', status: 503,
     condition: 'The partition stopped on a broken invariant or a failed write; it accepts nothing until the server restarts and rebuilds it from its log. GET /health names it.',
     remedy: 'Look for the fatal log line with this code, report it, and restart the server.' },
+  { code: 'KEEL0601', title: 'Traces cannot be exported', status: 500,
+    condition: 'The OTLP receiver at tracing.endpoint refused the spans or could not be reached; the spans of that export are dropped (invocations are not affected).',
+    remedy: 'Check that an OTLP/HTTP receiver (an OpenTelemetry Collector, Jaeger, Tempo...) listens at tracing.endpoint and accepts protobuf on /v1/traces.' },
 ] as const satisfies readonly CodeEntry[];
 
 /** Every stable code. */

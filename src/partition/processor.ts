@@ -5,6 +5,7 @@ import { keelError } from '../errors/index.js';
 import { encodeCommand, type Command, type CommandKind } from '../log/commands.js';
 import { EmbeddedLog, type PartitionLog } from '../log/partition-log.js';
 import type { GroupWriter } from '../storage/group-writer.js';
+import { KeelMetrics, type PartitionCells } from '../telemetry/metrics.js';
 import type { Db } from '../storage/store.js';
 import { fold } from './fold/index.js';
 import { loadState, recoveryActions } from './recovery.js';
@@ -73,6 +74,7 @@ export class PartitionProcessor implements AttemptHost {
     private readonly owns: (partitionKey: bigint) => boolean,
     private readonly max_live_invocations: number,
     private readonly logger: Logger,
+    private readonly metrics: PartitionCells,
   ) {}
 
   /** Opens the partition and loads its materialised state from the store. */
@@ -80,12 +82,13 @@ export class PartitionProcessor implements AttemptHost {
     db: Db,
     writer: GroupWriter,
     partition: number,
-    options: { fsync: boolean; effects: Effects; owns?: (partitionKey: bigint) => boolean; max_live_invocations?: number; logger: Logger },
+    options: { fsync: boolean; effects: Effects; owns?: (partitionKey: bigint) => boolean; max_live_invocations?: number; logger: Logger; metrics?: KeelMetrics },
   ): Promise<PartitionProcessor> {
     const log = await EmbeddedLog.open(db, partition, writer);
     const state = await loadState(db, partition);
     const maxLive = options.max_live_invocations ?? MAX_LIVE_INVOCATIONS_PER_PARTITION;
-    return new PartitionProcessor(partition, log, state, options.fsync, options.effects, options.owns ?? (() => true), maxLive, options.logger.child({ partition }));
+    const metrics = (options.metrics ?? new KeelMetrics()).partition(partition);
+    return new PartitionProcessor(partition, log, state, options.fsync, options.effects, options.owns ?? (() => true), maxLive, options.logger.child({ partition }), metrics);
   }
 
   /** Brings a freshly opened partition back to life: attempts restart, timers re-arm. */
@@ -167,9 +170,13 @@ export class PartitionProcessor implements AttemptHost {
       const batch = this.queue.splice(0, MAX_BATCH_COMMANDS);
       const records: Buffer[] = [];
       const actions: Action[] = [];
+      let bytes = 0;
+      const entriesBefore = this.state.entries_appended;
       try {
         for (const p of batch) {
-          records.push(encodeCommand(p.command));
+          const record = encodeCommand(p.command);
+          bytes += record.length;
+          records.push(record);
           fold({ state: this.state, actions, now_ms: p.command.timestamp_ms ?? 0 }, p.command);
         }
       } catch (err) {
@@ -177,6 +184,7 @@ export class PartitionProcessor implements AttemptHost {
         break;
       }
       const before = this.log.applied_position;
+      const writeStart = performance.now();
       try {
         const last = await this.log.append(records, this.state.takeWrites(), this.fsync);
         assert(last === before + records.length, () => `partition ${this.partition}: log at ${last} after appending ${records.length} records at ${before}`);
@@ -184,6 +192,7 @@ export class PartitionProcessor implements AttemptHost {
         this.halt(err, 'the partition log could not be written', batch);
         break;
       }
+      this.observeBatch(records.length, bytes, performance.now() - writeStart, this.state.entries_appended - entriesBefore);
       for (const p of batch) p.resolve();
       try {
         this.effects.execute(this, actions);
@@ -194,6 +203,14 @@ export class PartitionProcessor implements AttemptHost {
     }
     this.writing = false;
     this.settleIdle?.();
+  }
+
+  /** One durable batch: its size, its write time, the journal entries it appended. */
+  private observeBatch(commands: number, bytes: number, write_ms: number, entries: number): void {
+    this.metrics.batchCommands.observe(commands);
+    this.metrics.batchBytes.observe(bytes);
+    this.metrics.writeSeconds.observe(write_ms / 1000);
+    this.metrics.journalEntries.inc(entries);
   }
 
   /** Stops the partition: nothing of the failed batch is written, every waiting append fails. */

@@ -66,6 +66,8 @@ export class PartitionState {
   /** Source partition → last outbox sequence applied from it. */
   readonly dedup = new Map<number, number>();
   counters: Counters = { inbox_seq: 0, outbox_seq: 0 };
+  /** Journal entries appended since this state was loaded (for metrics; not part of the state). */
+  entries_appended = 0;
   private writes = new Map<string, Buffer | null>();
 
   constructor(readonly partition: number) {}
@@ -128,6 +130,7 @@ export class PartitionState {
     assert(index === s.journal_length, () => `journal of ${s.id} has ${index} entries in memory, its status says ${s.journal_length}`);
     journal.push(entry);
     s.journal_length = index + 1;
+    this.entries_appended += 1;
     this.writes.set(journalTable.key(this.partition, s.id, index), journalTable.encode(entry));
     return index;
   }

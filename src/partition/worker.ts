@@ -9,6 +9,8 @@ import type { Db } from '../storage/store.js';
 import { expiryTable } from '../storage/tables/expiry.js';
 import { invocationsTable } from '../storage/tables/invocations.js';
 import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
+import { standaloneTelemetry, type CompletionOutcome, type Telemetry } from '../telemetry/index.js';
+import { KILLED_FAILURE } from './fold/manage.js';
 import { PartitionProcessor, type AttemptHost, type Effects, type PartitionFailure } from './processor.js';
 import type { Action, InvocationStatus, OutboxEntry, Timer } from './state.js';
 
@@ -51,12 +53,13 @@ export class Worker implements Effects {
   constructor(
     private readonly config: Config,
     private readonly logger: Logger,
+    private readonly telemetry: Telemetry = standaloneTelemetry(),
   ) {}
 
   async open(db: Db): Promise<void> {
     this.db = db;
     const writer = new GroupWriter(db);
-    const options = { fsync: this.config.worker.storage_db.fsync, effects: this, logger: this.logger };
+    const options = { fsync: this.config.worker.storage_db.fsync, effects: this, logger: this.logger, metrics: this.telemetry.metrics };
     const opened = await Promise.all(
       Array.from({ length: this.config.worker.partitions }, (_, p) =>
         PartitionProcessor.open(db, writer, p, { ...options, owns: (key) => this.partitionIndexOf(key) === p }),
@@ -210,14 +213,28 @@ export class Worker implements Effects {
           this.runner?.reject(processor, a);
           break;
         case 'completed': {
+          const s = processor.invocation(a.id)!;
+          this.observeCompletion(s);
           const list = this.waiters.get(a.id);
           if (list === undefined) break;
           this.waiters.delete(a.id);
-          const s = processor.invocation(a.id)!;
           for (const resolve of list) resolve(s);
           break;
         }
       }
+    }
+  }
+
+  /** Metrics of a completed invocation, and its span when it is traced. */
+  private observeCompletion(s: InvocationStatus): void {
+    const cells = this.telemetry.metrics.target(s.service, s.handler);
+    const outcome = completionOutcome(s);
+    const completed_at_ms = s.completed_at_ms ?? s.modified_at_ms;
+    cells.completed[outcome].inc();
+    cells.invocationSeconds.observe((completed_at_ms - s.created_at_ms) / 1000);
+    if (this.telemetry.tracing.enabled && s.traceparent !== undefined) {
+      const failure = s.result?.failure;
+      this.telemetry.tracing.invocationCompleted({ ...s, completed_at_ms, outcome, ...(failure ? { failure } : {}) });
     }
   }
 
@@ -264,4 +281,10 @@ export class Worker implements Effects {
     );
     this.timers.add(handle);
   }
+}
+
+function completionOutcome(s: InvocationStatus): CompletionOutcome {
+  const failure = s.result?.failure;
+  if (failure === undefined) return 'succeeded';
+  return failure.code === KILLED_FAILURE.code && failure.message === KILLED_FAILURE.message ? 'killed' : 'failed';
 }
