@@ -5,7 +5,8 @@ import { createLogger, type Logger } from './common/logger.js';
 import { KeelError } from './errors/index.js';
 import { createIngressServer } from './ingress/server.js';
 import { Invoker } from './invoker/index.js';
-import { EndpointClient } from './endpoint/client.js';
+import { DEFAULT_ENDPOINT_CLIENT_OPTIONS, EndpointClient } from './endpoint/client.js';
+import { RequestSigner } from './endpoint/identity.js';
 import { Registry } from './metadata/registry.js';
 import { Worker } from './partition/worker.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
@@ -26,13 +27,19 @@ export class KeelServer {
   ) {}
 
   static async start(config: Config, logger = createLogger(config.log.level, config.log.format)): Promise<KeelServer> {
+    // A bad key refuses startup (RT0002) before anything is opened.
+    const signer = loadSigner(config, logger);
     const db = await openWorkerStore(config.worker.storage_db.path);
     let registry: Registry | undefined;
     try {
-      registry = await Registry.open(config, logger.child({ component: 'metadata' }));
+      registry = await Registry.open(config, logger.child({ component: 'metadata' }), signer !== undefined ? { signer } : {});
       const worker = new Worker(config, logger.child({ component: 'worker' }));
       await worker.open(db);
-      const endpoints = new EndpointClient();
+      const endpoints = new EndpointClient({
+        ...DEFAULT_ENDPOINT_CLIENT_OPTIONS,
+        http2: { ...DEFAULT_ENDPOINT_CLIENT_OPTIONS.http2, connect_timeout_ms: config.worker.invoker.connect_timeout_ms },
+        ...(signer !== undefined ? { signer } : {}),
+      });
       const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }));
       const ingress = await createIngressServer({ config, registry, worker, logger });
       const admin = await createAdminServer({ config, registry, logger, introspection: new WorkerIntrospection(worker), failures: () => worker.failures() });
@@ -63,6 +70,18 @@ export class KeelServer {
     await this.registry.close();
     await this.db.close();
   }
+}
+
+/** The request identity key, when configured; its public key is logged for the endpoints' identityKeys. */
+function loadSigner(config: Config, logger: Logger): RequestSigner | undefined {
+  const file = config.worker.invoker.request_identity_private_key_pem_file;
+  if (file === undefined) return undefined;
+  const signer = RequestSigner.fromPemFile(file, config.worker.invoker.request_identity_expiration_ms);
+  logger.info(
+    { kid: signer.publicKey, path: file },
+    `Loaded request identity key: requests to endpoints are signed; endpoints verify them with identityKeys: ["${signer.publicKey}"]`,
+  );
+  return signer;
 }
 
 async function listen(app: FastifyInstance, address: string, what: string): Promise<void> {
