@@ -159,7 +159,7 @@ t.test('attempts refused by the endpoint (the key changed) fail with RT0006 and 
   t.equal(row.last_failure_error_code, 'RT0006');
   t.match(row.last_failure, /401 Unauthorized/);
   t.match(row.last_failure, /request_identity_private_key_pem_file/);
-  t.ok(keel.logLines('RT0006', id).length > 0, 'logged with its code');
+  t.ok(await eventually(() => keel.logLines('RT0006', id).length > 0), 'logged with its code');
 
   fs.writeFileSync(key.file, rightPem);
   await keel.restart();

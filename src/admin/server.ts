@@ -7,6 +7,8 @@ import type { Logger } from '../common/logger.js';
 import { KeelError } from '../errors/index.js';
 import type { Registry } from '../metadata/registry.js';
 import type { AdminContext } from './context.js';
+import { bearerAuth } from '../ingress/auth.js';
+import { edgeServerOptions, hardenServer, type EdgeErrors } from '../ingress/edge.js';
 import { errorBody, installErrorHandling } from './errors.js';
 import { emptySource, type IntrospectionSource } from './introspection.js';
 import { deploymentRoutes } from './routes/deployments.js';
@@ -46,6 +48,11 @@ function parseAnyAsJson(app: FastifyInstance): void {
   });
 }
 
+const ADMIN_ERRORS: EdgeErrors = { body: (code, message) => errorBody(message, code), badRequest: 'KEEL0002' };
+
+/** Health checks stay open whatever the tokens, and so does the UI's static app (its data comes from the API). */
+const OPEN_PATH = /^(?:\/v\d+)?\/health$|^\/$|^\/ui(?:\/.*)?$/;
+
 export async function createAdminServer(opts: AdminServerOptions): Promise<FastifyInstance> {
   const source = (): IntrospectionSource => opts.introspection ?? emptySource;
   const ctx: AdminContext = {
@@ -56,12 +63,18 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
     engine: new QueryEngine(opts.registry, source),
     failures: opts.failures ?? (() => []),
   };
+  const logger = opts.logger.child({ component: 'admin' });
+  const edge = { limits: opts.config.http, errors: ADMIN_ERRORS, logger };
   const app = Fastify({
-    loggerInstance: opts.logger.child({ component: 'admin' }),
+    loggerInstance: logger,
     logController: new LogController({ disableRequestLogging: true }),
     // Route schemas check types, they do not convert them: "yes" is not a boolean.
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false } },
+    ...edgeServerOptions(edge),
   }) as unknown as FastifyInstance;
+  // Before any route: every route, /metrics and later ones included, is behind the checks.
+  hardenServer(app, edge);
+  bearerAuth(app, { tokens: opts.config.admin.auth_tokens, realm: 'keel-admin', open: (path) => OPEN_PATH.test(path), errors: ADMIN_ERRORS, logger });
   parseAnyAsJson(app);
   installErrorHandling(app);
 
