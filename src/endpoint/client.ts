@@ -42,8 +42,6 @@ export interface StreamTarget {
   use_http_11: boolean;
   path: string;
   headers: Record<string, string>;
-  /** The `sub` of the request identity (the object or workflow key), as Restate signs it. */
-  identity_subject?: string;
 }
 
 export interface EndpointClientOptions {
@@ -102,15 +100,15 @@ export class EndpointClient {
   }
 
   private open(target: StreamTarget, h: StreamHandlers): InvocationStream {
-    if (target.arn) return openLambda(target.arn, { ...target, headers: this.signed(target.headers, target.path, target.identity_subject) }, h);
+    if (target.arn) return openLambda(target.arn, { ...target, headers: this.signed(target.headers, target.path) }, h);
     const url = joinPath(target.uri, target.path);
-    const headers = this.signed(target.headers, url.pathname, target.identity_subject);
+    const headers = this.signed(target.headers, url.pathname);
     return target.use_http_11 ? openHttp1(this.agent, url, headers, this.connect_timeout_ms, h) : openHttp2(this.pool, url, headers, h);
   }
 
   /** The request identity goes last: no additional header may replace it. */
-  private signed(headers: Record<string, string>, path: string, subject: string | undefined): Record<string, string> {
-    return this.signer === undefined ? headers : { ...headers, ...this.signer.headers(path, subject) };
+  private signed(headers: Record<string, string>, path: string): Record<string, string> {
+    return this.signer === undefined ? headers : { ...headers, ...this.signer.headers(path) };
   }
 }
 

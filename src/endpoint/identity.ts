@@ -2,6 +2,11 @@
 // `x-restate-jwt-v1` with `x-restate-signature-scheme: v1`, audience = the request path, valid
 // `expiration` either side of its issue time. SDKs given `identityKeys` verify it against the
 // public key `publickeyv1_<base58>` that the server logs at startup.
+//
+// Signing costs 100-200 µs, a good part of an invocation's CPU: one token per path is signed and
+// reused for half its validity. Restate 1.7 also puts the object key in an optional `sub`; no
+// SDK checks it (older Restate versions never sent it), and with it every key would need its own
+// signature, so Keel leaves it out.
 import { createPrivateKey, createPublicKey, sign, type KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { KeelError } from '../errors/index.js';
@@ -9,10 +14,7 @@ import { KeelError } from '../errors/index.js';
 export const SIGNATURE_SCHEME_HEADER = 'x-restate-signature-scheme';
 export const JWT_HEADER = 'x-restate-jwt-v1';
 
-/**
- * Distinct (path, subject) pairs whose token is kept. Paths are bounded by the registered
- * handlers; subjects (object keys) are not, so past this the oldest tokens are dropped.
- */
+/** Paths whose token is kept: bounded by the registered handlers, and past this the oldest go. */
 const MAX_CACHED_TOKENS = 10_000;
 
 interface Cached {
@@ -74,7 +76,7 @@ function readKey(file: string): KeyObject {
   return key;
 }
 
-/** Signs requests to endpoints; the token of a (path, subject) pair is reused for half its validity. */
+/** Signs requests to endpoints; the token of a path is reused for half its validity. */
 export class RequestSigner {
   /** `publickeyv1_…`: what endpoints list in their `identityKeys`. */
   readonly publicKey: string;
@@ -97,20 +99,18 @@ export class RequestSigner {
   }
 
   /** The identity headers for a request to `path` (the URL path, as the endpoint sees it). */
-  headers(path: string, subject?: string, now_ms = Date.now()): Record<string, string> {
-    return { [SIGNATURE_SCHEME_HEADER]: 'v1', [JWT_HEADER]: this.token(path, subject, Math.floor(now_ms / 1000)) };
+  headers(path: string, now_ms = Date.now()): Record<string, string> {
+    return { [SIGNATURE_SCHEME_HEADER]: 'v1', [JWT_HEADER]: this.token(path, Math.floor(now_ms / 1000)) };
   }
 
-  private token(path: string, subject: string | undefined, now_s: number): string {
-    const cacheKey = subject === undefined ? path : `${path}\u0000${subject}`;
-    const hit = this.cache.get(cacheKey);
+  private token(path: string, now_s: number): string {
+    const hit = this.cache.get(path);
     if (hit !== undefined && now_s < hit.renew_at_s) return hit.jwt;
-    const claims: Record<string, string | number> = { aud: path, exp: now_s + this.expiration_s, iat: now_s, nbf: now_s - this.expiration_s };
-    if (subject !== undefined) claims.sub = subject;
+    const claims = { aud: path, exp: now_s + this.expiration_s, iat: now_s, nbf: now_s - this.expiration_s };
     const input = `${this.header}.${b64url(JSON.stringify(claims))}`;
     const jwt = `${input}.${b64url(sign(null, Buffer.from(input), this.key))}`;
     if (hit === undefined && this.cache.size >= MAX_CACHED_TOKENS) this.cache.delete(this.cache.keys().next().value!);
-    this.cache.set(cacheKey, { jwt, renew_at_s: now_s + Math.max(1, Math.floor(this.expiration_s / 2)) });
+    this.cache.set(path, { jwt, renew_at_s: now_s + Math.max(1, Math.floor(this.expiration_s / 2)) });
     return jwt;
   }
 }

@@ -104,8 +104,6 @@ export class Attempt {
         ...(deployment.arn !== undefined ? { arn: deployment.arn } : {}),
         ...(deployment.assume_role_arn !== undefined ? { assume_role_arn: deployment.assume_role_arn } : {}),
         path: `/invoke/${encodeURIComponent(status.service)}/${encodeURIComponent(status.handler)}`,
-        // Restate signs keyed requests for their key: a token cannot be replayed for another key.
-        ...(status.service_type !== 'Service' ? { identity_subject: status.key } : {}),
         headers: {
           ...deployment.additional_headers,
           'content-type': contentType,
