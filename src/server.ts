@@ -5,7 +5,8 @@ import { createLogger, type Logger } from './common/logger.js';
 import { KeelError } from './errors/index.js';
 import { createIngressServer } from './ingress/server.js';
 import { Invoker } from './invoker/index.js';
-import { EndpointClient } from './endpoint/client.js';
+import { DEFAULT_ENDPOINT_CLIENT_OPTIONS, EndpointClient } from './endpoint/client.js';
+import { RequestSigner } from './endpoint/identity.js';
 import { Registry } from './metadata/registry.js';
 import { Worker } from './partition/worker.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
@@ -32,12 +33,14 @@ export class KeelServer {
   static async start(config: Config, logger?: Logger): Promise<KeelServer> {
     const metrics = new KeelMetrics({ processMetrics: true });
     logger ??= createLogger(config.log.level, config.log.format, (code) => metrics.error(code));
+    // A bad key refuses startup (RT0002) before anything is opened.
+    const signer = loadSigner(config, logger);
     const db = await openWorkerStore(config.worker.storage_db.path);
     let registry: Registry | undefined;
     const tracing = await createTracing(config.tracing.endpoint, logger.child({ component: 'tracing' }));
     const telemetry: Telemetry = { metrics, tracing };
     try {
-      registry = await Registry.open(config, logger.child({ component: 'metadata' }));
+      registry = await Registry.open(config, logger.child({ component: 'metadata' }), signer !== undefined ? { signer } : {});
       const known = registry;
       metrics.knownTarget = (service, handler) => known.handler(service, handler) !== undefined;
       const worker = new Worker(config, logger.child({ component: 'worker' }), telemetry);
@@ -46,7 +49,11 @@ export class KeelServer {
         // A read that fails its checksum, or state that breaks an invariant: never run on it.
         throw new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(err as Error)?.message ?? String(err)}`, 500, { cause: err });
       });
-      const endpoints = new EndpointClient();
+      const endpoints = new EndpointClient({
+        ...DEFAULT_ENDPOINT_CLIENT_OPTIONS,
+        http2: { ...DEFAULT_ENDPOINT_CLIENT_OPTIONS.http2, connect_timeout_ms: config.worker.invoker.connect_timeout_ms },
+        ...(signer !== undefined ? { signer } : {}),
+      });
       const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }), telemetry);
       sampleQueues(metrics, config, worker, invoker, endpoints);
       const ingress = await createIngressServer({ config, registry, worker, logger, telemetry });
@@ -107,6 +114,18 @@ function sampleQueues(metrics: KeelMetrics, config: Config, worker: Worker, invo
       { store: 'meta', bytes: await directorySize_bytes(config.meta.storage_path) },
     ],
   });
+}
+
+/** The request identity key, when configured; its public key is logged for the endpoints' identityKeys. */
+function loadSigner(config: Config, logger: Logger): RequestSigner | undefined {
+  const file = config.worker.invoker.request_identity_private_key_pem_file;
+  if (file === undefined) return undefined;
+  const signer = RequestSigner.fromPemFile(file, config.worker.invoker.request_identity_expiration_ms);
+  logger.info(
+    { kid: signer.publicKey, path: file },
+    `Loaded request identity key: requests to endpoints are signed; endpoints verify them with identityKeys: ["${signer.publicKey}"]`,
+  );
+  return signer;
 }
 
 async function listen(app: FastifyInstance, address: string, what: string): Promise<void> {

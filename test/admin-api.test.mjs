@@ -129,7 +129,7 @@ t.test('error bodies and statuses', async (t) => {
   const { call, lines } = await startAdmin(t);
   const port = await deadPort();
   const dead = await call('POST', '/v4/deployments', cliBody(`http://127.0.0.1:${port}/`));
-  t.equal(dead.status, 500);
+  t.equal(dead.status, 502);
   t.equal(dead.json.restate_code, 'META0003');
   t.match(dead.json.message, new RegExp(`^\\[META0003\\] .*127\\.0\\.0\\.1:${port}`));
   const warn = lines.find((l) => l.code === 'META0003');

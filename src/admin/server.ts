@@ -8,6 +8,8 @@ import { KeelError } from '../errors/index.js';
 import type { Registry } from '../metadata/registry.js';
 import type { KeelMetrics } from '../telemetry/metrics.js';
 import type { AdminContext } from './context.js';
+import { bearerAuth } from '../ingress/auth.js';
+import { edgeServerOptions, hardenServer, type EdgeErrors } from '../ingress/edge.js';
 import { errorBody, installErrorHandling } from './errors.js';
 import { emptySource, type IntrospectionSource } from './introspection.js';
 import { deploymentRoutes } from './routes/deployments.js';
@@ -59,6 +61,11 @@ function stripVersion(url: string): string {
   return rest.startsWith('/') ? rest : `/${rest}`;
 }
 
+const ADMIN_ERRORS: EdgeErrors = { body: (code, message) => errorBody(message, code), badRequest: 'KEEL0002' };
+
+/** Health checks stay open whatever the tokens, and so does the UI's static app (its data comes from the API). */
+const OPEN_PATH = /^(?:\/v\d+)?\/health$|^\/$|^\/ui(?:\/.*)?$/;
+
 export async function createAdminServer(opts: AdminServerOptions): Promise<FastifyInstance> {
   const source = (): IntrospectionSource => opts.introspection ?? emptySource;
   const ctx: AdminContext = {
@@ -69,14 +76,20 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
     engine: new QueryEngine(opts.registry, source),
     failures: opts.failures ?? (() => []),
   };
+  const logger = opts.logger.child({ component: 'admin' });
+  const edge = { limits: opts.config.http, errors: ADMIN_ERRORS, logger };
   const app = Fastify({
-    loggerInstance: opts.logger.child({ component: 'admin' }),
+    loggerInstance: logger,
     logController: new LogController({ disableRequestLogging: true }),
     // /v2, /v3 and /v4 serve the same routes: one set of routes (and of compiled schemas, a
     // quarter of the startup time when each prefix had its own) behind a rewrite.
     rewriteUrl: (req) => stripVersion(req.url ?? '/'),
+    ...edgeServerOptions(edge),
   }) as unknown as FastifyInstance;
   compileSchemasLazily(app);
+  // Before any route: every route, /metrics and later ones included, is behind the checks.
+  hardenServer(app, edge);
+  bearerAuth(app, { tokens: opts.config.admin.auth_tokens, realm: 'keel-admin', open: (path) => OPEN_PATH.test(path), errors: ADMIN_ERRORS, logger });
   parseAnyAsJson(app);
   installErrorHandling(app);
 

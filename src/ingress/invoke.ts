@@ -8,6 +8,7 @@ import { resolveTarget } from '../metadata/targets.js';
 import type { HandlerSchema, ServiceSchema } from '../metadata/types.js';
 import type { Worker } from '../partition/worker.js';
 import type { IngressSpan, Telemetry } from '../telemetry/index.js';
+import { MAX_DELAY_MS, MAX_DELAY_TEXT_CHARS, MAX_IDEMPOTENCY_KEY_CHARS, MAX_KEY_CHARS } from './limits.js';
 import { ingressError, respond } from './respond.js';
 
 /** What the ingress needs of the schema registry. */
@@ -88,18 +89,17 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   if (handler === undefined) return ingressError(reply, 'KEEL0011', `handler '${segments[handlerAt]}' not found in service '${service.name}'`);
   if (!handler.public || !service.public) return ingressError(reply, 'KEEL0012', `the invoked service '${service.name}' is not public`);
   const key = keyed ? segments[1]! : '';
+  if (key.length > MAX_KEY_CHARS) return ingressError(reply, 'KEEL0012', `the key is ${key.length} characters long, more than ${MAX_KEY_CHARS}`);
   const url = new URL(req.url, 'http://ingress');
 
-  const delayParam = url.searchParams.get('delay');
-  let execute_at_ms = 0;
-  if (delayParam !== null) {
-    if (!isSend) return ingressError(reply, 'KEEL0012', 'delay is only supported on /send');
-    const delay_ms = parseDuration_ms(delayParam);
-    if (delay_ms === undefined) return ingressError(reply, 'KEEL0012', `cannot parse delay '${delayParam}': use ISO 8601 (PT10S) or 10s`);
-    execute_at_ms = Date.now() + delay_ms;
-  }
+  const delay = delayOf(url.searchParams.get('delay'), isSend);
+  if (typeof delay === 'string') return ingressError(reply, 'KEEL0012', delay);
+  const execute_at_ms = delay === 0 ? 0 : Date.now() + delay;
   const idempotencyKey = headerValue(req.headers['idempotency-key']);
   if (idempotencyKey === '') return ingressError(reply, 'KEEL0012', 'the idempotency-key header must not be empty');
+  if (idempotencyKey !== undefined && idempotencyKey.length > MAX_IDEMPOTENCY_KEY_CHARS) {
+    return ingressError(reply, 'KEEL0012', `the idempotency-key header is ${idempotencyKey.length} characters long, more than ${MAX_IDEMPOTENCY_KEY_CHARS}`);
+  }
   const target = resolveTarget(deps.config, service, handler, key, idempotencyKey);
   if (target.workflow_run && idempotencyKey) return ingressError(reply, 'KEEL0012', 'the idempotency key is not supported for workflow run handlers');
 
@@ -157,6 +157,17 @@ function respondCompleted(reply: FastifyReply, s: import('../partition/state.js'
     void reply.header('idempotency-expires', new Date(s.completed_at_ms + s.completion_retention_ms).toISOString());
   }
   return respond(reply, s, handler);
+}
+
+/** The delay of `?delay=` in ms (0 without one), or why it is refused. */
+function delayOf(text: string | null, isSend: boolean): number | string {
+  if (text === null) return 0;
+  if (!isSend) return 'the query parameter delay is only supported on /send';
+  const delay_ms = text.length <= MAX_DELAY_TEXT_CHARS ? parseDuration_ms(text) : undefined;
+  const shown = text.length > MAX_DELAY_TEXT_CHARS ? `${text.slice(0, MAX_DELAY_TEXT_CHARS)}…` : text;
+  if (delay_ms === undefined || !Number.isFinite(delay_ms)) return `the query parameter delay cannot be parsed: '${shown}': use ISO 8601 (PT10S) or 10s`;
+  if (delay_ms > MAX_DELAY_MS) return `the query parameter delay '${shown}' is longer than the maximum of 10 years`;
+  return delay_ms;
 }
 
 function headerValue(v: string | string[] | undefined): string | undefined {

@@ -56,6 +56,8 @@ export interface AttemptFailure {
   next_retry_delay_ms?: number;
   /** 1 = pause, 2 = fail (ErrorMessage.behavior of protocol v7). */
   behavior?: number;
+  /** The endpoint asked to be called again after this long (Retry-After of a 429 or 503). */
+  retry_after_ms?: number;
 }
 
 /**
@@ -166,11 +168,16 @@ export class Attempt {
       }
       return;
     }
+    if (code === 429 || code === 503) {
+      this.fail(rateLimited(code, headers['retry-after']), 'finish');
+      return;
+    }
     const byStatus: Record<number, [string, string]> = {
+      401: ['RT0006', unauthorized(401)],
+      403: ['RT0006', unauthorized(403)],
       413: ['RT0019', 'the endpoint answered 413 Payload Too Large'],
       415: ['RT0015', `the endpoint answered 415: it does not support protocol ${contentType}`],
       502: ['RT0010', 'the endpoint answered 502 Bad Gateway'],
-      503: ['RT0010', 'the endpoint answered 503 Service Unavailable'],
       504: ['RT0010', 'the endpoint answered 504 Gateway Timeout'],
     };
     const [error_code, message] = byStatus[code] ?? ['RT0012', `the endpoint answered HTTP ${code} to the invocation request`];
@@ -329,7 +336,8 @@ export class Attempt {
    */
   private fail(f: AttemptFailure, how: 'finish' | 'abort' = 'abort'): void {
     if (this.finished) return;
-    const level = f.error_code === 'RT0007' ? 'warn' : 'error';
+    // A retryable handler error and an endpoint's push-back are expected; the rest are faults.
+    const level = f.error_code === 'RT0007' || f.error_code === 'RT0023' ? 'warn' : 'error';
     this.o.logger[level]({ code: f.error_code, invocation: this.id, epoch: this.epoch, failure_code: f.failure_code }, f.message);
     const cmd = this.o.failed(f);
     cmd.deployment_id = this.o.deployment.id;
@@ -380,6 +388,40 @@ export class Attempt {
       message: `no message from the endpoint within the abort timeout (${this.o.abort_timeout_ms} ms)`,
     });
   }
+}
+
+/** Why an endpoint refuses a request with 401/403: most often the request identity. */
+function unauthorized(code: number): string {
+  return (
+    `the endpoint refused the invocation request with ${code} ${code === 401 ? 'Unauthorized' : 'Forbidden'}: ` +
+    'if it verifies request identity (identityKeys), it must list the publickeyv1_… Keel logs at startup ' +
+    '(worker.invoker.request_identity_private_key_pem_file); otherwise check the credentials in the deployment\'s additional_headers'
+  );
+}
+
+/** RT0023: the endpoint (or a proxy) pushes back with 429 or 503, maybe saying for how long. */
+function rateLimited(code: number, retryAfter: string | string[] | undefined): AttemptFailure {
+  const retry_after_ms = parseRetryAfter_ms(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter, Date.now());
+  const wait = retry_after_ms === undefined ? '' : `, Retry-After ${Math.round(retry_after_ms / 1000)} s`;
+  return {
+    error_code: 'RT0023',
+    failure_code: code,
+    message: `the endpoint is rate limited: it answered ${code} ${code === 429 ? 'Too Many Requests' : 'Service Unavailable'}${wait}`,
+    ...(retry_after_ms !== undefined ? { retry_after_ms } : {}),
+  };
+}
+
+/**
+ * `Retry-After` as delta-seconds or an HTTP date (RFC 9110 §10.2.3), in ms from `now_ms`;
+ * undefined when absent, unreadable or in the past (then the retry policy decides).
+ */
+export function parseRetryAfter_ms(value: string | undefined, now_ms: number): number | undefined {
+  const text = value?.trim();
+  if (text === undefined || text === '') return undefined;
+  if (/^\d{1,12}$/.test(text)) return Number(text) * 1000;
+  const at_ms = Date.parse(text);
+  if (!Number.isFinite(at_ms) || !/[a-z]/i.test(text)) return undefined;
+  return at_ms > now_ms ? at_ms - now_ms : undefined;
 }
 
 function flattenFuture(f: Future, into: { completions: number[]; signals: number[]; named: string[] }): void {

@@ -12,7 +12,7 @@ import type { AttemptRunner } from '../partition/worker.js';
 import { MAX_SERVICE_PROTOCOL_VERSION, MIN_SERVICE_PROTOCOL_VERSION } from '../protocol/versions.js';
 import { standaloneTelemetry, type Telemetry } from '../telemetry/index.js';
 import { Attempt, type AttemptDeployment, type AttemptFailure } from './attempt.js';
-import { decideRetry } from './retry.js';
+import { decideRetry, retryAfter } from './retry.js';
 
 /** What the invoker needs of the schema registry. */
 export interface DeploymentLookup {
@@ -130,6 +130,7 @@ export class Invoker implements AttemptRunner {
     const failed = (f: AttemptFailure): AttemptEnded => {
       const decision = f.behavior === 1 ? { then: Then.PAUSE, retry_at_ms: 0 }
         : f.behavior === 2 ? { then: Then.FAIL, retry_at_ms: 0 }
+        : f.retry_after_ms !== undefined ? retryAfter(policy, f.retry_after_ms, Date.now())
         : decideRetry(policy, (host.invocation(id)?.retry_count ?? 0) + 1, Date.now(), f.next_retry_delay_ms);
       if (decision.then === Then.RETRY) cells.retries.inc();
       const cmd: AttemptEnded = {
@@ -142,6 +143,7 @@ export class Invoker implements AttemptRunner {
         retry_at_ms: decision.retry_at_ms,
         then: decision.then,
       };
+      if (f.retry_after_ms !== undefined) cmd.free_retry = true;
       if (f.related_entry_index !== undefined) cmd.related_entry_index = f.related_entry_index;
       if (f.related_entry_name !== undefined) cmd.related_entry_name = f.related_entry_name;
       if (f.related_entry_type !== undefined) cmd.related_entry_type = f.related_entry_type;

@@ -7,6 +7,7 @@ import { formatDuration } from '../common/units.js';
 import type { Logger } from '../common/logger.js';
 import { newDeploymentId } from '../common/ids.js';
 import { KeelError, keelError } from '../errors/index.js';
+import type { RequestSigner } from '../endpoint/identity.js';
 import { discover as defaultDiscover, normaliseUri, type DiscoveryTarget } from './discovery.js';
 import { parseLambdaArn } from '../endpoint/lambda.js';
 import { MetaLog, type MetaRecord } from './store.js';
@@ -44,6 +45,8 @@ export interface RegistryOptions {
   /** Replaces the discovery client (tests, function platforms later). */
   discover?: (target: DiscoveryTarget) => Promise<DiscoveredEndpoint>;
   discoveryTimeoutMs?: number;
+  /** Signs discovery requests (request identity v1). */
+  signer?: RequestSigner;
 }
 
 /** Reserved service names: `restate…` (any case) and `openapi`. */
@@ -172,8 +175,12 @@ export class Registry {
 
   static async open(config: Config, logger: Logger, opts: RegistryOptions = {}): Promise<Registry> {
     const { log, records } = await MetaLog.open(config.meta.storage_path);
-    const timeoutMs = opts.discoveryTimeoutMs;
-    const discoverFn = opts.discover ?? ((t: DiscoveryTarget) => defaultDiscover(t, timeoutMs !== undefined ? { timeoutMs } : {}));
+    const discoverOptions = {
+      timeoutMs: opts.discoveryTimeoutMs ?? config.admin.discovery_timeout_ms,
+      connectTimeoutMs: config.worker.invoker.connect_timeout_ms,
+      ...(opts.signer !== undefined ? { signer: opts.signer } : {}),
+    };
+    const discoverFn = opts.discover ?? ((t: DiscoveryTarget) => defaultDiscover(t, discoverOptions));
     const reg = new Registry(log, logger, discoverFn, config.max_journal_retention_ms, config.ingress.kafka_clusters ?? []);
     try {
       for (const r of records) reg.apply(r);
