@@ -93,11 +93,11 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
   parseAnyAsJson(app);
   installErrorHandling(app);
 
+  // Restate's words, in the error shape every other refusal has (Restate sends them as plain text).
   const v1 = async (_req: FastifyRequest, reply: FastifyReply) =>
     reply
       .status(400)
-      .type('text/plain; charset=utf-8')
-      .send(`Unsupported Admin API version V1. This server supports versions between V${MIN_ADMIN_API_VERSION} and V${MAX_ADMIN_API_VERSION}.`);
+      .send(errorBody(`Unsupported Admin API version V1. This server supports versions between V${MIN_ADMIN_API_VERSION} and V${MAX_ADMIN_API_VERSION}.`, 'KEEL0006'));
   app.all('/v1', v1);
   app.all('/v1/*', v1);
 

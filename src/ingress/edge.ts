@@ -74,11 +74,24 @@ export function hardenServer(app: FastifyInstance, o: EdgeOptions): void {
   server.headersTimeout = limits.request_timeout_ms > 0 ? Math.min(limits.header_timeout_ms, limits.request_timeout_ms) : limits.header_timeout_ms;
   if (limits.idle_timeout_ms > 0) closeIdleConnections(server, limits.idle_timeout_ms);
   logDrops(server, o.logger, limits.max_connections);
+  answerExpectations(server, o);
   app.addHook('onRequest', async (req, reply) => {
     if (req.url.length > MAX_URL_BYTES) return refuse(reply, o.errors, 'KEEL0414', `the request target is ${req.url.length} bytes long, more than ${MAX_URL_BYTES}`);
     const headers = req.raw.rawHeaders.length / 2;
     if (headers > limits.max_header_count) return refuse(reply, o.errors, 'KEEL0431', `the request has more than ${limits.max_header_count} header fields (http.max_header_count)`);
     return undefined;
+  });
+}
+
+/** Node answers an unknown `Expect` with a bare 417 of its own; this one carries the code. */
+function answerExpectations(server: Server, o: EdgeOptions): void {
+  server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+    const code: ErrorCode = 'KEEL0417';
+    const expect = String(req.headers.expect).slice(0, 100);
+    o.logger.warn({ code, expect }, 'http request refused before routing');
+    const body = JSON.stringify(o.errors.body(code, `[${code}] the Expect header ${JSON.stringify(expect)} is not supported; only "100-continue" is`, 417));
+    res.writeHead(417, { ...o.errors.headers, connection: 'close', 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body) });
+    res.end(body);
   });
 }
 

@@ -123,18 +123,31 @@ export function deploymentRoutes(ctx: AdminContext) {
     r.put<{ Params: { id: string }; Body: RegisterBody | undefined }>('/deployments/:id', update, updateHandler);
     r.patch<{ Params: { id: string }; Body: RegisterBody | undefined }>('/deployments/:id', update, updateHandler);
 
-    r.delete<{ Params: { id: string }; Querystring: { force?: string } }>(
+    r.delete<{ Params: { id: string }; Querystring: { force?: 'true' | 'false' } }>(
       '/deployments/:id',
-      { schema: { params: idParam('id'), querystring: { type: 'object', properties: { force: { type: 'string' } } } } },
+      { schema: { params: idParam('id'), querystring: { type: 'object', properties: { force: { type: 'string', enum: ['true', 'false'] } } } } },
       async (req, reply) => {
         const id = req.params.id;
         checkDeploymentId(id);
-        // As Restate: removing without force is not implemented.
-        if (req.query.force !== 'true') return reply.status(501).send();
         if (!registry.deployment(id)) throw keelError('KEEL0004', { what: 'deployment', name: id });
+        // Restate answers 501 without force; Keel removes a drained deployment and says what keeps one in use.
+        if (req.query.force !== 'true') await checkDrained(ctx, id);
         await registry.remove(id);
         return reply.status(202).send();
       },
     );
   };
+}
+
+/** A deployment may go without force once no service's latest revision and no unfinished invocation needs it. */
+async function checkDrained(ctx: AdminContext, id: string): Promise<void> {
+  const active = ctx.registry.services().filter((s) => s.deployment_id === id).map((s) => s.name);
+  if (active.length > 0) {
+    throw new KeelError('KEEL0016', `deployment ${id} still serves the latest revision of ${active.join(', ')}; register a newer deployment first, or remove it with force=true`, 409);
+  }
+  let pinned = 0;
+  for await (const inv of ctx.source().invocations()) if (inv.deployment_id === id && inv.status !== 'completed') pinned++;
+  if (pinned > 0) {
+    throw new KeelError('KEEL0016', `${pinned} invocation(s) that are not completed are pinned to deployment ${id}; let them finish, or remove it with force=true (they will fail)`, 409);
+  }
 }
