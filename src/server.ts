@@ -15,6 +15,8 @@ import { directorySize_bytes } from './telemetry/disk.js';
 import { createTracing, KeelMetrics, type Telemetry } from './telemetry/index.js';
 
 /** A running Keel node: store, registry, partitions, invoker, ingress and admin servers. */
+const METRICS_LOAD_DELAY_MS = 1_000;
+
 export class KeelServer {
   private constructor(
     readonly config: Config,
@@ -66,10 +68,15 @@ export class KeelServer {
         throw err;
       }
       worker.start(invoker);
-      // prom-client loads after the start, in the background: the first scrape finds it there.
-      metrics.load().catch((err) => logger.error({ err, code: 'RT0006' }, 'cannot load the metrics registry'));
+      // prom-client loads a second after the start, in the background, out of the way of the first
+      // requests; a scrape before that loads it itself.
+      setTimeout(() => metrics.load().catch((err) => logger.error({ err, code: 'RT0006' }, 'cannot load the metrics registry')), METRICS_LOAD_DELAY_MS).unref();
+      const cpu = process.cpuUsage();
       logger.info(
         {
+          startup_ms: Math.round(performance.now()),
+          startup_cpu_ms: Math.round((cpu.user + cpu.system) / 1000),
+          code_cache: (globalThis as Record<symbol, unknown>)[Symbol.for('keel.code_cache')] ?? 'none',
           ingress: config.ingress.bind_address,
           admin: config.admin.bind_address,
           partitions: config.worker.partitions,

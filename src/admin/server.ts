@@ -22,7 +22,7 @@ import { metricsRoutes } from './metrics.js';
 import { partitionRoutes } from './partitions.js';
 import { QueryEngine } from './sql.js';
 import { uiRoutes } from './ui.js';
-import { compileSchemasLazily } from './validation.js';
+import { compileSchemasLazily } from '../ingress/validation.js';
 
 export { MAX_ADMIN_API_VERSION, MIN_ADMIN_API_VERSION, SERVER_VERSION } from './routes/meta.js';
 

@@ -8,6 +8,7 @@ import { bearerAuth } from './auth.js';
 import { edgeServerOptions, hardenServer, schemaError, type EdgeErrors } from './edge.js';
 import { invoke, type IngressRegistry } from './invoke.js';
 import { pathSegments } from './paths.js';
+import { compileSchemasLazily } from './validation.js';
 import { ingressError } from './respond.js';
 import { restateRoutes } from './restate-routes.js';
 
@@ -30,10 +31,9 @@ export async function createIngressServer(opts: { config: Config; registry: Ingr
   const app = Fastify({
     logger: false,
     bodyLimit: opts.config.ingress.request_size_limit_bytes,
-    // Route schemas check types, they do not convert them.
-    ajv: { customOptions: { coerceTypes: false, removeAdditional: false } },
     ...edgeServerOptions(edge),
   });
+  compileSchemasLazily(app);
   hardenServer(app, edge);
   bearerAuth(app, { tokens: opts.config.ingress.auth_tokens, realm: 'keel-ingress', open: (path) => path === '/restate/health', errors: INGRESS_ERRORS, logger: deps.logger });
   app.removeAllContentTypeParsers();

@@ -2,8 +2,9 @@ import { Ajv, type ValidateFunction } from 'ajv';
 import type { FastifyInstance, FastifySchema } from 'fastify';
 
 /**
- * Route schemas compiled on the first request that needs them, not at startup: compiling every
- * admin route's schema took a tenth of the server's start, and most routes are rarely called.
+ * Route schemas compiled on the first request that needs them, not at startup: compiling them
+ * (and Ajv's meta-schema first) took a sixth of the server's start, and most routes are rarely
+ * called. Shared by the ingress and the admin API.
  * The schemas are Keel's own, so they are not checked against the meta-schema; types are checked,
  * never converted ("yes" is not a boolean).
  */
