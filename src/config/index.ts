@@ -50,7 +50,7 @@ export interface Config {
   meta: { storage_path: string };
   worker: {
     partitions: number;
-    storage_db: { path: string; fsync: boolean };
+    storage_db: { path: string; fsync: boolean; log_retained_records: number };
     invoker: {
       inactivity_timeout_ms: number;
       abort_timeout_ms: number;
@@ -76,7 +76,7 @@ export interface Config {
   tracing: { endpoint: string | undefined };
 }
 
-type Kind = 'string' | 'url' | 'address' | 'duration' | 'timeout' | 'size' | 'int' | 'number' | 'bool' | 'attempts' | 'on_max' | 'log_format';
+type Kind = 'string' | 'url' | 'address' | 'duration' | 'timeout' | 'size' | 'int' | 'count' | 'number' | 'bool' | 'attempts' | 'on_max' | 'log_format';
 
 /** Every key the file and the KEEL_ variables may set: path, kind, where it lands, default. */
 const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
@@ -99,6 +99,7 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'worker.partitions', kind: 'int', dflt: 8 },
   { path: 'worker.storage_db.path', kind: 'string', dflt: undefined },
   { path: 'worker.storage_db.fsync', kind: 'bool', dflt: true },
+  { path: 'worker.storage_db.log_retained_records', kind: 'count', dflt: 100_000 },
   { path: 'worker.invoker.inactivity_timeout', kind: 'timeout', dflt: 60_000 },
   { path: 'worker.invoker.abort_timeout', kind: 'timeout', dflt: 600_000 },
   { path: 'worker.invoker.message_size_limit', kind: 'size', dflt: 32 * 1024 * 1024 },
@@ -163,6 +164,10 @@ function coerce(kind: Kind, raw: unknown): { ok: true; value: unknown } | { ok: 
     case 'int': {
       const n = typeof raw === 'number' ? raw : typeof raw === 'bigint' ? Number(raw) : text !== undefined && /^\d+$/.test(text) ? Number(text) : NaN;
       return Number.isInteger(n) && n > 0 ? { ok: true, value: n } : { ok: false, why: 'expected a positive integer' };
+    }
+    case 'count': {
+      const n = typeof raw === 'number' ? raw : typeof raw === 'bigint' ? Number(raw) : text !== undefined && /^\d+$/.test(text) ? Number(text) : NaN;
+      return Number.isSafeInteger(n) && n >= 0 ? { ok: true, value: n } : { ok: false, why: 'expected a whole number >= 0' };
     }
     case 'number': {
       const n = typeof raw === 'number' ? raw : typeof raw === 'bigint' ? Number(raw) : text !== undefined ? Number(text) : NaN;
@@ -384,7 +389,7 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
     meta: { storage_path: v<string | undefined>('meta.storage_path') ?? join(baseDir, 'meta') },
     worker: {
       partitions: v<number>('worker.partitions'),
-      storage_db: { path: v<string | undefined>('worker.storage_db.path') ?? join(baseDir, 'worker'), fsync: v<boolean>('worker.storage_db.fsync') },
+      storage_db: { path: v<string | undefined>('worker.storage_db.path') ?? join(baseDir, 'worker'), fsync: v<boolean>('worker.storage_db.fsync'), log_retained_records: v<number>('worker.storage_db.log_retained_records') },
       invoker: {
         inactivity_timeout_ms: v<number>('worker.invoker.inactivity_timeout'),
         abort_timeout_ms: v<number>('worker.invoker.abort_timeout'),

@@ -82,9 +82,18 @@ export class PartitionProcessor implements AttemptHost {
     db: Db,
     writer: GroupWriter,
     partition: number,
-    options: { fsync: boolean; effects: Effects; owns?: (partitionKey: bigint) => boolean; max_live_invocations?: number; logger: Logger; metrics?: KeelMetrics },
+    options: {
+      fsync: boolean;
+      effects: Effects;
+      owns?: (partitionKey: bigint) => boolean;
+      max_live_invocations?: number;
+      /** 0 (the default here): every record is kept. */
+      log_retained_records?: number;
+      logger: Logger;
+      metrics?: KeelMetrics;
+    },
   ): Promise<PartitionProcessor> {
-    const log = await EmbeddedLog.open(db, partition, writer);
+    const log = await EmbeddedLog.open(db, partition, writer, options.log_retained_records ?? 0);
     const state = await loadState(db, partition);
     const maxLive = options.max_live_invocations ?? MAX_LIVE_INVOCATIONS_PER_PARTITION;
     const metrics = (options.metrics ?? new KeelMetrics()).partition(partition);

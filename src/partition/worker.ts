@@ -59,7 +59,13 @@ export class Worker implements Effects {
   async open(db: Db): Promise<void> {
     this.db = db;
     const writer = new GroupWriter(db);
-    const options = { fsync: this.config.worker.storage_db.fsync, effects: this, logger: this.logger, metrics: this.telemetry.metrics };
+    const options = {
+      fsync: this.config.worker.storage_db.fsync,
+      log_retained_records: this.config.worker.storage_db.log_retained_records,
+      effects: this,
+      logger: this.logger,
+      metrics: this.telemetry.metrics,
+    };
     const opened = await Promise.all(
       Array.from({ length: this.config.worker.partitions }, (_, p) =>
         PartitionProcessor.open(db, writer, p, { ...options, owns: (key) => this.partitionIndexOf(key) === p }),
