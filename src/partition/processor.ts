@@ -87,15 +87,22 @@ export class PartitionProcessor implements AttemptHost {
 
   /** Appends a command; resolves once it is durable and folded (its actions may still run). */
   append(kind: CommandKind): Promise<void> {
-    if (this.failure !== undefined) return Promise.reject(keelError('KEEL0503', { partition: this.partition, reason: this.failure.reason }));
-    if (this.closed) return Promise.reject(keelError('KEEL0502', { partition: this.partition }));
-    if (this.queue.length >= MAX_QUEUED_COMMANDS) return Promise.reject(keelError('KEEL0501', { partition: this.partition, queued: this.queue.length }));
+    const refusal = this.refusal();
+    if (refusal !== undefined) return Promise.reject(refusal);
     const command = { timestamp_ms: Date.now(), ...kind } as Command;
     this.checkOwnership(command);
     return new Promise((resolve, reject) => {
       this.queue.push({ command, resolve, reject });
       if (!this.writing) this.scheduleFlush();
     });
+  }
+
+  /** Why `append` would refuse a command now (stopped, closed, overloaded), or undefined. */
+  refusal(): Error | undefined {
+    if (this.failure !== undefined) return keelError('KEEL0503', { partition: this.partition, reason: this.failure.reason });
+    if (this.closed) return keelError('KEEL0502', { partition: this.partition });
+    if (this.queue.length >= MAX_QUEUED_COMMANDS) return keelError('KEEL0501', { partition: this.partition, queued: this.queue.length });
+    return undefined;
   }
 
   get health(): PartitionFailure | undefined {
