@@ -10,6 +10,7 @@ import { Registry } from './metadata/registry.js';
 import { Worker } from './partition/worker.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
 import { openWorkerStore, type Db } from './storage/store.js';
+import { SubscriptionManager } from './subscriptions/manager.js';
 
 /** A running Keel node: store, registry, partitions, invoker, ingress and admin servers. */
 export class KeelServer {
@@ -19,6 +20,7 @@ export class KeelServer {
     readonly db: Db,
     readonly registry: Registry,
     readonly worker: Worker,
+    readonly subscriptions: SubscriptionManager,
     readonly invoker: Invoker,
     readonly endpoints: EndpointClient,
     readonly ingress: FastifyInstance,
@@ -34,8 +36,10 @@ export class KeelServer {
       await worker.open(db);
       const endpoints = new EndpointClient();
       const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }));
+      const subscriptions = new SubscriptionManager({ config, registry, worker, logger: logger.child({ component: 'subscriptions' }) });
       const ingress = await createIngressServer({ config, registry, worker, logger });
-      const admin = await createAdminServer({ config, registry, logger, introspection: new WorkerIntrospection(worker), failures: () => worker.failures() });
+      const introspection = new WorkerIntrospection(worker, subscriptions);
+      const admin = await createAdminServer({ config, registry, logger, introspection, failures: () => worker.failures() });
       await listen(ingress, config.ingress.bind_address, 'ingress');
       try {
         await listen(admin, config.admin.bind_address, 'admin');
@@ -44,11 +48,13 @@ export class KeelServer {
         throw err;
       }
       worker.start(invoker);
+      // Consumers start once the partitions have recovered: positions are read from them.
+      subscriptions.start();
       logger.info(
         { ingress: config.ingress.bind_address, admin: config.admin.bind_address, partitions: config.worker.partitions, fsync: config.worker.storage_db.fsync },
         'keel is ready',
       );
-      return new KeelServer(config, logger, db, registry, worker, invoker, endpoints, ingress, admin);
+      return new KeelServer(config, logger, db, registry, worker, subscriptions, invoker, endpoints, ingress, admin);
     } catch (err) {
       await registry?.close().catch(() => {});
       await db.close().catch(() => {});
@@ -57,7 +63,7 @@ export class KeelServer {
   }
 
   async stop(): Promise<void> {
-    await Promise.allSettled([this.ingress.close(), this.admin.close()]);
+    await Promise.allSettled([this.ingress.close(), this.admin.close(), this.subscriptions.stop()]);
     await this.worker.stop();
     this.endpoints.close();
     await this.registry.close();

@@ -23,7 +23,12 @@ export interface KafkaCluster {
 
 export interface Config {
   base_dir: string;
-  ingress: { bind_address: string; kafka_clusters: KafkaCluster[] };
+  ingress: {
+    bind_address: string;
+    kafka_clusters: KafkaCluster[];
+    /** Per subscription: past this many invocations not completed, its consumer pauses. */
+    kafka_max_pending_invocations: number;
+  };
   admin: { bind_address: string };
   meta: { storage_path: string };
   worker: {
@@ -52,6 +57,7 @@ type Kind = 'string' | 'address' | 'duration' | 'size' | 'int' | 'number' | 'boo
 const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'base_dir', kind: 'string', dflt: './keel-data' },
   { path: 'ingress.bind_address', kind: 'address', dflt: '0.0.0.0:8080' },
+  { path: 'ingress.kafka_max_pending_invocations', kind: 'int', dflt: 10_000 },
   { path: 'admin.bind_address', kind: 'address', dflt: '0.0.0.0:9070' },
   { path: 'meta.storage_path', kind: 'string', dflt: undefined },
   { path: 'worker.partitions', kind: 'int', dflt: 8 },
@@ -307,7 +313,7 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
   const baseDir = v<string>('base_dir');
   return {
     base_dir: baseDir,
-    ingress: { bind_address: v<string>('ingress.bind_address'), kafka_clusters },
+    ingress: { bind_address: v<string>('ingress.bind_address'), kafka_clusters, kafka_max_pending_invocations: v<number>('ingress.kafka_max_pending_invocations') },
     admin: { bind_address: v<string>('admin.bind_address') },
     meta: { storage_path: v<string | undefined>('meta.storage_path') ?? join(baseDir, 'meta') },
     worker: {
