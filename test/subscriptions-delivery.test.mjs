@@ -64,12 +64,25 @@ t.test('service and object sinks: every record once, with its headers, each key 
       get: restate.handlers.object.shared(async (ctx) => ({ offsets: (await ctx.get('offsets')) ?? [], items: (await ctx.get('items')) ?? [] })),
     },
   });
+  const runs = [];
+  const signup = restate.workflow({
+    name: 'Signup',
+    handlers: {
+      run: async (ctx, input) => {
+        runs.push({ key: ctx.key, i: input.i });
+        return `welcome ${ctx.key}`;
+      },
+    },
+  });
   const keel = await keelOn(t, mock);
-  await register(keel, await serveServices(t, [orders, ledger]));
+  await register(keel, await serveServices(t, [orders, ledger, signup]));
+  await mock.createTopic('signups', 1);
   await mock.produce('orders', records(40, 7));
   await mock.produce('events', records(300, 10));
+  await mock.produce('signups', [{ key: 'ann', value: '{"i":1}' }, { key: 'bob', value: '{"i":2}' }, { key: 'ann', value: '{"i":3}' }]);
   const ordersSub = await subscribe(t, keel, 'orders', 'service://Orders/process');
   const eventsSub = await subscribe(t, keel, 'events', 'service://Ledger/add');
+  const signupsSub = await subscribe(t, keel, 'signups', 'service://Signup/run');
 
   await eventually(() => seen.length >= 40, { timeout_ms: 30_000 });
   const byI = new Map(seen.map((s) => [s.input.i, s]));
@@ -95,7 +108,14 @@ t.test('service and object sinks: every record once, with its headers, each key 
     t.same(s.offsets, [...s.offsets].sort((a, b) => a - b), `key k${k}: offsets ascend`);
   }
 
-  const rows = await query(keel, `SELECT invoked_by, invoked_by_subscription_id, COUNT(*) AS n FROM sys_invocation WHERE target_handler_name <> 'get' GROUP BY invoked_by, invoked_by_subscription_id ORDER BY n`);
+  // A workflow's run handler as the sink: each key is a workflow id; a key that ran does not run again.
+  await eventually(async () => (await status(keel, signupsSub)).partitions[0]?.position === 3);
+  t.same(runs.map((r) => r.key).sort(), ['ann', 'bob'], 'one run per workflow id');
+  t.equal(runs.find((r) => r.key === 'ann').i, 1, "the first record of a key starts its run");
+  const output = await fetch(`${keel.ingress}/restate/workflow/Signup/ann/output`);
+  t.equal(await output.json(), 'welcome ann');
+
+  const rows = await query(keel, `SELECT invoked_by, invoked_by_subscription_id, COUNT(*) AS n FROM sys_invocation WHERE target_handler_name IN ('process', 'add') GROUP BY invoked_by, invoked_by_subscription_id ORDER BY n`);
   t.same(rows, [
     { invoked_by: 'subscription', invoked_by_subscription_id: ordersSub, n: 40 },
     { invoked_by: 'subscription', invoked_by_subscription_id: eventsSub, n: 300 },
@@ -111,6 +131,7 @@ t.test('service and object sinks: every record once, with its headers, each key 
   t.ok(st.partitions.every((p) => p.position === p.high_watermark && p.assigned), JSON.stringify(st.partitions));
   const sql = await query(keel, `SELECT subscription_id, SUM(records_delivered) AS delivered, SUM(lag) AS lag, COUNT(*) AS partitions FROM sys_subscription_partition GROUP BY subscription_id ORDER BY delivered`);
   t.same(sql, [
+    { subscription_id: signupsSub, delivered: 3, lag: 0, partitions: 1 },
     { subscription_id: ordersSub, delivered: 40, lag: 0, partitions: 4 },
     { subscription_id: eventsSub, delivered: 300, lag: 0, partitions: 3 },
   ]);
@@ -171,7 +192,7 @@ t.test('a broker down at start and mid-stream: warnings naming the subscription,
   const mock = await startKafkaMock(t, { control: true });
   await mock.createTopic('flaky', 2);
   const keel = await keelOn(t, mock);
-  await register(keel, await serveServices(t, [ledgerObject('Ledger')]));
+  await register(keel, await serveServices(t, [ledgerObject('Ledger'), ledgerObject('Ghosts')]));
   await mock.down(1);
   const sub = await subscribe(t, keel, 'flaky', 'service://Ledger/add');
   const warnings = () => keel.logLines('KEEL0601').filter((l) => l.subscription === sub);
@@ -184,6 +205,14 @@ t.test('a broker down at start and mid-stream: warnings naming the subscription,
   await mock.produce('flaky', records(20, 4));
   await itemsByKey(keel, 'Ledger', 4, 20);
 
+  // A topic that does not exist: warned about, retried, consumed once it appears.
+  await mock.topicError('ghost', 3); // UNKNOWN_TOPIC_OR_PARTITION in metadata
+  const ghost = await subscribe(t, keel, 'ghost', 'service://Ghosts/add', { ...QUICK, 'reconnect.backoff.max.ms': '1000' });
+  await eventually(() => keel.logLines('KEEL0601').some((l) => l.subscription === ghost && /ghost/.test(l.msg)), { timeout_ms: 20_000 });
+  await mock.topicError('ghost', 0);
+  await mock.produce('ghost', records(3, 1));
+  await itemsByKey(keel, 'Ghosts', 1, 3, 30_000);
+
   // Mid-stream: the broker goes away while the consumer is in its group.
   const before = warnings().length;
   await mock.down(1);
@@ -194,6 +223,7 @@ t.test('a broker down at start and mid-stream: warnings naming the subscription,
   const items = await itemsByKey(keel, 'Ledger', 4, 40, 60_000);
   for (const [k, list] of items.entries()) t.same(list, [...Array(10).keys()].map((j) => j * 4 + k), `key k${k}: 10 records once each, in order`);
   t.equal(keel.proc.exitCode, null, 'Keel kept running');
+  t.equal(keel.logLines('KEEL0601').filter((l) => l.level >= 50).length, 0, 'warnings, not errors');
 });
 
 t.test('back-pressure: consumption pauses while the sink has too many invocations pending, the lag shows, and it resumes by itself', async (t) => {
@@ -288,4 +318,31 @@ t.test('options Keel cannot honour are refused with META0009', async (t) => {
     t.equal(r.json.restate_code, 'META0009');
     t.match(r.json.message, why);
   }
+});
+
+t.test('a rebalance: another member takes partitions and rewinds the group commits; Keel resumes from its own positions', async (t) => {
+  const mock = await startKafkaMock(t, { control: true });
+  await mock.createTopic('shared', 4);
+  const keel = await keelOn(t, mock);
+  await register(keel, await serveServices(t, [ledgerObject('Ledger')]));
+  await mock.produce('shared', records(40, 8));
+  const sub = await subscribe(t, keel, 'shared', 'service://Ledger/add');
+  await itemsByKey(keel, 'Ledger', 8, 40);
+
+  // A second member of the subscription's group (the group id is the subscription id).
+  const other = mock.kafka().consumer({ groupId: sub, sessionTimeout: 3000, heartbeatInterval: 300, rebalanceTimeout: 4000 });
+  let held = [];
+  other.on(other.events.GROUP_JOIN, (e) => (held = e.payload.memberAssignment.shared ?? []));
+  await other.connect();
+  await other.subscribe({ topics: ['shared'], fromBeginning: true });
+  await other.run({ autoCommit: false, eachBatchAutoResolve: false, eachBatch: async () => {} });
+  t.teardown(() => other.disconnect().catch(() => {}));
+  await eventually(async () => held.length > 0 && (await status(keel, sub)).partitions.filter((p) => p.assigned).length === 4 - held.length, { timeout_ms: 30_000 });
+  // It rewinds the group's committed offsets: Keel does not read them back.
+  await other.commitOffsets(held.map((partition) => ({ topic: 'shared', partition, offset: '0' })));
+  await mock.produce('shared', records(40, 8, 40));
+  await other.disconnect();
+  await eventually(async () => (await status(keel, sub)).partitions.filter((p) => p.assigned).length === 4, { timeout_ms: 30_000 });
+  const items = await itemsByKey(keel, 'Ledger', 8, 80, 30_000);
+  for (const [k, list] of items.entries()) t.same(list, [...Array(10).keys()].map((j) => j * 8 + k), `key k${k}: 10 records once each, in order`);
 });
