@@ -290,7 +290,11 @@ export class Worker implements Effects {
       return;
     }
     lane.blocked_from = seq;
-    this.logger.warn({ err, seq, source: source.partition, target: target.partition, retry_in_ms: retry_ms }, 'outbox delivery refused; retrying in order');
+    const code = (err as { code?: unknown }).code;
+    this.logger.warn(
+      { err, code: typeof code === 'string' ? code : 'KEEL0501', seq, source: source.partition, target: target.partition, retry_in_ms: retry_ms },
+      'outbox delivery refused; retrying in order',
+    );
     this.at(Date.now() + retry_ms, async () => {
       const from = lane.blocked_from ?? seq;
       lane.blocked_from = undefined;
