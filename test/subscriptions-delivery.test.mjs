@@ -81,7 +81,7 @@ t.test('service and object sinks: every record once, with its headers, each key 
   await mock.produce('events', records(300, 10));
   await mock.produce('signups', [{ key: 'ann', value: '{"i":1}' }, { key: 'bob', value: '{"i":2}' }, { key: 'ann', value: '{"i":3}' }]);
   const ordersSub = await subscribe(t, keel, 'orders', 'service://Orders/process');
-  const eventsSub = await subscribe(t, keel, 'events', 'service://Ledger/add');
+  const eventsSub = await subscribe(t, keel, 'events', 'service://Ledger/add', { ...QUICK, 'auto.commit.interval.ms': '300' });
   const signupsSub = await subscribe(t, keel, 'signups', 'service://Signup/run');
 
   await eventually(() => seen.length >= 40, { timeout_ms: 30_000 });
@@ -129,6 +129,16 @@ t.test('service and object sinks: every record once, with its headers, each key 
   t.match(st, { id: eventsSub, state: 'consuming', consumer_group: eventsSub, pending_invocations: 0 });
   t.equal(st.partitions.reduce((n, p) => n + p.records_delivered, 0), 300);
   t.ok(st.partitions.every((p) => p.position === p.high_watermark && p.assigned), JSON.stringify(st.partitions));
+  // Kafka tools see the positions too: Keel commits them to the group (for visibility only).
+  const kafkaAdmin = mock.kafka().admin();
+  await kafkaAdmin.connect();
+  t.teardown(() => kafkaAdmin.disconnect());
+  const committed = await eventually(async () => {
+    const [{ partitions }] = await kafkaAdmin.fetchOffsets({ groupId: eventsSub, topics: ['events'] });
+    const sorted = partitions.map((p) => [p.partition, Number(p.offset)]).sort((a, b) => a[0] - b[0]);
+    return sorted.every(([p, o]) => o === st.partitions[p].position) ? sorted : undefined;
+  });
+  t.equal(committed.length, 3, 'the group commits equal the positions');
   const sql = await query(keel, `SELECT subscription_id, SUM(records_delivered) AS delivered, SUM(lag) AS lag, COUNT(*) AS partitions FROM sys_subscription_partition GROUP BY subscription_id ORDER BY delivered`);
   t.same(sql, [
     { subscription_id: signupsSub, delivered: 3, lag: 0, partitions: 1 },
