@@ -8,8 +8,9 @@
 // other, so records of one key reach their object in offset order.
 //
 // Back-pressure: at most one chunk per topic partition is on its way to the log, and the consumer
-// pauses while the subscription's invocations that have not completed exceed the limit, or while
-// its sink is not registered; a timer resumes it.
+// pauses while the subscription's invocations that have not completed exceed the limit (checked
+// before each chunk, so it overshoots by one chunk per topic partition at most), or while its sink
+// is not registered; a timer resumes it.
 
 import type { Config, KafkaCluster } from '../config/index.js';
 import type { Logger } from '../common/logger.js';
@@ -166,8 +167,13 @@ export class SubscriptionRunner {
     const p = records[0]!.partition;
     const positionKey = positionPartitionKey(this.subscription.id, this.topic, p);
     const processor = this.deps.worker.partitionOf(positionKey);
+    let first = true;
     for (const chunk of chunks(records)) {
       if (this.stopped) throw new Error('the subscription is stopping');
+      // Past the limit, the rest of the batch waits in Kafka: the consumer delivers it again once
+      // it resumes (the chunks already in the log are dropped then, below the stored position).
+      if (!first && this.checkPending()) throw Object.assign(new Error('paused by back-pressure'), { quiet: true });
+      first = false;
       await processor.append({ kind: 'subscription_records', subscription_records: this.command(sink, chunk, positionKey, processor) });
     }
     this.checkPending();
@@ -196,11 +202,14 @@ export class SubscriptionRunner {
     return n;
   }
 
-  private checkPending(): void {
+  /** Pauses the consumer when the subscription has too many invocations pending; true when it is paused. */
+  private checkPending(): boolean {
+    if (this.blocked) return true;
     const limit = this.deps.config.ingress.kafka_max_pending_invocations;
     const pending = this.pendingInvocations();
-    if (pending < limit || this.blocked) return;
+    if (pending < limit) return false;
     this.block({ kind: 'pending', reason: `${pending} of its invocations have not completed (ingress.kafka_max_pending_invocations = ${limit})` });
+    return true;
   }
 
   private block(b: Block): void {
