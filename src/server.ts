@@ -11,6 +11,8 @@ import { Worker } from './partition/worker.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
 import { openWorkerStore, type Db } from './storage/store.js';
 import { SubscriptionManager } from './subscriptions/manager.js';
+import { directorySize_bytes } from './telemetry/disk.js';
+import { createTracing, KeelMetrics, type Telemetry } from './telemetry/index.js';
 
 /** A running Keel node: store, registry, partitions, invoker, ingress and admin servers. */
 export class KeelServer {
@@ -25,21 +27,34 @@ export class KeelServer {
     readonly endpoints: EndpointClient,
     readonly ingress: FastifyInstance,
     readonly admin: FastifyInstance,
+    readonly telemetry: Telemetry,
   ) {}
 
-  static async start(config: Config, logger = createLogger(config.log.level, config.log.format)): Promise<KeelServer> {
+  /** Without a logger of the caller's, the server's own counts coded warn/error lines (`keel_errors_total`). */
+  static async start(config: Config, logger?: Logger): Promise<KeelServer> {
+    const metrics = new KeelMetrics({ processMetrics: true });
+    logger ??= createLogger(config.log.level, config.log.format, (code) => metrics.error(code));
     const db = await openWorkerStore(config.worker.storage_db.path);
     let registry: Registry | undefined;
+    const tracing = await createTracing(config.tracing.endpoint, logger.child({ component: 'tracing' }));
+    const telemetry: Telemetry = { metrics, tracing };
     try {
       registry = await Registry.open(config, logger.child({ component: 'metadata' }));
-      const worker = new Worker(config, logger.child({ component: 'worker' }));
-      await worker.open(db);
+      const known = registry;
+      metrics.knownTarget = (service, handler) => known.handler(service, handler) !== undefined;
+      const worker = new Worker(config, logger.child({ component: 'worker' }), telemetry);
+      await worker.open(db).catch((err: unknown) => {
+        if (err instanceof KeelError) throw err;
+        // A read that fails its checksum, or state that breaks an invariant: never run on it.
+        throw new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(err as Error)?.message ?? String(err)}`, 500, { cause: err });
+      });
       const endpoints = new EndpointClient();
-      const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }));
+      const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }), telemetry);
+      sampleQueues(metrics, config, worker, invoker, endpoints);
       const subscriptions = new SubscriptionManager({ config, registry, worker, logger: logger.child({ component: 'subscriptions' }) });
-      const ingress = await createIngressServer({ config, registry, worker, logger });
+      const ingress = await createIngressServer({ config, registry, worker, logger, telemetry });
       const introspection = new WorkerIntrospection(worker, subscriptions);
-      const admin = await createAdminServer({ config, registry, logger, introspection, failures: () => worker.failures() });
+      const admin = await createAdminServer({ config, registry, logger, introspection, failures: () => worker.failures(), metrics });
       await listen(ingress, config.ingress.bind_address, 'ingress');
       try {
         await listen(admin, config.admin.bind_address, 'admin');
@@ -50,12 +65,21 @@ export class KeelServer {
       worker.start(invoker);
       // Consumers start once the partitions have recovered: positions are read from them.
       subscriptions.start();
+      // prom-client loads after the start, in the background: the first scrape finds it there.
+      metrics.load().catch((err) => logger.error({ err, code: 'RT0006' }, 'cannot load the metrics registry'));
       logger.info(
-        { ingress: config.ingress.bind_address, admin: config.admin.bind_address, partitions: config.worker.partitions, fsync: config.worker.storage_db.fsync },
+        {
+          ingress: config.ingress.bind_address,
+          admin: config.admin.bind_address,
+          partitions: config.worker.partitions,
+          fsync: config.worker.storage_db.fsync,
+          ...(config.tracing.endpoint ? { tracing: config.tracing.endpoint } : {}),
+        },
         'keel is ready',
       );
-      return new KeelServer(config, logger, db, registry, worker, subscriptions, invoker, endpoints, ingress, admin);
+      return new KeelServer(config, logger, db, registry, worker, subscriptions, invoker, endpoints, ingress, admin, telemetry);
     } catch (err) {
+      await tracing.shutdown().catch(() => {});
       await registry?.close().catch(() => {});
       await db.close().catch(() => {});
       throw err;
@@ -68,7 +92,27 @@ export class KeelServer {
     this.endpoints.close();
     await this.registry.close();
     await this.db.close();
+    // Spans still waiting for their batch are exported before the process goes.
+    await this.telemetry.tracing.shutdown().catch((err) => this.logger.warn({ err, code: 'KEEL0601' }, 'cannot export the last traces'));
   }
+}
+
+/** Queue depths, invocations by status and store sizes for /metrics, read at scrape time. */
+function sampleQueues(metrics: KeelMetrics, config: Config, worker: Worker, invoker: Invoker, endpoints: EndpointClient): void {
+  metrics.sample({
+    invoker: () => invoker.depths(),
+    endpoints: () => endpoints.http2Stats(),
+    partitions: () =>
+      worker.processors.map((p) => {
+        const invocations = new Map<string, number>();
+        for (const s of p.state.invocations.values()) if (s.status !== 'completed') invocations.set(s.status, (invocations.get(s.status) ?? 0) + 1);
+        return { partition: p.partition, queued_commands: p.info().queued_commands, outbox_entries: p.state.outbox.size, invocations };
+      }),
+    storeSizes: async () => [
+      { store: 'worker', bytes: await directorySize_bytes(config.worker.storage_db.path) },
+      { store: 'meta', bytes: await directorySize_bytes(config.meta.storage_path) },
+    ],
+  });
 }
 
 async function listen(app: FastifyInstance, address: string, what: string): Promise<void> {

@@ -43,6 +43,7 @@ const expectedDefaults = {
   },
   default_retry_policy: { initial_interval_ms: 500, exponentiation_factor: 2, max_interval_ms: 60_000, max_attempts: 70, on_max_attempts: 'pause' },
   default_journal_retention_ms: 86_400_000,
+  tracing: { endpoint: undefined },
 };
 
 t.test('defaults without a file', async (t) => {
@@ -104,6 +105,13 @@ t.test('KEEL_ environment variables win over the file', async (t) => {
   t.equal(c.worker.storage_db.path, '/data/worker');
 });
 
+t.test('tracing.endpoint: off by default, set from the file or KEEL_TRACING__ENDPOINT', async (t) => {
+  t.equal(loadConfig(undefined, {}).tracing.endpoint, undefined);
+  const file = writeToml(t, `[tracing]\nendpoint = "http://collector:4318"\n`);
+  t.equal(loadConfig(file, {}).tracing.endpoint, 'http://collector:4318');
+  t.equal(loadConfig(file, { KEEL_TRACING__ENDPOINT: 'https://otel.example/v1/traces' }).tracing.endpoint, 'https://otel.example/v1/traces');
+});
+
 t.test('bad values: RT0002 naming the file, the line and the key, or the variable', async (t) => {
   const bad = [
     [`[ingress]\nbind_address = "nope"\n`, 2, 'ingress.bind_address'],
@@ -112,6 +120,7 @@ t.test('bad values: RT0002 naming the file, the line and the key, or the variabl
     [`[worker.invoker]\nmessage_size_limit = "lots"\n`, 2, 'worker.invoker.message_size_limit'],
     [`[default_retry_policy]\non_max_attempts = "explode"\n`, 2, 'default_retry_policy.on_max_attempts'],
     [`[default_retry_policy]\nmax_attempts = -1\n`, 2, 'default_retry_policy.max_attempts'],
+    [`[tracing]\nendpoint = "localhost:4318"\n`, 2, 'tracing.endpoint'],
   ];
   for (const [text, line, key] of bad) {
     const file = writeToml(t, text);
@@ -121,6 +130,7 @@ t.test('bad values: RT0002 naming the file, the line and the key, or the variabl
     ['KEEL_WORKER__INVOKER__ABORT_TIMEOUT', 'soon', 'worker.invoker.abort_timeout'],
     ['KEEL_INGRESS__BIND_ADDRESS', '127.0.0.1:99999', 'ingress.bind_address'],
     ['KEEL_WORKER__PARTITIONS', 'many', 'worker.partitions'],
+    ['KEEL_TRACING__ENDPOINT', 'grpc://collector:4317', 'tracing.endpoint'],
   ];
   for (const [name, value, key] of envBad) {
     rt0002(t, () => loadConfig(undefined, { [name]: value }), [name, key], name);

@@ -312,3 +312,30 @@ t.test('subscription_records: records of one object key run one at a time, in of
   t.same(p.state.inboxes.get('Obj/k').map((e) => e.id), [ids.get(2).text, ids.get(3).text]);
   t.same(find(completeWith(p, ids.get(1), 1), 'start').map((a) => a.id), [ids.get(2).text]);
 });
+
+t.test('the live index holds exactly the invocations that have not completed', async (t) => {
+  const p = partition();
+  const [a, b] = [serviceId(), serviceId()];
+  p.apply(invoke(a));
+  p.apply(invoke(b));
+  const liveKeys = () => [...p.store.keys()].filter((k) => k.startsWith('p0/s/live/')).map((k) => k.slice('p0/s/live/'.length)).sort();
+  t.same(liveKeys(), [a.text, b.text].sort());
+  completeWith(p, a, 1);
+  t.same(liveKeys(), [b.text], 'a completed invocation leaves it');
+  p.apply({ kind: 'manage', manage: { invocation_id: b.bytes, action: ManageAction.KILL } });
+  t.same(liveKeys(), [], 'so does a killed one');
+});
+
+t.test('a completion indexes when its journal and then all of it expire; purges remove the entries', async (t) => {
+  const p = partition();
+  const id = serviceId();
+  p.apply(invoke(id, { completion_retention_ms: 60_000, journal_retention_ms: 10_000 }));
+  completeWith(p, id, 'x');
+  const done = p.status(id).completed_at_ms;
+  const expiry = () => [...p.store].filter(([k]) => k.startsWith('p0/s/expiry/')).map(([k, v]) => [Number(k.split('/')[3]), v.toString()]).sort((a, b) => a[0] - b[0]);
+  t.same(expiry(), [[done + 10_000, 'journal'], [done + 60_000, 'all']]);
+  p.apply({ kind: 'purge', purge: { invocation_id: id.bytes, journal_only: true } });
+  t.same(expiry(), [[done + 60_000, 'all']], 'the journal is gone, the rest is due later');
+  p.apply({ kind: 'purge', purge: { invocation_id: id.bytes } });
+  t.same(expiry(), [], 'nothing left to expire');
+});

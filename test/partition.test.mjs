@@ -201,7 +201,7 @@ t.test('outbox: a refused delivery holds back later entries for the same partiti
   // The target refuses the first delivery (as an overloaded partition does), then takes everything.
   let refusals = 1;
   const refusal = target.refusal.bind(target);
-  target.refusal = () => (refusals-- > 0 ? new Error('KEEL0501 overloaded (test)') : refusal());
+  target.refusal = (kind) => (refusals-- > 0 ? new Error('KEEL0501 overloaded (test)') : refusal(kind));
   await source.append(subscriptionRecords([0, 1], highKey, { local: false }));
   // A later batch of the source: its entries must not overtake the refused ones.
   await source.append(subscriptionRecords([2, 3], highKey, { local: false }));
@@ -218,4 +218,22 @@ t.test('outbox: a refused delivery holds back later entries for the same partiti
     if (c.kind === 'invoke') seqs.push(c.source_seq);
   }
   t.same(seqs, [1, 2, 3, 4]);
+});
+
+t.test('past its bound of live invocations a partition refuses new ones with 503, and takes them again once some complete', async (t) => {
+  const { db, effects } = await setup(t);
+  const p = await PartitionProcessor.open(db, new GroupWriter(db), 0, { fsync: false, effects, max_live_invocations: 3, logger: silentLogger });
+  const ids = [];
+  for (let i = 0; i < 3; i++) {
+    const cmd = invoke(i);
+    await p.append(cmd);
+    ids.push(cmd.invoke.invocation_id);
+  }
+  await t.rejects(p.append(invoke(3)), { code: 'KEEL0501', status: 503 });
+  // Completing one makes room (other commands are never refused for this).
+  const output = Buffer.from([0x0a, 0x03, 0x0a, 0x01, 0x31]);
+  await p.append({ kind: 'journal_append', journal_append: { invocation_id: ids[0], epoch: 0, entry_type: 0x0401, entry: output } });
+  await p.append({ kind: 'attempt_ended', attempt_ended: { invocation_id: ids[0], epoch: 0, outcome: 0 } });
+  await p.append(invoke(4));
+  t.equal(p.state.live.size, 3);
 });

@@ -145,7 +145,7 @@ t.test('service and object sinks: every record once, with its headers, each key 
     { subscription_id: ordersSub, delivered: 40, lag: 0, partitions: 4 },
     { subscription_id: eventsSub, delivered: 300, lag: 0, partitions: 3 },
   ]);
-  t.equal(keel.logLines('KEEL0601').length, 0, 'no consumer warnings');
+  t.equal(keel.logLines('KEEL0701').length, 0, 'no consumer warnings');
 });
 
 /** A virtual object whose state lists the offsets and items it was given, in order. */
@@ -207,11 +207,11 @@ t.test('a broker down at start and mid-stream: warnings naming the subscription,
   await register(keel, await serveServices(t, [ledgerObject('Ledger'), ledgerObject('Ghosts')]));
   await mock.down(1);
   const sub = await subscribe(t, keel, 'flaky', 'service://Ledger/add');
-  const warnings = () => keel.logLines('KEEL0601').filter((l) => l.subscription === sub);
+  const warnings = () => keel.logLines('KEEL0701').filter((l) => l.subscription === sub);
   await eventually(() => warnings().length > 0, { timeout_ms: 20_000 });
   t.match(warnings()[0], { level: 40, subscription: sub, source: 'kafka://mock/flaky', msg: new RegExp(sub) }, 'a warning with code and subscription');
   t.equal((await ingress(keel, '/Ledger/k0/get')).status, 200, 'the ingress serves meanwhile');
-  t.match(await status(keel, sub), { state: 'starting', last_warning: { code: 'KEEL0601' } });
+  t.match(await status(keel, sub), { state: 'starting', last_warning: { code: 'KEEL0701' } });
 
   await mock.up(1);
   await mock.produce('flaky', records(20, 4));
@@ -220,7 +220,7 @@ t.test('a broker down at start and mid-stream: warnings naming the subscription,
   // A topic that does not exist: warned about, retried, consumed once it appears.
   await mock.topicError('ghost', 3); // UNKNOWN_TOPIC_OR_PARTITION in metadata
   const ghost = await subscribe(t, keel, 'ghost', 'service://Ghosts/add', { ...QUICK, 'reconnect.backoff.max.ms': '1000' });
-  await eventually(() => keel.logLines('KEEL0601').some((l) => l.subscription === ghost && /ghost/.test(l.msg)), { timeout_ms: 20_000 });
+  await eventually(() => keel.logLines('KEEL0701').some((l) => l.subscription === ghost && /ghost/.test(l.msg)), { timeout_ms: 20_000 });
   await mock.topicError('ghost', 0);
   await mock.produce('ghost', records(3, 1));
   await itemsByKey(keel, 'Ghosts', 1, 3, 30_000);
@@ -235,7 +235,7 @@ t.test('a broker down at start and mid-stream: warnings naming the subscription,
   const items = await itemsByKey(keel, 'Ledger', 4, 40, 60_000);
   for (const [k, list] of items.entries()) t.same(list, [...Array(10).keys()].map((j) => j * 4 + k), `key k${k}: 10 records once each, in order`);
   t.equal(keel.proc.exitCode, null, 'Keel kept running');
-  t.equal(keel.logLines('KEEL0601').filter((l) => l.level >= 50).length, 0, 'warnings, not errors');
+  t.equal(keel.logLines('KEEL0701').filter((l) => l.level >= 50).length, 0, 'warnings, not errors');
 });
 
 t.test('back-pressure: consumption pauses while the sink has too many invocations pending, the lag shows, and it resumes by itself', async (t) => {
@@ -269,8 +269,8 @@ t.test('back-pressure: consumption pauses while the sink has too many invocation
     return s.partitions[0]?.lag === 506 ? s : undefined;
   });
   t.match(lagging.partitions[0], { position: 500, high_watermark: 1006, lag: 506 }, 'the rest waits in Kafka');
-  t.equal(keel.logLines('KEEL0604').length, 1, 'the pause is logged once, with its code');
-  t.equal(keel.logLines('KEEL0601').length, 0, 'and is no warning');
+  t.equal(keel.logLines('KEEL0704').length, 1, 'the pause is logged once, with its code');
+  t.equal(keel.logLines('KEEL0701').length, 0, 'and is no warning');
 
   // The handlers finish: below half the limit, consumption resumes on its own.
   const release = setInterval(() => waiting.splice(0).forEach((r) => r()), 20);
@@ -311,7 +311,7 @@ t.test('deleting a subscription stops its consumer; a sink that is gone pauses i
     const s = await status(keel, other);
     return s.state === 'paused' ? s : undefined;
   }, { timeout_ms: 20_000 });
-  t.match(st, { reason: /not registered/, last_warning: { code: 'KEEL0603' } });
+  t.match(st, { reason: /not registered/, last_warning: { code: 'KEEL0703' } });
   await register(keel, uri);
   const items = await eventually(async () => {
     const r = await ingress(keel, '/Ledger/k0/get');

@@ -5,6 +5,7 @@ import type { InvocationStatus } from '../partition/state.js';
 import type { Registry } from '../metadata/registry.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
 import { entryTypeName } from '../protocol/messages.js';
+import { traceIdOf } from '../telemetry/traceparent.js';
 
 export interface JournalRow {
   index: number;
@@ -362,7 +363,7 @@ export function invocationRow(s: InvocationStatus): Row {
     restarted_from: s.restarted_from ?? null,
     pinned_deployment_id: s.deployment_id ?? null,
     pinned_service_protocol_version: s.protocol_version ?? null,
-    trace_id: null,
+    trace_id: traceIdOf(s.traceparent) ?? null,
     journal_size: s.journal_length,
     journal_commands_size: null,
     created_at: ts(s.created_at_ms),

@@ -49,9 +49,11 @@ export interface Config {
   default_idempotency_retention_ms: number;
   default_workflow_completion_retention_ms: number;
   log: { level: string; format: 'pretty' | 'json' | 'auto' };
+  /** OTLP/HTTP receiver of traces; undefined: tracing is off. */
+  tracing: { endpoint: string | undefined };
 }
 
-type Kind = 'string' | 'address' | 'duration' | 'size' | 'int' | 'number' | 'bool' | 'attempts' | 'on_max' | 'log_format';
+type Kind = 'string' | 'url' | 'address' | 'duration' | 'size' | 'int' | 'number' | 'bool' | 'attempts' | 'on_max' | 'log_format';
 
 /** Every key the file and the KEEL_ variables may set: path, kind, where it lands, default. */
 const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
@@ -79,6 +81,7 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'default_workflow_completion_retention', kind: 'duration', dflt: 86_400_000 },
   { path: 'log.level', kind: 'string', dflt: 'info' },
   { path: 'log.format', kind: 'log_format', dflt: 'auto' },
+  { path: 'tracing.endpoint', kind: 'url', dflt: undefined },
 ];
 
 const ENV_PREFIX = 'KEEL_';
@@ -92,6 +95,12 @@ function coerce(kind: Kind, raw: unknown): { ok: true; value: unknown } | { ok: 
   switch (kind) {
     case 'string':
       return text !== undefined && text.length > 0 ? { ok: true, value: text } : { ok: false, why: 'expected a non-empty string' };
+    case 'url': {
+      const url = text !== undefined && URL.canParse(text) ? new URL(text) : undefined;
+      return url !== undefined && (url.protocol === 'http:' || url.protocol === 'https:')
+        ? { ok: true, value: text }
+        : { ok: false, why: 'expected an http:// or https:// URL such as "http://localhost:4318"' };
+    }
     case 'address': {
       if (text === undefined || !/^(\[[0-9a-fA-F:]+\]|[^:\s]+):\d{1,5}$/.test(text)) return { ok: false, why: 'expected "host:port"' };
       const port = Number(text.slice(text.lastIndexOf(':') + 1));
@@ -341,6 +350,7 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
     default_idempotency_retention_ms: v<number>('default_idempotency_retention'),
     default_workflow_completion_retention_ms: v<number>('default_workflow_completion_retention'),
     log: { level: v<string>('log.level'), format: v<'pretty' | 'json' | 'auto'>('log.format') },
+    tracing: { endpoint: v<string | undefined>('tracing.endpoint') },
   };
 }
 

@@ -86,6 +86,11 @@ export class EndpointClient {
     return this.pool.connections(origin);
   }
 
+  /** Pooled HTTP/2 connections and their streams, for the metrics. */
+  http2Stats(): { connections: number; streams: number } {
+    return this.pool.stats();
+  }
+
   close(): void {
     this.pool.close();
     this.agent.destroy();

@@ -7,6 +7,7 @@ import type { CommandKind, Header } from '../log/commands.js';
 import { resolveTarget } from '../metadata/targets.js';
 import type { HandlerSchema, ServiceSchema } from '../metadata/types.js';
 import type { Worker } from '../partition/worker.js';
+import type { IngressSpan, Telemetry } from '../telemetry/index.js';
 import { ingressError, respond } from './respond.js';
 
 /** What the ingress needs of the schema registry. */
@@ -27,6 +28,18 @@ export interface InvokeDeps {
   registry: IngressRegistry;
   worker: Worker;
   logger: Logger;
+  telemetry: Telemetry;
+}
+
+/** Counts the request in `keel_ingress_requests_in_flight` while `f` runs. */
+export async function inFlight<T>(deps: Pick<InvokeDeps, 'telemetry'>, f: () => Promise<T>): Promise<T> {
+  const gauge = deps.telemetry.metrics.ingressInFlight;
+  gauge.inc();
+  try {
+    return await f();
+  } finally {
+    gauge.inc(-1);
+  }
 }
 
 /**
@@ -35,7 +48,24 @@ export interface InvokeDeps {
  * `segments` is the decoded path after any `/restate/call|send` prefix; `forceSend` is set
  * by `/restate/send/...`.
  */
-export async function invoke(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], forceSend?: boolean): Promise<FastifyReply> {
+export function invoke(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], forceSend?: boolean): Promise<FastifyReply> {
+  const tracing = deps.telemetry.tracing;
+  if (!tracing.enabled) return inFlight(deps, () => invokeTarget(deps, req, reply, segments, forceSend, undefined));
+  const span = tracing.ingress(req.headers);
+  // The status is read from `reply`: what the handler resolves with is not always the reply.
+  return inFlight(deps, () => invokeTarget(deps, req, reply, segments, forceSend, span)).then(
+    (r) => {
+      span?.end(reply.statusCode);
+      return r;
+    },
+    (err: unknown) => {
+      span?.end((err as { status?: number }).status ?? 500);
+      throw err;
+    },
+  );
+}
+
+async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], forceSend: boolean | undefined, span: IngressSpan | undefined): Promise<FastifyReply> {
   const { registry, worker } = deps;
   if (segments.length < 2) return ingressError(reply, 'KEEL0011', `no route for ${req.url}`);
   const service = registry.service(segments[0]!);
@@ -74,6 +104,7 @@ export async function invoke(deps: InvokeDeps, req: FastifyRequest, reply: Fasti
   if (target.workflow_run && idempotencyKey) return ingressError(reply, 'KEEL0012', 'the idempotency key is not supported for workflow run handlers');
 
   void reply.header('x-restate-id', target.id.text);
+  span?.target(service.name, handler.name, target.id.text);
   // Only workflow runs and idempotent requests have ids that can already exist.
   const existing = target.deterministic ? worker.invocation(target.id) : undefined;
   if (existing !== undefined) {
@@ -104,6 +135,7 @@ export async function invoke(deps: InvokeDeps, req: FastifyRequest, reply: Fasti
       journal_retention_ms: target.journal_retention_ms,
       ...(idempotencyKey ? { idempotency_key: idempotencyKey } : {}),
       ...(execute_at_ms ? { execute_at_ms } : {}),
+      ...(span ? { traceparent: span.traceparent } : {}),
     },
   };
   if (isSend) {

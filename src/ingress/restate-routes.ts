@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { InvocationId, decodeAwakeableId, idempotentInvocationId, workflowInvocationId } from '../common/ids.js';
 import type { Worker } from '../partition/worker.js';
-import { attachAndRespond, invoke, type InvokeDeps } from './invoke.js';
+import { attachAndRespond, inFlight, invoke, type InvokeDeps } from './invoke.js';
 import { ingressError, respond } from './respond.js';
 
 type Target =
@@ -33,7 +33,7 @@ async function attachOrOutput(deps: InvokeDeps, reply: FastifyReply, id: Invocat
     return respond(reply, s, handler);
   }
   if (mode !== 'attach') return ingressError(reply, 'KEEL0011', `no route for ${mode}`);
-  return attachAndRespond(deps, reply, id, handler);
+  return inFlight(deps, () => attachAndRespond(deps, reply, id, handler));
 }
 
 async function completeAwakeable(worker: Worker, req: FastifyRequest, reply: FastifyReply, awakeable: string, how: string): Promise<FastifyReply> {

@@ -3,6 +3,7 @@ import type { Config } from '../config/index.js';
 import { KeelError } from '../errors/index.js';
 import type { Logger } from '../common/logger.js';
 import type { Worker } from '../partition/worker.js';
+import type { Telemetry } from '../telemetry/index.js';
 import { invoke, type IngressRegistry } from './invoke.js';
 import { ingressError } from './respond.js';
 import { restateRoutes } from './restate-routes.js';
@@ -12,8 +13,8 @@ export type { IngressRegistry } from './invoke.js';
 const REQUEST_SIZE_LIMIT_BYTES = 32 * 1024 * 1024;
 
 /** The ingress on port 8080: calls, sends, attach/output, awakeables, as Restate 1.7 serves them. */
-export async function createIngressServer(opts: { config: Config; registry: IngressRegistry; worker: Worker; logger: Logger }): Promise<FastifyInstance> {
-  const deps = { config: opts.config, registry: opts.registry, worker: opts.worker, logger: opts.logger.child({ component: 'ingress' }) };
+export async function createIngressServer(opts: { config: Config; registry: IngressRegistry; worker: Worker; logger: Logger; telemetry: Telemetry }): Promise<FastifyInstance> {
+  const deps = { config: opts.config, registry: opts.registry, worker: opts.worker, logger: opts.logger.child({ component: 'ingress' }), telemetry: opts.telemetry };
   const app = Fastify({ logger: false, bodyLimit: REQUEST_SIZE_LIMIT_BYTES });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, hash } from 'node:crypto';
 import { InvocationId } from '../common/ids.js';
 import type { Logger } from '../common/logger.js';
 import { KeelError } from '../errors/index.js';
@@ -9,6 +9,7 @@ import { MessageType, REQUESTED_ACK_FLAG, commandTypes, decode, encode, isCustom
 import { invocationContentType } from '../protocol/versions.js';
 import type { EndpointClient, InvocationStream } from '../endpoint/client.js';
 import type { ResolvedTarget } from '../metadata/targets.js';
+import type { AttemptOutcome } from '../telemetry/metrics.js';
 
 export interface AttemptDeployment {
   id: string;
@@ -31,8 +32,8 @@ export interface AttemptOptions {
   message_size_limit_bytes: number;
   /** Appends a command to the invocation's partition. */
   append: (kind: CommandKind) => Promise<void>;
-  /** Called once the attempt is over, whatever the outcome. */
-  onClose: () => void;
+  /** Called once the attempt is over, with how it ended (and why, when it failed). */
+  onClose: (outcome: AttemptOutcome, failure?: AttemptFailure) => void;
   /** Turns a failure into the AttemptEnded command (adds the retry decision). */
   failed: (f: AttemptFailure) => AttemptEnded;
   /** Eager state for StartMessage; `partial` makes the SDK ask for what is missing. */
@@ -41,6 +42,8 @@ export interface AttemptOptions {
   resolveCall: (service: string, handler: string, key: string, idempotencyKey: string | undefined) => ResolvedTarget | { error_code: string; message: string };
   endpoints: EndpointClient;
   logger: Logger;
+  /** The attempt's span (W3C), when traced: sent to the endpoint and carried by the calls it makes. */
+  traceparent?: string;
 }
 
 export interface AttemptFailure {
@@ -108,6 +111,7 @@ export class Attempt {
           accept: contentType,
           'x-restate-invocation-id': status.id,
           ...(status.key ? { 'x-restate-service-key': encodeURIComponent(status.key) } : {}),
+          ...(this.o.traceparent ? { traceparent: this.o.traceparent } : {}),
         },
       },
       {
@@ -148,7 +152,7 @@ export class Attempt {
   /** Stops the attempt without recording anything (kill, shutdown). */
   abort(): void {
     if (this.finished) return;
-    this.close('abort');
+    this.close('abort', 'aborted');
   }
 
   private onResponse(code: number, headers: Record<string, string | string[] | undefined>, contentType: string): void {
@@ -278,6 +282,7 @@ export class Attempt {
         child_handler_type: target.handler_type,
         child_completion_retention_ms: target.completion_retention_ms,
         child_journal_retention_ms: target.journal_retention_ms,
+        ...(this.o.traceparent ? { traceparent: this.o.traceparent } : {}),
       },
     });
   }
@@ -315,7 +320,7 @@ export class Attempt {
       ...ended,
     };
     this.record({ kind: 'attempt_ended', attempt_ended: cmd });
-    this.close('finish');
+    this.close('finish', ended.outcome === Outcome.SUSPENDED ? 'suspended' : 'completed');
   }
 
   /**
@@ -331,7 +336,7 @@ export class Attempt {
     cmd.protocol_version = this.o.protocol_version;
     if (this.sdk_version) cmd.sdk_version = this.sdk_version;
     this.record({ kind: 'attempt_ended', attempt_ended: cmd });
-    this.close(how);
+    this.close(how, 'failed', f);
   }
 
   /** The partition queues appends in call order, so the log sees the endpoint's messages in order. */
@@ -339,13 +344,13 @@ export class Attempt {
     this.o.append(kind).catch((err) => this.o.logger.error({ err, invocation: this.id }, 'cannot record a message of the attempt'));
   }
 
-  private close(how: 'finish' | 'abort'): void {
+  private close(how: 'finish' | 'abort', outcome: AttemptOutcome, failure?: AttemptFailure): void {
     this.finished = true;
     clearTimeout(this.inactivity);
     clearTimeout(this.abortTimer);
     if (how === 'finish') this.stream?.finish();
     else this.stream?.abort();
-    this.o.onClose();
+    this.o.onClose(outcome, failure);
   }
 
   /**
@@ -386,7 +391,7 @@ function flattenFuture(f: Future, into: { completions: number[]; signals: number
 
 /** Stable across retries and restarts: derived from the invocation id (53 bits, exact in JS). */
 function randomSeed(id: InvocationId): number {
-  const h = createHash('sha256').update(id.bytes).digest();
+  // crypto.hash (one shot, Node >= 20.12) is several times cheaper than a Hash object.
+  const h = typeof hash === 'function' ? (hash('sha256', id.bytes, 'buffer') as Buffer) : createHash('sha256').update(id.bytes).digest();
   return h.readUIntBE(0, 6) * 32 + (h[6]! >> 3);
 }
-

@@ -1,7 +1,7 @@
 // Discovery client: GET <uri>/discover, manifest v1–v4, transport HTTP/2 (prior knowledge) or HTTP/1.1.
 
 import { KeelError } from '../errors/index.js';
-import { MANIFEST_ACCEPT, MAX_SERVICE_PROTOCOL_VERSION, MIN_SERVICE_PROTOCOL_VERSION } from '../protocol/versions.js';
+import { MANIFEST_ACCEPT, MAX_SERVICE_PROTOCOL_VERSION, MIN_SERVICE_PROTOCOL_VERSION, overlapsSupported } from '../protocol/versions.js';
 import { FetchError, fetchHttp1, fetchHttp2, fetchLambda, type FetchRequest, type FetchResponse } from '../endpoint/fetch.js';
 import { parseLambdaArn } from '../endpoint/lambda.js';
 import type {
@@ -158,7 +158,7 @@ export function parseManifest(
   if (!Number.isInteger(minV) || !Number.isInteger(maxV) || (minV as number) < 1 || (maxV as number) < (minV as number)) {
     throw bad(where, 'minProtocolVersion/maxProtocolVersion missing or invalid');
   }
-  if ((minV as number) > MAX_SERVICE_PROTOCOL_VERSION || (maxV as number) < MIN_SERVICE_PROTOCOL_VERSION) {
+  if (!overlapsSupported(minV as number, maxV as number)) {
     throw new KeelError(
       'META0012',
       `the endpoint at '${where}' supports service protocol versions [${minV}, ${maxV}], ` +

@@ -268,7 +268,7 @@ export class Registry {
       try {
         listener(e);
       } catch (err) {
-        this.logger.error({ err, code: 'KEEL0601', subscription: e.kind === 'added' ? e.subscription.id : e.id }, 'a subscription listener failed');
+        this.logger.error({ err, code: 'KEEL0701', subscription: e.kind === 'added' ? e.subscription.id : e.id }, 'a subscription listener failed');
       }
     }
   }

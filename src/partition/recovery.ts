@@ -5,6 +5,7 @@ import { fsmTable } from '../storage/tables/fsm.js';
 import { inboxTable } from '../storage/tables/inbox.js';
 import { invocationsTable } from '../storage/tables/invocations.js';
 import { journalTable } from '../storage/tables/journal.js';
+import { liveTable } from '../storage/tables/live.js';
 import { locksTable } from '../storage/tables/locks.js';
 import { outboxTable } from '../storage/tables/outbox.js';
 import { promisesTable } from '../storage/tables/promises.js';
@@ -20,10 +21,18 @@ import { PartitionState, type Action } from './state.js';
 export async function loadState(db: Db, partition: number): Promise<PartitionState> {
   const state = new PartitionState(partition);
   state.loader = (key) => db.getSync(key);
-  for await (const s of invocationsTable.scan(db, partition)) if (s.status !== 'completed') state.invocations.set(s.id, s);
+  for await (const id of liveTable.scan(db, partition)) {
+    const raw = db.getSync(invocationsTable.key(partition, id));
+    assert(raw !== undefined, () => `partition ${partition}: ${id} is indexed as live but has no status`);
+    const s = invocationsTable.decode(raw);
+    assert(s.status !== 'completed', () => `partition ${partition}: ${id} is indexed as live but has completed`);
+    state.invocations.set(id, s);
+    state.live.add(id);
+  }
   for (const s of state.invocations.values()) if (s.invoked_by_subscription_id) state.countSubscriptionInvocation(s.invoked_by_subscription_id, 1);
   for (const s of state.invocations.values()) {
-    const journal = await journalTable.read(db, partition, s.id);
+    // One more than the status says: a journal longer than its status is as broken as a shorter one.
+    const journal = journalTable.readSync(db, partition, s.id, s.journal_length + 1);
     assert(journal.length === s.journal_length, () => `partition ${partition}: journal of ${s.id} has ${journal.length} entries, its status says ${s.journal_length}`);
     state.journals.set(s.id, journal);
   }

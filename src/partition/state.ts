@@ -1,11 +1,12 @@
 import { assert } from '../common/assert.js';
-import { objectKeyOf } from '../storage/keys.js';
 import type { StateWrite } from '../storage/store.js';
 import { dedupTable } from '../storage/tables/dedup.js';
+import { expiryTable } from '../storage/tables/expiry.js';
 import { fsmTable, type Counters } from '../storage/tables/fsm.js';
 import { inboxTable, type InboxEntry } from '../storage/tables/inbox.js';
 import { invocationsTable, type InvocationStatus } from '../storage/tables/invocations.js';
 import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
+import { liveTable } from '../storage/tables/live.js';
 import { locksTable } from '../storage/tables/locks.js';
 import { outboxTable, type OutboxEntry } from '../storage/tables/outbox.js';
 import { promisesTable, type PromiseState } from '../storage/tables/promises.js';
@@ -48,6 +49,8 @@ export class PartitionState {
   readonly invocations = new Map<string, InvocationStatus>();
   /** Completed ids in memory, least recently used first. */
   private readonly completed = new Set<string>();
+  /** Ids in the store's `live` index: every invocation that has not completed. */
+  readonly live = new Set<string>();
   /** Reads a key of the store synchronously (the fold may not wait); set when there is a store. */
   loader: ((key: string) => Buffer | undefined) | undefined;
   /** Journals of invocations that have not completed; completed ones stay on disk only. */
@@ -73,6 +76,8 @@ export class PartitionState {
    * (rebuilt when the partition loads), for back-pressure on the subscription's consumer.
    */
   readonly subscriptionPending = new Map<string, number>();
+  /** Journal entries appended since this state was loaded (for metrics; not part of the state). */
+  entries_appended = 0;
   private writes = new Map<string, Buffer | null>();
 
   constructor(readonly partition: number) {}
@@ -101,7 +106,18 @@ export class PartitionState {
     assert(s.journal_length === (this.journals.get(s.id)?.length ?? s.journal_length), () => `journal of ${s.id} has ${this.journals.get(s.id)?.length} entries in memory, its status says ${s.journal_length}`);
     this.invocations.set(s.id, s);
     this.writes.set(invocationsTable.key(this.partition, s.id), invocationsTable.encode(s));
-    if (s.status === 'completed') this.touchCompleted(s.id);
+    if (s.status === 'completed') {
+      this.touchCompleted(s.id);
+      this.setLive(s.id, false);
+    } else this.setLive(s.id, true);
+  }
+
+  /** Keeps the `live` index in step, writing it only when an invocation enters or leaves it. */
+  private setLive(id: string, live: boolean): void {
+    if (this.live.has(id) === live) return;
+    if (live) this.live.add(id);
+    else this.live.delete(id);
+    this.writes.set(liveTable.key(this.partition, id), live ? liveTable.value : null);
   }
 
   private touchCompleted(id: string): void {
@@ -124,6 +140,7 @@ export class PartitionState {
     assert(index === s.journal_length, () => `journal of ${s.id} has ${index} entries in memory, its status says ${s.journal_length}`);
     journal.push(entry);
     s.journal_length = index + 1;
+    this.entries_appended += 1;
     this.writes.set(journalTable.key(this.partition, s.id, index), journalTable.encode(entry));
     return index;
   }
@@ -134,6 +151,7 @@ export class PartitionState {
   }
 
   deleteStatus(s: InvocationStatus): void {
+    this.setLive(s.id, false);
     this.invocations.delete(s.id);
     this.completed.delete(s.id);
     this.writes.set(invocationsTable.key(this.partition, s.id), null);
@@ -142,6 +160,27 @@ export class PartitionState {
   deleteJournal(s: InvocationStatus): void {
     for (let i = 0; i < s.journal_length; i++) this.writes.set(journalTable.key(this.partition, s.id, i), null);
     this.journals.delete(s.id);
+  }
+
+  /**
+   * Indexes when a completed invocation's retention ends: its journal (when the journal
+   * retention is shorter) and then all of it. Called once, at completion.
+   */
+  indexExpiry(s: InvocationStatus): void {
+    assert(s.status === 'completed' && s.completed_at_ms !== undefined, () => `expiry of ${s.id}, which has not completed`);
+    const all = s.completed_at_ms + s.completion_retention_ms;
+    this.writes.set(expiryTable.key(this.partition, all, s.id), expiryTable.encode('all'));
+    const journal = s.completed_at_ms + s.journal_retention_ms;
+    if (journal < all) this.writes.set(expiryTable.key(this.partition, journal, s.id), expiryTable.encode('journal'));
+  }
+
+  /** Removes the expiry entries of a completed invocation (`journal`: only the journal's). */
+  unindexExpiry(s: InvocationStatus, scope: 'journal' | 'all'): void {
+    if (s.completed_at_ms === undefined) return;
+    const journal = s.completed_at_ms + s.journal_retention_ms;
+    const all = s.completed_at_ms + s.completion_retention_ms;
+    if (journal < all) this.writes.set(expiryTable.key(this.partition, journal, s.id), null);
+    if (scope === 'all') this.writes.set(expiryTable.key(this.partition, all, s.id), null);
   }
 
   /** The journal leaves memory when the invocation completes; the store keeps it. */
@@ -278,9 +317,4 @@ export class PartitionState {
   discardWrites(): void {
     this.writes = new Map();
   }
-}
-
-/** Store-safe name of the key of an invocation of a keyed service. */
-export function objectKeyOfStatus(s: Pick<InvocationStatus, 'service' | 'key'>): string {
-  return objectKeyOf(s.service, s.key);
 }

@@ -6,8 +6,11 @@ import { keelError } from '../errors/index.js';
 import { decodeCommand, type Command, type CommandKind } from '../log/commands.js';
 import { GroupWriter } from '../storage/group-writer.js';
 import type { Db } from '../storage/store.js';
+import { expiryTable } from '../storage/tables/expiry.js';
 import { invocationsTable } from '../storage/tables/invocations.js';
 import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
+import { standaloneTelemetry, type CompletionOutcome, type Telemetry } from '../telemetry/index.js';
+import { KILLED_FAILURE } from './fold/manage.js';
 import { PartitionProcessor, type AttemptHost, type Effects, type PartitionFailure } from './processor.js';
 import type { Action, InvocationStatus, OutboxEntry, Timer } from './state.js';
 
@@ -58,15 +61,16 @@ export class Worker implements Effects {
   constructor(
     private readonly config: Config,
     private readonly logger: Logger,
+    private readonly telemetry: Telemetry = standaloneTelemetry(),
   ) {}
 
   async open(db: Db): Promise<void> {
     this.db = db;
     const writer = new GroupWriter(db);
-    const options = { fsync: this.config.worker.storage_db.fsync, effects: this, logger: this.logger };
+    const options = { fsync: this.config.worker.storage_db.fsync, effects: this, logger: this.logger, metrics: this.telemetry.metrics };
     const opened = await Promise.all(
       Array.from({ length: this.config.worker.partitions }, (_, p) =>
-        PartitionProcessor.open(db, writer, p, { ...options, owns: (id) => this.partitionIndexOf(id.partitionKey) === p }),
+        PartitionProcessor.open(db, writer, p, { ...options, owns: (key) => this.partitionIndexOf(key) === p }),
       ),
     );
     this.processors.push(...opened);
@@ -95,24 +99,18 @@ export class Worker implements Effects {
   /**
    * Retention: completed invocations whose retention is over are purged (status and journal),
    * or lose only their journal when the journal retention is shorter. Nothing else is deleted.
-   * Completed invocations live in the store, so the scan reads it; each run appends a bounded
-   * number of purges per partition and waits for them, so it never floods a partition.
+   * The expiry index names what is due, so a run reads only that; it appends a bounded number
+   * of purges per partition and waits for them, so it never floods a partition.
    */
   async clean(now_ms: number): Promise<number> {
     let purged = 0;
     for (const p of this.processors) {
-      if (p.health !== undefined) continue;
+      if (p.health !== undefined || this.stopped) continue;
       const appends: Promise<void>[] = [];
-      for await (const s of invocationsTable.scan(this.db!, p.partition)) {
-        if (this.stopped || appends.length >= MAX_PURGES_PER_PARTITION_RUN) break;
-        if (s.status !== 'completed' || s.completed_at_ms === undefined) continue;
-        const id = InvocationId.parse(s.id);
-        assert(id !== undefined, () => `stored status with a malformed id ${s.id}`);
-        if (now_ms >= s.completed_at_ms + s.completion_retention_ms) {
-          appends.push(p.append({ kind: 'purge', purge: { invocation_id: id.bytes } }));
-        } else if (s.journal_length > 0 && now_ms >= s.completed_at_ms + s.journal_retention_ms) {
-          appends.push(p.append({ kind: 'purge', purge: { invocation_id: id.bytes, journal_only: true } }));
-        }
+      for (const due of await expiryTable.due(this.db!, p.partition, now_ms, MAX_PURGES_PER_PARTITION_RUN)) {
+        const id = InvocationId.parse(due.id);
+        assert(id !== undefined, () => `expiry entry with a malformed id ${due.id}`);
+        appends.push(p.append({ kind: 'purge', purge: { invocation_id: id.bytes, ...(due.scope === 'journal' ? { journal_only: true } : {}) } }));
       }
       const results = await Promise.allSettled(appends);
       const failed = results.filter((r) => r.status === 'rejected');
@@ -223,14 +221,28 @@ export class Worker implements Effects {
           this.runner?.reject(processor, a);
           break;
         case 'completed': {
+          const s = processor.invocation(a.id)!;
+          this.observeCompletion(s);
           const list = this.waiters.get(a.id);
           if (list === undefined) break;
           this.waiters.delete(a.id);
-          const s = processor.invocation(a.id)!;
           for (const resolve of list) resolve(s);
           break;
         }
       }
+    }
+  }
+
+  /** Metrics of a completed invocation, and its span when it is traced. */
+  private observeCompletion(s: InvocationStatus): void {
+    const cells = this.telemetry.metrics.target(s.service, s.handler);
+    const outcome = completionOutcome(s);
+    const completed_at_ms = s.completed_at_ms ?? s.modified_at_ms;
+    cells.completed[outcome].inc();
+    cells.invocationSeconds.observe((completed_at_ms - s.created_at_ms) / 1000);
+    if (this.telemetry.tracing.enabled && s.traceparent !== undefined) {
+      const failure = s.result?.failure;
+      this.telemetry.tracing.invocationCompleted({ ...s, completed_at_ms, outcome, ...(failure ? { failure } : {}) });
     }
   }
 
@@ -269,11 +281,11 @@ export class Worker implements Effects {
   }
 
   private send(source: PartitionProcessor, target: PartitionProcessor, entry: OutboxEntry, lane: OutboxLane, retry_ms: number): void {
-    // Checked before appending, so that no later entry can be taken once this one is refused.
-    const refusal = target.refusal();
-    if (refusal !== undefined) return this.block(source, target, lane, entry.seq, retry_ms, refusal);
     const decoded: Command = decodeCommand(entry.command);
     const { timestamp_ms: _sent_at, ...command } = decoded;
+    // Checked before appending, so that no later entry can be taken once this one is refused.
+    const refusal = target.refusal(decoded.kind);
+    if (refusal !== undefined) return this.block(source, target, lane, entry.seq, retry_ms, refusal);
     target
       .append(command as CommandKind)
       .then(() => source.append({ kind: 'outbox_delivered', outbox_delivered: { seq: entry.seq } }))
@@ -323,4 +335,10 @@ export class Worker implements Effects {
     );
     this.timers.add(handle);
   }
+}
+
+function completionOutcome(s: InvocationStatus): CompletionOutcome {
+  const failure = s.result?.failure;
+  if (failure === undefined) return 'succeeded';
+  return failure.code === KILLED_FAILURE.code && failure.message === KILLED_FAILURE.message ? 'killed' : 'failed';
 }

@@ -80,7 +80,7 @@ export class SubscriptionManager {
     const done = runner
       .stop()
       .then(() => this.deps.logger.info({ subscription: id }, 'subscription stopped consuming'))
-      .catch((err: Error) => this.deps.logger.warn({ err, code: 'KEEL0601', subscription: id }, 'stopping the consumer of a deleted subscription failed'))
+      .catch((err: Error) => this.deps.logger.warn({ err, code: 'KEEL0701', subscription: id }, 'stopping the consumer of a deleted subscription failed'))
       .finally(() => this.stopping.delete(done));
     this.stopping.add(done);
   }

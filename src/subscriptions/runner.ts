@@ -114,7 +114,7 @@ export class SubscriptionRunner {
       this.settings = kafkaConsumerSettings(this.cluster, this.subscription.options, this.subscription.id);
     } catch (err) {
       this.failure = (err as Error).message;
-      this.log.error({ code: isKeelError(err) ? err.code : 'KEEL0601', source: this.subscription.source }, `subscription ${this.subscription.id} cannot consume: ${this.failure}`);
+      this.log.error({ code: isKeelError(err) ? err.code : 'KEEL0701', source: this.subscription.source }, `subscription ${this.subscription.id} cannot consume: ${this.failure}`);
       return;
     }
     if (this.settings.ignored.length > 0) this.log.info({ ignored: this.settings.ignored }, 'Kafka consumer options ignored (Keel keeps positions itself)');
@@ -140,7 +140,7 @@ export class SubscriptionRunner {
       onAssigned: (partitions) => this.onAssigned(partitions),
       onRevoked: (partitions) => this.log.debug({ partitions }, 'Kafka partitions revoked'),
       onRecords: (records) => this.onRecords(records),
-      onWarning: (message, detail) => this.warn('KEEL0601', message, detail),
+      onWarning: (message, detail) => this.warn('KEEL0701', message, detail),
     };
   }
 
@@ -162,7 +162,7 @@ export class SubscriptionRunner {
     if (sink === undefined) {
       this.block({ kind: 'sink', reason: `the sink ${this.subscription.sink} is not registered` });
       // Warned about by `block`; the consumer delivers these records again once it resumes.
-      throw Object.assign(new KeelError('KEEL0603', `the sink ${this.subscription.sink} of subscription ${this.subscription.id} is not registered`), { quiet: true });
+      throw Object.assign(new KeelError('KEEL0703', `the sink ${this.subscription.sink} of subscription ${this.subscription.id} is not registered`), { quiet: true });
     }
     const p = records[0]!.partition;
     const positionKey = positionPartitionKey(this.subscription.id, this.topic, p);
@@ -182,7 +182,7 @@ export class SubscriptionRunner {
   private command(sink: Sink, chunk: KafkaRecord[], positionKey: bigint, processor: PartitionProcessor) {
     const isLocal = (id: InvocationId) => this.deps.worker.processorFor(id) === processor;
     return buildCommand(this.subscription.id, sink, chunk, positionKey, isLocal, (s) =>
-      this.warn('KEEL0602', `record ${this.topic}/${chunk[0]!.partition}@${s.offset} skipped: ${s.reason}`, { partition: chunk[0]!.partition, offset: s.offset }),
+      this.warn('KEEL0702', `record ${this.topic}/${chunk[0]!.partition}@${s.offset} skipped: ${s.reason}`, { partition: chunk[0]!.partition, offset: s.offset }),
     );
   }
 
@@ -216,7 +216,7 @@ export class SubscriptionRunner {
     if (this.blocked || this.stopped) return;
     this.blocked = b;
     this.consumer?.pause(this.consumer.assignment());
-    const code = b.kind === 'sink' ? 'KEEL0603' : 'KEEL0604';
+    const code = b.kind === 'sink' ? 'KEEL0703' : 'KEEL0704';
     if (b.kind === 'sink') this.warn(code, `consumption paused: ${b.reason}`, {});
     else this.log.info({ code }, `subscription ${this.subscription.id} paused: ${b.reason}`);
     this.recheck = setInterval(() => this.tryResume(), RECHECK_INTERVAL_MS);
@@ -230,7 +230,7 @@ export class SubscriptionRunner {
     this.blocked = undefined;
     clearInterval(this.recheck);
     this.consumer?.resume(this.consumer.assignment());
-    this.log.info({ code: b.kind === 'sink' ? 'KEEL0603' : 'KEEL0604' }, `subscription ${this.subscription.id} resumed (it was paused because ${b.reason})`);
+    this.log.info({ code: b.kind === 'sink' ? 'KEEL0703' : 'KEEL0704' }, `subscription ${this.subscription.id} resumed (it was paused because ${b.reason})`);
   }
 
   // ---- visibility ----
