@@ -201,7 +201,7 @@ t.test('outbox: a refused delivery holds back later entries for the same partiti
   // The target refuses the first delivery (as an overloaded partition does), then takes everything.
   let refusals = 1;
   const refusal = target.refusal.bind(target);
-  target.refusal = (kind) => (refusals-- > 0 ? new Error('KEEL0501 overloaded (test)') : refusal(kind));
+  target.refusal = (kind, fromOutbox) => (refusals-- > 0 ? new Error('KEEL0501 overloaded (test)') : refusal(kind, fromOutbox));
   await source.append(subscriptionRecords([0, 1], highKey, { local: false }));
   // A later batch of the source: its entries must not overtake the refused ones.
   await source.append(subscriptionRecords([2, 3], highKey, { local: false }));
@@ -236,4 +236,9 @@ t.test('past its bound of live invocations a partition refuses new ones with 503
   await p.append({ kind: 'attempt_ended', attempt_ended: { invocation_id: ids[0], epoch: 0, outcome: 0 } });
   await p.append(invoke(4));
   t.equal(p.state.live.size, 3);
+  // What another partition's outbox delivers is taken past the bound: it comes in sequence order,
+  // and a refused invoke would hold back the call results behind it.
+  await p.append({ ...invoke(5), source_partition: 7, source_seq: 1 });
+  t.equal(p.state.live.size, 4);
+  await t.rejects(p.append(invoke(6)), { code: 'KEEL0501' }, 'new work still waits');
 });

@@ -284,7 +284,7 @@ export class Worker implements Effects {
     const decoded: Command = decodeCommand(entry.command);
     const { timestamp_ms: _sent_at, ...command } = decoded;
     // Checked before appending, so that no later entry can be taken once this one is refused.
-    const refusal = target.refusal(decoded.kind);
+    const refusal = target.refusal(decoded.kind, true);
     if (refusal !== undefined) return this.block(source, target, lane, entry.seq, retry_ms, refusal);
     target
       .append(command as CommandKind)
