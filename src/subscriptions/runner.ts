@@ -26,7 +26,7 @@ import type { KafkaConsumer, KafkaConsumerHandlers, KafkaRecord, PartitionLag } 
 import { buildCommand, chunks, positionPartitionKey, type Sink } from './records.js';
 
 /** How often a paused subscription checks whether it may go on. */
-const RECHECK_INTERVAL_MS = 200;
+const RECHECK_INTERVAL_MS = 50;
 /** Lag is read from Kafka at most this often, and given up on after the timeout. */
 const LAG_MAX_AGE_MS = 1_000;
 const LAG_TIMEOUT_MS = 2_000;
