@@ -17,12 +17,15 @@
 // Greeter burst (fixed count, wall time):
 //   --burst CALLS@C           Greeter/greet calls at concurrency C                      [BENCH_BURST] (2000@500)
 //   --burst-timeout S         per-request timeout in the burst                          [BENCH_BURST_TIMEOUT] (30)
+// Kafka subscription → no-op handler (records/s; on librdkafka's mock cluster, needs kcat):
+//   --kafka N                 records per target (0: skip)                              [BENCH_KAFKA] (10000 when kcat is on PATH, else 0)
+//   --kafka-timeout S         how long a target may take to deliver them                [BENCH_KAFKA_TIMEOUT] (120)
 // Lifecycle:
 //   --startup-runs N          spawn → healthy on an empty dir, N times (0: skip)        [BENCH_STARTUP_RUNS] (5)
 //   --recovery N              sleeping invocations at the SIGKILL (0: skip)             [BENCH_RECOVERY] (500)
 //   --recovery-sleep S        their durable sleep                                       [BENCH_RECOVERY_SLEEP] (5)
 //   --skip-lifecycle          no startup, no recovery                                   [BENCH_SKIP_LIFECYCLE=1]
-//   --skip-load               no closed-loop, object or burst cells                     [BENCH_SKIP_LOAD=1]
+//   --skip-load               no closed-loop, object, burst or Kafka cells              [BENCH_SKIP_LOAD=1]
 // Micro-benchmark (bench/micro.mjs, in-process fold and append):
 //   --micro-only              only the micro-benchmark (no servers)                     [BENCH_MICRO_ONLY=1]
 //   --skip-micro              no micro-benchmark                                        [BENCH_SKIP_MICRO=1]
@@ -42,6 +45,7 @@ import { fileURLToPath } from 'node:url';
 import { RESULTS_DIR } from './common.mjs';
 import { SCENARIOS } from './scenarios.mjs';
 import { ALL_TARGETS } from './targets.mjs';
+import { kafkaAvailable } from './kafka.mjs';
 
 const VALUED = {
   '--only': 'targets',
@@ -64,6 +68,8 @@ const VALUED = {
   '--micro-duration': 'microDuration',
   '--micro-batches': 'microBatches',
   '--start-timeout': 'startTimeout',
+  '--kafka': 'kafka',
+  '--kafka-timeout': 'kafkaTimeout',
   '--out': 'out',
 };
 const FLAGS = {
@@ -107,6 +113,8 @@ export function parseArgs(argv, env = process.env) {
     microDuration: env.BENCH_MICRO_DURATION ?? '1.5',
     microBatches: env.BENCH_MICRO_BATCHES ?? '1,16,256',
     startTimeout: env.BENCH_START_TIMEOUT ?? '30',
+    kafka: env.BENCH_KAFKA ?? (kafkaAvailable() ? '10000' : '0'),
+    kafkaTimeout: env.BENCH_KAFKA_TIMEOUT ?? '120',
     out: env.BENCH_OUT ?? join(RESULTS_DIR, 'latest.json'),
     skipLifecycle: truthy(env.BENCH_SKIP_LIFECYCLE),
     skipLoad: truthy(env.BENCH_SKIP_LOAD),
@@ -168,6 +176,8 @@ export function parseArgs(argv, env = process.env) {
     microDurationMs: num(o.microDuration, 'micro-duration') * 1000,
     microBatches: ints(o.microBatches, 'micro-batches'),
     startTimeoutMs: num(o.startTimeout, 'start-timeout') * 1000,
+    kafkaRecords: String(o.kafka).trim() === 'none' ? 0 : num(o.kafka, 'kafka'),
+    kafkaTimeoutMs: num(o.kafkaTimeout, 'kafka-timeout') * 1000,
     out: resolve(o.out),
     keepDirs: o.keepDirs,
   };
@@ -175,6 +185,7 @@ export function parseArgs(argv, env = process.env) {
     opts.scenarios = [];
     opts.objectKeys = [];
     opts.burstCalls = 0;
+    opts.kafkaRecords = 0;
   }
   if (o.skipLifecycle) {
     opts.startupRuns = 0;

@@ -11,6 +11,7 @@ import { Registry } from './metadata/registry.js';
 import { Worker } from './partition/worker.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
 import { openWorkerStore, type Db } from './storage/store.js';
+import { SubscriptionManager } from './subscriptions/manager.js';
 import { directorySize_bytes } from './telemetry/disk.js';
 import { createTracing, KeelMetrics, type Telemetry } from './telemetry/index.js';
 
@@ -24,6 +25,7 @@ export class KeelServer {
     readonly db: Db,
     readonly registry: Registry,
     readonly worker: Worker,
+    readonly subscriptions: SubscriptionManager,
     readonly invoker: Invoker,
     readonly endpoints: EndpointClient,
     readonly ingress: FastifyInstance,
@@ -58,8 +60,10 @@ export class KeelServer {
       });
       const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }), telemetry);
       sampleQueues(metrics, config, worker, invoker, endpoints);
+      const subscriptions = new SubscriptionManager({ config, registry, worker, logger: logger.child({ component: 'subscriptions' }) });
       const ingress = await createIngressServer({ config, registry, worker, logger, telemetry });
-      const admin = await createAdminServer({ config, registry, logger, introspection: new WorkerIntrospection(worker), failures: () => worker.failures(), metrics });
+      const introspection = new WorkerIntrospection(worker, subscriptions);
+      const admin = await createAdminServer({ config, registry, logger, introspection, failures: () => worker.failures(), metrics });
       await listen(ingress, config.ingress.bind_address, 'ingress');
       try {
         await listen(admin, config.admin.bind_address, 'admin');
@@ -68,6 +72,8 @@ export class KeelServer {
         throw err;
       }
       worker.start(invoker);
+      // Consumers start once the partitions have recovered: positions are read from them.
+      subscriptions.start();
       // prom-client loads a second after the start, in the background, out of the way of the first
       // requests; a scrape before that loads it itself.
       setTimeout(() => metrics.load().catch((err) => logger.error({ err, code: 'RT0006' }, 'cannot load the metrics registry')), METRICS_LOAD_DELAY_MS).unref();
@@ -85,7 +91,7 @@ export class KeelServer {
         },
         'keel is ready',
       );
-      return new KeelServer(config, logger, db, registry, worker, invoker, endpoints, ingress, admin, telemetry);
+      return new KeelServer(config, logger, db, registry, worker, subscriptions, invoker, endpoints, ingress, admin, telemetry);
     } catch (err) {
       await tracing.shutdown().catch(() => {});
       await registry?.close().catch(() => {});
@@ -95,7 +101,7 @@ export class KeelServer {
   }
 
   async stop(): Promise<void> {
-    await Promise.allSettled([this.ingress.close(), this.admin.close()]);
+    await Promise.allSettled([this.ingress.close(), this.admin.close(), this.subscriptions.stop()]);
     await this.worker.stop();
     this.endpoints.close();
     await this.registry.close();

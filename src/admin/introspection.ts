@@ -3,6 +3,7 @@
 
 import type { InvocationStatus } from '../partition/state.js';
 import type { Registry } from '../metadata/registry.js';
+import type { SubscriptionStatus } from '../subscriptions/manager.js';
 import { entryTypeName } from '../protocol/messages.js';
 import { traceIdOf } from '../telemetry/traceparent.js';
 
@@ -56,6 +57,8 @@ export interface IntrospectionSource {
   setState?(service: string, key: string, entries: Map<string, Buffer>, version?: string): Promise<void>;
   /** The partitions and how they are doing (`GET /partitions`). */
   partitions?(): PartitionInfo[];
+  /** Kafka subscriptions' consumers: state, and position and lag per topic partition (all, or the one with `id`). */
+  subscriptions?(id?: string): Promise<SubscriptionStatus[]>;
 }
 
 /** A source with nothing in it: `/query` still answers for the registry's tables. */
@@ -236,6 +239,23 @@ export const TABLES: Record<string, TableSchema> = {
     ['num_paused', 'uint64'],
     ['num_finished', 'uint64'],
   ],
+  // Keel's own: one row per topic partition of each subscription (GET /subscriptions/{id}/status).
+  sys_subscription_partition: [
+    ['subscription_id', 'utf8'],
+    ['source', 'utf8'],
+    ['sink', 'utf8'],
+    ['topic', 'utf8'],
+    ['partition', 'uint64'],
+    ['position', 'int64'],
+    ['high_watermark', 'int64'],
+    ['lag', 'int64'],
+    ['records_delivered', 'uint64'],
+    ['records_skipped', 'uint64'],
+    ['assigned', 'bool'],
+    ['paused', 'bool'],
+    ['consumer_state', 'utf8'],
+    ['position_updated_at', 'ts'],
+  ],
   sys_rules: [
     ['pattern', 'utf8'],
     ['concurrency', 'uint64'],
@@ -335,7 +355,8 @@ export function invocationRow(s: InvocationStatus): Row {
     completion_result: result ? (result.failure ? 'failure' : 'success') : null,
     completion_failure: result?.failure ? `[${result.failure.code}] ${result.failure.message}` : null,
     idempotency_key: s.idempotency_key ?? null,
-    invoked_by: s.invoked_by_id ? 'service' : 'ingress',
+    invoked_by: s.invoked_by_subscription_id ? 'subscription' : s.invoked_by_id ? 'service' : 'ingress',
+    invoked_by_subscription_id: s.invoked_by_subscription_id ?? null,
     invoked_by_id: s.invoked_by_id ?? null,
     invoked_by_service_name: s.caller_target ? s.caller_target.split('/')[0] : null,
     invoked_by_target: s.caller_target ?? null,
@@ -423,6 +444,28 @@ export function promiseRow(p: { service: string; key: string; name: string; comp
     completion_failure: p.failure ? `[${p.failure.code}] ${p.failure.message}` : null,
     scope: null,
   };
+}
+
+/** `sys_subscription_partition`: each subscription's topic partitions. */
+export function subscriptionPartitionRows(statuses: SubscriptionStatus[]): Row[] {
+  return statuses.flatMap((s) =>
+    s.partitions.map((p) => ({
+      subscription_id: s.id,
+      source: s.source,
+      sink: s.sink,
+      topic: s.topic,
+      partition: p.partition,
+      position: p.position,
+      high_watermark: p.high_watermark,
+      lag: p.lag,
+      records_delivered: p.records_delivered,
+      records_skipped: p.records_skipped,
+      assigned: p.assigned ? 1 : 0,
+      paused: p.paused ? 1 : 0,
+      consumer_state: s.state,
+      position_updated_at: ts(p.position_updated_at_ms),
+    })),
+  );
 }
 
 export function deploymentRows(registry: Registry): Row[] {

@@ -6,6 +6,7 @@ import { MessageType, commandTypes, decode, entryTypeName, isNotification, pb, t
 import { objectKeyOf, splitObjectKey } from '../storage/keys.js';
 import { KeelError } from '../errors/index.js';
 import { splitPromiseKey } from '../storage/tables/promises.js';
+import type { SubscriptionStatus } from '../subscriptions/manager.js';
 import type { IntrospectionSource, JournalRow, ManageAction, PartitionInfo } from './introspection.js';
 
 /** The fields of journal entries that `sys_journal` shows, whichever command or notification they are. */
@@ -22,7 +23,14 @@ interface EntryView {
 
 /** The admin API's view of the partitions, through the worker's read interface. */
 export class WorkerIntrospection implements IntrospectionSource {
-  constructor(private readonly worker: Worker) {}
+  constructor(
+    private readonly worker: Worker,
+    private readonly subscriptionSource?: { status(id?: string): Promise<SubscriptionStatus[]> },
+  ) {}
+
+  subscriptions(id?: string): Promise<SubscriptionStatus[]> {
+    return this.subscriptionSource?.status(id) ?? Promise.resolve([]);
+  }
 
   invocations(): AsyncIterable<InvocationStatus> {
     return this.worker.scanInvocations();

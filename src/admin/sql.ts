@@ -27,7 +27,7 @@ import type { Registry } from '../metadata/registry.js';
 import type { InvocationStatus } from '../partition/state.js';
 import {
   INFORMATION_SCHEMA_COLUMNS, INFORMATION_SCHEMA_TABLES, TABLES, deploymentRows, invocationRow, invocationStatusRow,
-  journalRowToSql, promiseRow, serviceRows, stateRow, ts, type ColumnKind, type IntrospectionSource, type Row, type TableSchema,
+  journalRowToSql, promiseRow, serviceRows, stateRow, subscriptionPartitionRows, ts, type ColumnKind, type IntrospectionSource, type Row, type TableSchema,
 } from './introspection.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -618,6 +618,9 @@ export class QueryEngine {
     if (want('sys_invocation_status')) insertRows(db, 'sys_invocation_status', TABLES.sys_invocation_status!, invocations.map(invocationStatusRow));
     if (want('sys_deployment')) insertRows(db, 'sys_deployment', TABLES.sys_deployment!, deploymentRows(this.registry));
     if (want('sys_service')) insertRows(db, 'sys_service', TABLES.sys_service!, serviceRows(this.registry));
+    if (want('sys_subscription_partition')) {
+      insertRows(db, 'sys_subscription_partition', TABLES.sys_subscription_partition!, subscriptionPartitionRows((await src.subscriptions?.()) ?? []));
+    }
     if (want('sys_inbox')) {
       insertRows(db, 'sys_inbox', TABLES.sys_inbox!, map(src.inbox(), (r) => ({
         service_name: r.service, service_key: r.key, id: r.id, sequence_number: r.seq, created_at: ts(r.created_at_ms),

@@ -44,6 +44,8 @@ export interface Config {
     request_size_limit_bytes: number;
     /** Bearer tokens any of which opens the ingress; empty = open. */
     auth_tokens: string[];
+    /** Per subscription: past this many invocations not completed, its consumer pauses. */
+    kafka_max_pending_invocations: number;
   };
   admin: { bind_address: string; auth_tokens: string[]; discovery_timeout_ms: number };
   http: HttpLimits;
@@ -85,6 +87,7 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'ingress.request_size_limit', kind: 'size', dflt: 32 * 1024 * 1024 },
   { path: 'ingress.auth_token', kind: 'string', dflt: undefined },
   { path: 'ingress.auth_token_file', kind: 'string', dflt: undefined },
+  { path: 'ingress.kafka_max_pending_invocations', kind: 'int', dflt: 10_000 },
   { path: 'admin.bind_address', kind: 'address', dflt: '0.0.0.0:9070' },
   { path: 'admin.auth_token', kind: 'string', dflt: undefined },
   { path: 'admin.auth_token_file', kind: 'string', dflt: undefined },
@@ -376,6 +379,7 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
       kafka_clusters,
       request_size_limit_bytes: v<number>('ingress.request_size_limit'),
       auth_tokens: authTokens('ingress', v),
+      kafka_max_pending_invocations: v<number>('ingress.kafka_max_pending_invocations'),
     },
     admin: { bind_address: v<string>('admin.bind_address'), auth_tokens: authTokens('admin', v), discovery_timeout_ms: v<number>('admin.discovery_timeout') },
     http: {

@@ -196,6 +196,18 @@ const entries = [
   { code: 'KEEL0601', title: 'Traces cannot be exported', status: 500,
     condition: 'The OTLP receiver at tracing.endpoint refused the spans or could not be reached; the spans of that export are dropped (invocations are not affected).',
     remedy: 'Check that an OTLP/HTTP receiver (an OpenTelemetry Collector, Jaeger, Tempo...) listens at tracing.endpoint and accepts protobuf on /v1/traces.' },
+  { code: 'KEEL0701', title: 'Kafka subscription cannot consume', status: 503,
+    condition: 'The consumer of a subscription makes no progress: its brokers are down or unreachable, its topic does not exist, or the consumer group fails. Keel keeps serving everything else and retries with backoff; the log line names the subscription.',
+    remedy: "Check the cluster's bootstrap.servers, that the brokers run and Keel can reach them, and that the topic exists (Keel creates none unless allow.auto.create.topics is true). Consumption resumes by itself from Keel's stored position." },
+  { code: 'KEEL0702', title: 'Kafka record skipped', status: 400,
+    condition: 'A record cannot become an invocation: the sink is a virtual object or workflow, and the record key, which names the object, is not valid UTF-8. Keel moves past it without an invocation and counts it (records_skipped in GET /subscriptions/{id}/status).',
+    remedy: 'Produce UTF-8 keys for keyed sinks, or point the subscription at a plain service.' },
+  { code: 'KEEL0703', title: 'Subscription sink not registered', status: 503,
+    condition: 'The sink service or handler of a subscription is no longer registered (its deployment was removed). Its consumer pauses: no record is skipped.',
+    remedy: 'Register a deployment that has the service and handler again (consumption resumes by itself), or delete the subscription.' },
+  { code: 'KEEL0704', title: 'Subscription paused by back-pressure', status: 503,
+    condition: 'The invocations a subscription created that have not completed reached ingress.kafka_max_pending_invocations: its consumer pauses, and resumes by itself once half of them completed.',
+    remedy: 'Nothing, if the sink catches up. Otherwise make the handler faster, look for invocations that keep failing (they count until they complete), or raise the limit.' },
 ] as const satisfies readonly CodeEntry[];
 
 /** Every stable code. */

@@ -41,6 +41,9 @@ export type {
   UpdateRequest,
 } from './types.js';
 
+/** What changed about the subscriptions: a listener starts or stops consuming. */
+export type SubscriptionEvent = { kind: 'added'; subscription: SubscriptionSchema } | { kind: 'removed'; id: string };
+
 export interface RegistryOptions {
   /** Replaces the discovery client (tests, function platforms later). */
   discover?: (target: DiscoveryTarget) => Promise<DiscoveredEndpoint>;
@@ -162,6 +165,7 @@ export class Registry {
   private readonly maxRevision = new Map<string, number>();
   private latest = new Map<string, ServiceSchema>();
   private readonly subs = new Map<string, SubscriptionSchema>();
+  private readonly subscriptionListeners = new Set<(e: SubscriptionEvent) => void>();
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
 
@@ -257,6 +261,25 @@ export class Registry {
     return [...this.subs.values()];
   }
 
+  /**
+   * Calls `listener` after each subscription is added or removed (once it is durable). Returns
+   * the function that removes the listener. A listener that throws is logged, not propagated.
+   */
+  onSubscriptionChange(listener: (e: SubscriptionEvent) => void): () => void {
+    this.subscriptionListeners.add(listener);
+    return () => this.subscriptionListeners.delete(listener);
+  }
+
+  private notifySubscription(e: SubscriptionEvent): void {
+    for (const listener of this.subscriptionListeners) {
+      try {
+        listener(e);
+      } catch (err) {
+        this.logger.error({ err, code: 'KEEL0701', subscription: e.kind === 'added' ? e.subscription.id : e.id }, 'a subscription listener failed');
+      }
+    }
+  }
+
   /** Validates (META0009) and persists a subscription through the metadata log. */
   addSubscription(req: SubscriptionRequest): Promise<SubscriptionSchema> {
     return this.serial(async () => {
@@ -264,6 +287,7 @@ export class Registry {
       const subscription: SubscriptionSchema = { id: newSubscriptionId(), ...fields, created_at_ms: Date.now() };
       await this.commit({ kind: 'subscription_added', subscription });
       this.logger.info({ subscription: subscription.id, source: subscription.source, sink: subscription.sink }, 'subscription created');
+      this.notifySubscription({ kind: 'added', subscription });
       return subscription;
     });
   }
@@ -273,6 +297,7 @@ export class Registry {
       if (!this.subs.has(id)) return false;
       await this.commit({ kind: 'subscription_removed', id });
       this.logger.info({ subscription: id }, 'subscription removed');
+      this.notifySubscription({ kind: 'removed', id });
       return true;
     });
   }

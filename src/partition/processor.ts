@@ -107,18 +107,31 @@ export class PartitionProcessor implements AttemptHost {
 
   /** Appends a command; resolves once it is durable and folded (its actions may still run). */
   append(kind: CommandKind): Promise<void> {
-    if (this.failure !== undefined) return Promise.reject(keelError('KEEL0503', { partition: this.partition, reason: this.failure.reason }));
-    if (this.closed) return Promise.reject(keelError('KEEL0502', { partition: this.partition }));
-    if (this.queue.length >= MAX_QUEUED_COMMANDS) return Promise.reject(keelError('KEEL0501', { partition: this.partition, queued: this.queue.length }));
-    if (kind.kind === 'invoke' && this.state.live.size >= this.max_live_invocations) {
-      return Promise.reject(keelError('KEEL0501', { partition: this.partition, queued: this.state.live.size }));
-    }
+    const refusal = this.refusal(kind.kind, (kind as Command).source_partition !== undefined);
+    if (refusal !== undefined) return Promise.reject(refusal);
     const command = { timestamp_ms: Date.now(), ...kind } as Command;
     this.checkOwnership(command);
     return new Promise((resolve, reject) => {
       this.queue.push({ command, resolve, reject });
       if (!this.writing) this.scheduleFlush();
     });
+  }
+
+  /**
+   * Why `append` would refuse a command of this kind now (stopped, closed, overloaded), or
+   * undefined. New work (ingress invokes, Kafka records) waits while the partition holds its
+   * bound of live invocations; what comes from another partition's outbox does not: the outbox
+   * delivers in sequence order, so a refused invoke would hold back the call results behind it,
+   * which the live invocations here may be waiting for (a deadlock at the bound).
+   */
+  refusal(kind: CommandKind['kind'], fromOutbox = false): Error | undefined {
+    if (this.failure !== undefined) return keelError('KEEL0503', { partition: this.partition, reason: this.failure.reason });
+    if (this.closed) return keelError('KEEL0502', { partition: this.partition });
+    if (this.queue.length >= MAX_QUEUED_COMMANDS) return keelError('KEEL0501', { partition: this.partition, queued: this.queue.length });
+    if (!fromOutbox && (kind === 'invoke' || kind === 'subscription_records') && this.state.live.size >= this.max_live_invocations) {
+      return keelError('KEEL0501', { partition: this.partition, queued: this.state.live.size });
+    }
+    return undefined;
   }
 
   get health(): PartitionFailure | undefined {

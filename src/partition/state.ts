@@ -11,12 +11,15 @@ import { locksTable } from '../storage/tables/locks.js';
 import { outboxTable, type OutboxEntry } from '../storage/tables/outbox.js';
 import { promisesTable, type PromiseState } from '../storage/tables/promises.js';
 import { stateTable } from '../storage/tables/state.js';
+import { positionName, subscriptionPositionsTable, type SubscriptionPosition } from '../storage/tables/subscription-positions.js';
 import { timersTable, type Timer } from '../storage/tables/timers.js';
 
 export type { InvocationResult, InvocationStatus, LastFailure, Status } from '../storage/tables/invocations.js';
 export type { JournalEntry } from '../storage/tables/journal.js';
 export type { OutboxEntry } from '../storage/tables/outbox.js';
 export type { PromiseState } from '../storage/tables/promises.js';
+export type { SubscriptionPosition } from '../storage/tables/subscription-positions.js';
+export { positionName } from '../storage/tables/subscription-positions.js';
 export type { Timer } from '../storage/tables/timers.js';
 export { objectKeyOf } from '../storage/keys.js';
 export { promiseKeyOf } from '../storage/tables/promises.js';
@@ -66,6 +69,13 @@ export class PartitionState {
   /** Source partition → last outbox sequence applied from it. */
   readonly dedup = new Map<number, number>();
   counters: Counters = { inbox_seq: 0, outbox_seq: 0 };
+  /** Where each (subscription, topic, Kafka partition) consumed here stands (see `positionName`). */
+  readonly subscriptionPositions = new Map<string, SubscriptionPosition>();
+  /**
+   * Subscription id → its invocations here that have not completed. Derived from the statuses
+   * (rebuilt when the partition loads), for back-pressure on the subscription's consumer.
+   */
+  readonly subscriptionPending = new Map<string, number>();
   /** Journal entries appended since this state was loaded (for metrics; not part of the state). */
   entries_appended = 0;
   private writes = new Map<string, Buffer | null>();
@@ -258,6 +268,25 @@ export class PartitionState {
     assert(seq > (this.dedup.get(source) ?? 0), () => `outbox sequence from partition ${source} goes back to ${seq}`);
     this.dedup.set(source, seq);
     this.writes.set(dedupTable.key(this.partition, source), dedupTable.encode(seq));
+  }
+
+  subscriptionPosition(subscription_id: string, topic: string, kafka_partition: number): SubscriptionPosition | undefined {
+    return this.subscriptionPositions.get(positionName(subscription_id, topic, kafka_partition));
+  }
+
+  putSubscriptionPosition(p: SubscriptionPosition): void {
+    const before = this.subscriptionPosition(p.subscription_id, p.topic, p.kafka_partition);
+    assert(before === undefined || p.next_offset >= before.next_offset, () => `position of ${p.subscription_id} ${p.topic}/${p.kafka_partition} goes back from ${before?.next_offset} to ${p.next_offset}`);
+    this.subscriptionPositions.set(positionName(p.subscription_id, p.topic, p.kafka_partition), p);
+    this.writes.set(subscriptionPositionsTable.key(this.partition, p), subscriptionPositionsTable.encode(p));
+  }
+
+  /** Counts an invocation of a subscription in (+1, it was created) or out (-1, it completed). */
+  countSubscriptionInvocation(subscription_id: string, delta: 1 | -1): void {
+    const n = (this.subscriptionPending.get(subscription_id) ?? 0) + delta;
+    assert(n >= 0, () => `subscription ${subscription_id} has ${n} pending invocations`);
+    if (n === 0) this.subscriptionPending.delete(subscription_id);
+    else this.subscriptionPending.set(subscription_id, n);
   }
 
   private putCounters(): void {

@@ -26,6 +26,12 @@ export interface AttemptRunner {
   stop(): void;
 }
 
+/** Deliveries from one partition's outbox to one target partition. */
+interface OutboxLane {
+  /** Set while a refused entry waits for its retry: entries from this sequence on wait with it. */
+  blocked_from?: number;
+}
+
 /** setTimeout takes at most a signed 32-bit delay; longer timers are re-armed in steps. */
 const MAX_TIMEOUT_MS = 2_147_483_647;
 const MAX_WAITERS_PER_INVOCATION = 10_000;
@@ -49,6 +55,8 @@ export class Worker implements Effects {
   private cleaner: NodeJS.Timeout | undefined;
   private cleaning = false;
   private db: Db | undefined;
+  /** Outbox deliveries per source and target partition (`source>target`). */
+  private readonly lanes = new Map<string, OutboxLane>();
 
   constructor(
     private readonly config: Config,
@@ -254,23 +262,69 @@ export class Worker implements Effects {
   /**
    * Appends an outbox entry to its target partition, then tells the source it may drop it.
    * After a crash in between, the entry is sent again and the target drops the duplicate.
-   * A refused delivery (overload, a stopped partition) is retried with backoff while running.
+   * Entries from one source to one target are appended in sequence order, always: the target
+   * drops anything at or below the last sequence it applied from the source, so an entry
+   * overtaken by a later one would be lost, and calls or records of one key would run out of
+   * order. A refused delivery (overload, a stopped partition) blocks its lane; the retry, with
+   * backoff, sends that entry and every later one for the same target again, in order.
    */
   private deliver(source: PartitionProcessor, entry: OutboxEntry, retry_ms: number): void {
     if (this.stopped) return;
     const target = this.processorFor(InvocationId.parse(entry.target)!);
+    const lane = this.laneOf(source, target);
+    if (lane.blocked_from !== undefined) return; // the retry sends it, after the entries before it
+    this.send(source, target, entry, lane, retry_ms);
+  }
+
+  private laneOf(source: PartitionProcessor, target: PartitionProcessor): OutboxLane {
+    const name = `${source.partition}>${target.partition}`;
+    let lane = this.lanes.get(name);
+    if (lane === undefined) {
+      lane = {};
+      this.lanes.set(name, lane);
+    }
+    return lane;
+  }
+
+  private send(source: PartitionProcessor, target: PartitionProcessor, entry: OutboxEntry, lane: OutboxLane, retry_ms: number): void {
     const decoded: Command = decodeCommand(entry.command);
     const { timestamp_ms: _sent_at, ...command } = decoded;
+    // Checked before appending, so that no later entry can be taken once this one is refused.
+    const refusal = target.refusal(decoded.kind, true);
+    if (refusal !== undefined) return this.block(source, target, lane, entry.seq, retry_ms, refusal);
     target
       .append(command as CommandKind)
       .then(() => source.append({ kind: 'outbox_delivered', outbox_delivered: { seq: entry.seq } }))
       .catch((err) => {
-        const next_ms = Math.min(retry_ms * 2, OUTBOX_RETRY_MAX_MS);
-        this.logger.warn({ err, seq: entry.seq, source: source.partition, target: target.partition, retry_in_ms: retry_ms }, 'outbox delivery failed; retrying');
-        this.at(Date.now() + retry_ms, async () => {
-          if (source.state.outbox.has(entry.seq)) this.deliver(source, entry, next_ms);
-        });
+        // Refused after it was queued (the target stopped) or the acknowledgement failed: the
+        // target takes nothing more until it restarts; the retry finds out.
+        if (source.state.outbox.has(entry.seq)) this.block(source, target, lane, entry.seq, retry_ms, err as Error);
       });
+  }
+
+  private block(source: PartitionProcessor, target: PartitionProcessor, lane: OutboxLane, seq: number, retry_ms: number, err: Error): void {
+    if (lane.blocked_from !== undefined) {
+      lane.blocked_from = Math.min(lane.blocked_from, seq);
+      return;
+    }
+    lane.blocked_from = seq;
+    const code = (err as { code?: unknown }).code;
+    this.logger.warn(
+      { err, code: typeof code === 'string' ? code : 'KEEL0501', seq, source: source.partition, target: target.partition, retry_in_ms: retry_ms },
+      'outbox delivery refused; retrying in order',
+    );
+    this.at(Date.now() + retry_ms, async () => {
+      const from = lane.blocked_from ?? seq;
+      lane.blocked_from = undefined;
+      const next_ms = Math.min(retry_ms * 2, OUTBOX_RETRY_MAX_MS);
+      const pending = [...source.state.outbox.values()]
+        .filter((e) => e.seq >= from && this.processorFor(InvocationId.parse(e.target)!) === target)
+        .sort((a, b) => a.seq - b.seq);
+      for (const e of pending) {
+        if (lane.blocked_from !== undefined) break;
+        this.send(source, target, e, lane, next_ms);
+      }
+    });
   }
 
   /** Runs `f` at wall-clock time `at_ms` (at once if it has passed). */

@@ -208,6 +208,27 @@ export interface Subscription {
   options: Record<string, string>;
 }
 
+/** `GET /subscriptions/{id}/status`: the consumer and, per topic partition, Keel's position and the lag. */
+export interface SubscriptionStatus {
+  id: string;
+  state: 'starting' | 'consuming' | 'paused' | 'failed' | 'stopped';
+  reason: string | null;
+  consumer_group: string | null;
+  pending_invocations: number;
+  max_pending_invocations: number | null;
+  last_warning: { code: string; message: string; at: string } | null;
+  partitions: Array<{
+    partition: number;
+    position: number | null;
+    high_watermark: number | null;
+    lag: number | null;
+    records_delivered: number;
+    records_skipped: number;
+    assigned: boolean;
+    paused: boolean;
+  }>;
+}
+
 export const INVOCATION_ACTIONS = ['cancel', 'kill', 'pause', 'resume', 'purge', 'restart-as-new'] as const;
 export type InvocationAction = (typeof INVOCATION_ACTIONS)[number];
 
