@@ -17,12 +17,15 @@
 // Greeter burst (fixed count, wall time):
 //   --burst CALLS@C           Greeter/greet calls at concurrency C                      [BENCH_BURST] (2000@500)
 //   --burst-timeout S         per-request timeout in the burst                          [BENCH_BURST_TIMEOUT] (30)
+// Kafka subscription → no-op handler (records/s; on librdkafka's mock cluster, needs kcat):
+//   --kafka N                 records per target (0: skip)                              [BENCH_KAFKA] (10000 when kcat is on PATH, else 0)
+//   --kafka-timeout S         how long a target may take to deliver them                [BENCH_KAFKA_TIMEOUT] (120)
 // Lifecycle:
 //   --startup-runs N          spawn → healthy on an empty dir, N times (0: skip)        [BENCH_STARTUP_RUNS] (5)
 //   --recovery N              sleeping invocations at the SIGKILL (0: skip)             [BENCH_RECOVERY] (500)
 //   --recovery-sleep S        their durable sleep                                       [BENCH_RECOVERY_SLEEP] (5)
 //   --skip-lifecycle          no startup, no recovery                                   [BENCH_SKIP_LIFECYCLE=1]
-//   --skip-load               no closed-loop, object or burst cells                     [BENCH_SKIP_LOAD=1]
+//   --skip-load               no closed-loop, object, burst or Kafka cells              [BENCH_SKIP_LOAD=1]
 // Micro-benchmark (bench/micro.mjs, in-process fold and append):
 //   --micro-only              only the micro-benchmark (no servers)                     [BENCH_MICRO_ONLY=1]
 //   --skip-micro              no micro-benchmark                                        [BENCH_SKIP_MICRO=1]
@@ -48,6 +51,7 @@ import { fileURLToPath } from 'node:url';
 import { RESULTS_DIR } from './common.mjs';
 import { SCENARIOS } from './scenarios.mjs';
 import { ALL_TARGETS } from './targets.mjs';
+import { kafkaAvailable } from './kafka.mjs';
 
 const VALUED = {
   '--only': 'targets',
@@ -73,6 +77,8 @@ const VALUED = {
   '--sql': 'sql',
   '--sql-runs': 'sqlRuns',
   '--sql-scale': 'sqlScale',
+  '--kafka': 'kafka',
+  '--kafka-timeout': 'kafkaTimeout',
   '--out': 'out',
 };
 const FLAGS = {
@@ -123,6 +129,8 @@ export function parseArgs(argv, env = process.env) {
     sqlScale: env.BENCH_SQL_SCALE ?? '1000000',
     sqlOnly: truthy(env.BENCH_SQL_ONLY),
     skipSql: truthy(env.BENCH_SKIP_SQL),
+    kafka: env.BENCH_KAFKA ?? (kafkaAvailable() ? '10000' : '0'),
+    kafkaTimeout: env.BENCH_KAFKA_TIMEOUT ?? '120',
     out: env.BENCH_OUT ?? join(RESULTS_DIR, 'latest.json'),
     skipLifecycle: truthy(env.BENCH_SKIP_LIFECYCLE),
     skipLoad: truthy(env.BENCH_SKIP_LOAD),
@@ -187,6 +195,8 @@ export function parseArgs(argv, env = process.env) {
     sqlInvocations: num(o.sql, 'sql'),
     sqlRuns: Math.max(1, num(o.sqlRuns, 'sql-runs')),
     sqlScale: num(o.sqlScale, 'sql-scale'),
+    kafkaRecords: String(o.kafka).trim() === 'none' ? 0 : num(o.kafka, 'kafka'),
+    kafkaTimeoutMs: num(o.kafkaTimeout, 'kafka-timeout') * 1000,
     out: resolve(o.out),
     keepDirs: o.keepDirs,
   };
@@ -194,6 +204,7 @@ export function parseArgs(argv, env = process.env) {
     opts.scenarios = [];
     opts.objectKeys = [];
     opts.burstCalls = 0;
+    opts.kafkaRecords = 0;
   }
   if (o.skipLifecycle) {
     opts.startupRuns = 0;

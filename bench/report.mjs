@@ -110,6 +110,24 @@ export function buildTables(res) {
     });
   }
 
+  if (res.kafka && Object.keys(res.kafka).length) {
+    const base = res.kafka.restate;
+    const notes = ['records/s = records ÷ (last handler call − first); "to first" (subscription created → first call) includes the mock\'s ~3 s group join; lost = records never seen; extra = calls beyond one per record'];
+    const rows = targets.map((t) => {
+      const r = res.kafka[t];
+      if (r?.error) notes.push(`${t}: ${r.error}`);
+      if (!r || r.recordsPerSec === undefined) return [t, r?.error ? 'ERROR' : 'not run', '-', '-', '-', '-', '-'];
+      return [t, fmt(r.recordsPerSec, 0), ms(r.firstToLastMs, 0), ms(r.toFirstMs, 0), r.lost, r.extra, t === 'restate' ? '' : x(ratio(r.recordsPerSec, base?.recordsPerSec))];
+    });
+    const r0 = Object.values(res.kafka)[0];
+    tables.push({
+      title: `Kafka subscription: ${r0?.records} records (${r0?.partitions} partitions, 100-byte values) → Bench/kafkaNoop`,
+      columns: ['target', 'records/s', 'first→last ms', 'to first ms', 'lost', 'extra', 'records/s vs R'],
+      rows,
+      notes,
+    });
+  }
+
   if (res.startup && Object.keys(res.startup).length) {
     const rows = targets.map((t) => {
       const r = res.startup[t];

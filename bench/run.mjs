@@ -10,6 +10,7 @@ import * as os from 'node:os';
 import { dirname, join } from 'node:path';
 import { stopGroup } from './children.mjs';
 import { BENCH_DIR, LOG_DIR, ROOT, fmt, fmtExit, log, pickNode, sleep, tail } from './common.mjs';
+import { kafkaCell, startMock } from './kafka.mjs';
 import { crashRecovery, startupRuns } from './lifecycle.mjs';
 import { logHealth } from './loghealth.mjs';
 import { parseArgs } from './options.mjs';
@@ -46,6 +47,7 @@ const res = {
   results: [], // closed-loop cells: { target, scenario, concurrency, ...loadgen result | error }
   objects: [], // object cells: { target, keys, concurrency, ...loadgen result, check | error }
   burst: {}, // target → loadgen result (wallMs)
+  kafka: {}, // target → kafkaCell result (recordsPerSec, lost, extra)
   startup: {}, // target → { runs, medianMs, maxMs, errors }
   recovery: {}, // target → crashRecovery result
   logs: {}, // target → { phases: {load, startup, recovery, service}, server }
@@ -66,7 +68,7 @@ const fmtRow = (r) =>
 log(
   `targets=${opts.targets.join(',') || 'none'} scenarios=${opts.scenarios.join(',') || 'none'} c=${opts.concurrency.join(',')} ` +
     `objects=${opts.objectKeys.join(',') || 'none'}@${opts.objectConcurrency.join(',')} burst=${opts.burstCalls ? `${opts.burstCalls}@${opts.burstConcurrency}` : 'none'} ` +
-    `startup=${opts.startupRuns} recovery=${opts.recoveryCount} micro=${opts.micro} sql=${opts.sqlInvocations}/${opts.sqlScale} duration=${opts.durationMs / 1000}s node=${meta.loadNodeVersion ?? node}`,
+    `kafka=${opts.kafkaRecords || 'none'} startup=${opts.startupRuns} recovery=${opts.recoveryCount} micro=${opts.micro} sql=${opts.sqlInvocations}/${opts.sqlScale} duration=${opts.durationMs / 1000}s node=${meta.loadNodeVersion ?? node}`,
 );
 
 /** Closed-loop, object and burst cells on one fresh server. Returns the server's log file. */
@@ -172,6 +174,18 @@ async function loadPhase(target, service) {
   else log(`${target}: data dir kept at ${s.dataDir}`);
 }
 
+/** One Kafka mock cluster for every target (started on first use). */
+let kafkaMock;
+async function kafkaPhase(target) {
+  try {
+    kafkaMock ??= await startMock();
+  } catch (e) {
+    log(`kafka: the mock cluster did not start: ${e.message}`);
+    return { target, error: `mock cluster: ${e.message}` };
+  }
+  return kafkaCell(target, node, kafkaMock.mock, opts);
+}
+
 for (const target of opts.targets) {
   const info = (res.targets[target] = { status: 'ok' });
   let service;
@@ -188,6 +202,10 @@ for (const target of opts.targets) {
   if (opts.scenarios.length || opts.objectKeys.length || opts.burstCalls) {
     await loadPhase(target, service);
     files.load = info.logFile;
+  }
+  if (opts.kafkaRecords > 0) {
+    res.kafka[target] = await kafkaPhase(target);
+    if (res.kafka[target].logFile) files.kafka = res.kafka[target].logFile;
   }
   if (opts.startupRuns > 0) {
     const r = (res.startup[target] = await startupRuns(target, opts));
@@ -214,6 +232,7 @@ for (const target of opts.targets) {
   log(`${target}: server log: ${l.errors} errors, ${l.warnings} warnings, ${l.rt0010} RT0010`);
 }
 
+await kafkaMock?.close();
 if (opts.sqlScale > 0 && opts.targets.includes('keel')) {
   log(`sql at scale: Keel with ${opts.sqlScale} invocations`);
   const r = (res.sqlScale = await sqlAtScale(node, opts));

@@ -6,18 +6,31 @@
 //   Counter/{key}/add – virtual object: ctx.get('count'), ctx.set('count', count + delta), returns the new count
 //   Counter/{key}/get – shared: the current count (the correctness check reads it)
 //   Greeter/greet – the seed's Greeter (uuid, run, durable 1 s sleep, run)
+//   Bench/kafkaNoop – a subscription's sink: returns at once, and counts the records it saw (calls, distinct
+//                   kafka.partition/kafka.offset, first and last time) for GET /count on BENCH_COUNTER_PORT
 // Run: node bench/service.mjs [port]   (PORT env works too; BENCH_SERVICE_HOST, default 127.0.0.1)
 //
 // Same as `restate.serve({services, port})` (which is http2.createServer(<endpoint handler>).listen(port)),
 // except that we bind to 127.0.0.1 only instead of all interfaces.
+import * as http from 'node:http';
 import * as http2 from 'node:http2';
 import * as restate from '@restatedev/restate-sdk';
 import { greeter } from '../examples/greeter/greeter.mjs';
+
+/** What Bench/kafkaNoop saw: every call, the distinct records, when the first and the last came. */
+const kafka = { calls: 0, records: new Set(), first_ms: 0, last_ms: 0 };
 
 export const bench = restate.service({
   name: 'Bench',
   handlers: {
     noop: async (_ctx, req) => ({ ok: true, name: req?.name ?? null }),
+    kafkaNoop: async (ctx) => {
+      const h = ctx.request().headers;
+      kafka.calls++;
+      kafka.records.add(`${h.get('kafka.partition')}/${h.get('kafka.offset')}`);
+      kafka.last_ms = Date.now();
+      kafka.first_ms ||= kafka.last_ms;
+    },
     steps: async (ctx, req) => {
       const a = await ctx.run('step-1', () => 1);
       const b = await ctx.run('step-2', () => a + 1);
@@ -58,5 +71,11 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     // run.mjs waits for this line.
     console.error(`bench service listening on ${host}:${addr.port}`);
   });
+  const counterPort = Number(process.env.BENCH_COUNTER_PORT ?? 0);
+  if (counterPort) {
+    http
+      .createServer((_req, res) => res.end(JSON.stringify({ calls: kafka.calls, distinct: kafka.records.size, first_ms: kafka.first_ms, last_ms: kafka.last_ms })))
+      .listen(counterPort, host);
+  }
   for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => process.exit(0));
 }

@@ -14,13 +14,13 @@ export const isKeel = (target) => target.startsWith('keel');
 /** Where the servers' data dirs go (a real disk, so that fsync costs what it costs). */
 export const dataRoot = () => process.env.BENCH_TMPDIR ?? os.tmpdir();
 
-export async function startService(node, tag) {
+export async function startService(node, tag, { env = {} } = {}) {
   const port = await freePort();
   const logFile = join(LOG_DIR, `service-${tag}.log`);
   writeFileSync(logFile, '');
   // stdout (the Greeter's console.log per call) is discarded; stderr goes to the log.
   const child = spawnGroup(node, [join(BENCH_DIR, 'service.mjs'), String(port)], {
-    env: { ...process.env, RESTATE_LOGGING: process.env.RESTATE_LOGGING ?? 'WARN' },
+    env: { ...process.env, RESTATE_LOGGING: process.env.RESTATE_LOGGING ?? 'WARN', ...env },
     logFile,
     stdout: false,
   });
@@ -63,7 +63,10 @@ export function restateBinary() {
   throw new Error(`restate-server not found in node_modules (npm ci?)`);
 }
 
-/** Spawns the server process (own process group, log appended to s.logFile); s.spawnedAt is the clock for startup times. */
+/**
+ * Spawns the server process (own process group, log appended to s.logFile); s.spawnedAt is the clock for startup
+ * times. `s.configFile`, when set, is the server's TOML config file (Restate: --config-file, Keel: --config).
+ */
 export function spawnServer(s) {
   let cmd;
   let env;
@@ -78,7 +81,7 @@ export function spawnServer(s) {
       RESTATE_BASE_DIR: s.dataDir,
     };
     s.cmd = cmd;
-    s.args = [];
+    s.args = s.configFile ? ['--config-file', s.configFile] : [];
   } else {
     const main = resolve(process.env.BENCH_KEEL_MAIN ?? join(ROOT, 'dist', 'main.js'));
     if (!existsSync(main)) throw new Error(`${main} not found (run \`make build\`)`);
@@ -94,7 +97,7 @@ export function spawnServer(s) {
     else delete env.KEEL_WORKER__STORAGE_DB__FSYNC;
     // `node` from PATH: under npm scripts that is the pinned Node 24 (like `make run`).
     s.cmd = 'node';
-    s.args = [main];
+    s.args = s.configFile ? [main, '--config', s.configFile] : [main];
   }
   s.spawnedAt = nowMs();
   s.child = spawnGroup(s.cmd, s.args, { cwd: s.dataDir, logFile: s.logFile, env });

@@ -7,13 +7,19 @@ import { createLogger, type Logger } from './common/logger.js';
 import { KeelError } from './errors/index.js';
 import { createIngressServer } from './ingress/server.js';
 import { Invoker } from './invoker/index.js';
-import { EndpointClient } from './endpoint/client.js';
+import { DEFAULT_ENDPOINT_CLIENT_OPTIONS, EndpointClient } from './endpoint/client.js';
+import { RequestSigner } from './endpoint/identity.js';
 import { Registry } from './metadata/registry.js';
 import { Worker } from './partition/worker.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
 import { openWorkerStore, type Db } from './storage/store.js';
+import { SubscriptionManager } from './subscriptions/manager.js';
+import { directorySize_bytes } from './telemetry/disk.js';
+import { createTracing, KeelMetrics, type Telemetry } from './telemetry/index.js';
 
-/** A running Keel node: store, registry, partitions, invoker, ingress and admin servers. */
+const METRICS_LOAD_DELAY_MS = 1_000;
+
+/** A running Keel node: store, registry, partitions, invoker, ingress, admin and SQL servers. */
 export class KeelServer {
   private constructor(
     readonly config: Config,
@@ -21,28 +27,49 @@ export class KeelServer {
     readonly db: Db,
     readonly registry: Registry,
     readonly worker: Worker,
+    readonly subscriptions: SubscriptionManager,
     readonly invoker: Invoker,
     readonly endpoints: EndpointClient,
     readonly ingress: FastifyInstance,
     readonly admin: FastifyInstance,
+    readonly telemetry: Telemetry,
     readonly engine: QueryEngine,
     readonly pgsql: PgServer,
   ) {}
 
-  static async start(config: Config, logger = createLogger(config.log.level, config.log.format)): Promise<KeelServer> {
+  /** Without a logger of the caller's, the server's own counts coded warn/error lines (`keel_errors_total`). */
+  static async start(config: Config, logger?: Logger): Promise<KeelServer> {
+    const metrics = new KeelMetrics({ processMetrics: true });
+    logger ??= createLogger(config.log.level, config.log.format, (code) => metrics.error(code));
+    // A bad key refuses startup (RT0002) before anything is opened.
+    const signer = loadSigner(config, logger);
     const db = await openWorkerStore(config.worker.storage_db.path);
     let registry: Registry | undefined;
+    const tracing = await createTracing(config.tracing.endpoint, logger.child({ component: 'tracing' }));
+    const telemetry: Telemetry = { metrics, tracing };
     let engine: QueryEngine | undefined;
     try {
-      registry = await Registry.open(config, logger.child({ component: 'metadata' }));
-      const worker = new Worker(config, logger.child({ component: 'worker' }));
-      await worker.open(db);
-      const endpoints = new EndpointClient();
-      const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }));
-      const ingress = await createIngressServer({ config, registry, worker, logger });
-      const introspection = new WorkerIntrospection(worker);
+      registry = await Registry.open(config, logger.child({ component: 'metadata' }), signer !== undefined ? { signer } : {});
+      const known = registry;
+      metrics.knownTarget = (service, handler) => known.handler(service, handler) !== undefined;
+      const worker = new Worker(config, logger.child({ component: 'worker' }), telemetry);
+      await worker.open(db).catch((err: unknown) => {
+        if (err instanceof KeelError) throw err;
+        // A read that fails its checksum, or state that breaks an invariant: never run on it.
+        throw new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(err as Error)?.message ?? String(err)}`, 500, { cause: err });
+      });
+      const endpoints = new EndpointClient({
+        ...DEFAULT_ENDPOINT_CLIENT_OPTIONS,
+        http2: { ...DEFAULT_ENDPOINT_CLIENT_OPTIONS.http2, connect_timeout_ms: config.worker.invoker.connect_timeout_ms },
+        ...(signer !== undefined ? { signer } : {}),
+      });
+      const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }), telemetry);
+      sampleQueues(metrics, config, worker, invoker, endpoints);
+      const subscriptions = new SubscriptionManager({ config, registry, worker, logger: logger.child({ component: 'subscriptions' }) });
+      const ingress = await createIngressServer({ config, registry, worker, logger, telemetry });
+      const introspection = new WorkerIntrospection(worker, subscriptions);
       engine = createQueryEngine(config, registry, () => introspection, logger);
-      const admin = await createAdminServer({ config, registry, logger, introspection, engine, failures: () => worker.failures() });
+      const admin = await createAdminServer({ config, registry, logger, introspection, engine, failures: () => worker.failures(), metrics });
       await listen(ingress, config.ingress.bind_address, 'ingress');
       let pgsql: PgServer;
       try {
@@ -53,16 +80,33 @@ export class KeelServer {
         throw err;
       }
       worker.start(invoker);
+      // Consumers start once the partitions have recovered: positions are read from them.
+      subscriptions.start();
       // The query engine boots in a process of its own once the server answers, and its copy of
       // the statuses loads in the background.
       engine.start();
+      // prom-client loads a second after the start, in the background, out of the way of the first
+      // requests; a scrape before that loads it itself.
+      setTimeout(() => metrics.load().catch((err) => logger.error({ err, code: 'RT0006' }, 'cannot load the metrics registry')), METRICS_LOAD_DELAY_MS).unref();
+      const cpu = process.cpuUsage();
       logger.info(
-        { ingress: config.ingress.bind_address, admin: config.admin.bind_address, pgsql: pgsql.address, partitions: config.worker.partitions, fsync: config.worker.storage_db.fsync },
+        {
+          startup_ms: Math.round(performance.now()),
+          startup_cpu_ms: Math.round((cpu.user + cpu.system) / 1000),
+          code_cache: (globalThis as Record<symbol, unknown>)[Symbol.for('keel.code_cache')] ?? 'none',
+          ingress: config.ingress.bind_address,
+          admin: config.admin.bind_address,
+          pgsql: pgsql.address,
+          partitions: config.worker.partitions,
+          fsync: config.worker.storage_db.fsync,
+          ...(config.tracing.endpoint ? { tracing: config.tracing.endpoint } : {}),
+        },
         'keel is ready',
       );
-      return new KeelServer(config, logger, db, registry, worker, invoker, endpoints, ingress, admin, engine, pgsql);
+      return new KeelServer(config, logger, db, registry, worker, subscriptions, invoker, endpoints, ingress, admin, telemetry, engine, pgsql);
     } catch (err) {
       await engine?.close().catch(() => {});
+      await tracing.shutdown().catch(() => {});
       await registry?.close().catch(() => {});
       await db.close().catch(() => {});
       throw err;
@@ -70,12 +114,44 @@ export class KeelServer {
   }
 
   async stop(): Promise<void> {
-    await Promise.allSettled([this.ingress.close(), this.admin.close(), this.pgsql.close(), this.engine.close()]);
+    await Promise.allSettled([this.ingress.close(), this.admin.close(), this.subscriptions.stop(), this.pgsql.close(), this.engine.close()]);
     await this.worker.stop();
     this.endpoints.close();
     await this.registry.close();
     await this.db.close();
+    // Spans still waiting for their batch are exported before the process goes.
+    await this.telemetry.tracing.shutdown().catch((err) => this.logger.warn({ err, code: 'KEEL0601' }, 'cannot export the last traces'));
   }
+}
+
+/** Queue depths, invocations by status and store sizes for /metrics, read at scrape time. */
+function sampleQueues(metrics: KeelMetrics, config: Config, worker: Worker, invoker: Invoker, endpoints: EndpointClient): void {
+  metrics.sample({
+    invoker: () => invoker.depths(),
+    endpoints: () => endpoints.http2Stats(),
+    partitions: () =>
+      worker.processors.map((p) => {
+        const invocations = new Map<string, number>();
+        for (const s of p.state.invocations.values()) if (s.status !== 'completed') invocations.set(s.status, (invocations.get(s.status) ?? 0) + 1);
+        return { partition: p.partition, queued_commands: p.info().queued_commands, outbox_entries: p.state.outbox.size, invocations };
+      }),
+    storeSizes: async () => [
+      { store: 'worker', bytes: await directorySize_bytes(config.worker.storage_db.path) },
+      { store: 'meta', bytes: await directorySize_bytes(config.meta.storage_path) },
+    ],
+  });
+}
+
+/** The request identity key, when configured; its public key is logged for the endpoints' identityKeys. */
+function loadSigner(config: Config, logger: Logger): RequestSigner | undefined {
+  const file = config.worker.invoker.request_identity_private_key_pem_file;
+  if (file === undefined) return undefined;
+  const signer = RequestSigner.fromPemFile(file, config.worker.invoker.request_identity_expiration_ms);
+  logger.info(
+    { kid: signer.publicKey, path: file },
+    `Loaded request identity key: requests to endpoints are signed; endpoints verify them with identityKeys: ["${signer.publicKey}"]`,
+  );
+  return signer;
 }
 
 async function listen(app: FastifyInstance, address: string, what: string): Promise<void> {

@@ -54,7 +54,7 @@ t.test('version, health, api version prefixes', async (t) => {
   }
   const v1 = await call('GET', '/v1/deployments');
   t.equal(v1.status, 400);
-  t.equal(v1.text, 'Unsupported Admin API version V1. This server supports versions between V2 and V4.');
+  t.same(v1.json, { message: 'Unsupported Admin API version V1. This server supports versions between V2 and V4.', restate_code: 'KEEL0006' });
   const nope = await call('GET', '/v4/nope');
   t.equal(nope.status, 404);
   t.same(Object.keys(nope.json).sort(), ['message', 'restate_code']);
@@ -129,7 +129,7 @@ t.test('error bodies and statuses', async (t) => {
   const { call, lines } = await startAdmin(t);
   const port = await deadPort();
   const dead = await call('POST', '/v4/deployments', cliBody(`http://127.0.0.1:${port}/`));
-  t.equal(dead.status, 500);
+  t.equal(dead.status, 502);
   t.equal(dead.json.restate_code, 'META0003');
   t.match(dead.json.message, new RegExp(`^\\[META0003\\] .*127\\.0\\.0\\.1:${port}`));
   const warn = lines.find((l) => l.code === 'META0003');
@@ -220,8 +220,10 @@ t.test('update in place (PUT, PATCH), delete, META0016, META0017', async (t) => 
   t.equal(e17.json.restate_code, 'META0017');
 
   const noForce = await call('DELETE', `/v4/deployments/${idb}`);
-  t.equal(noForce.status, 501);
-  t.equal(noForce.text, '');
+  t.equal(noForce.status, 409, 'a deployment that serves the latest revision stays without force');
+  t.equal(noForce.json.restate_code, 'KEEL0016');
+  t.match(noForce.json.message, /latest revision of Counter, Greeter|latest revision of Greeter, Counter/);
+  t.equal((await call('DELETE', `/v4/deployments/${idb}?force=yes`)).json.restate_code, 'KEEL0002', 'force is true or false');
   const del = await call('DELETE', `/v4/deployments/${idb}?force=true`);
   t.equal(del.status, 202);
   t.equal(del.text, '');
@@ -231,4 +233,44 @@ t.test('update in place (PUT, PATCH), delete, META0016, META0017', async (t) => 
   t.equal(forced.status, 200);
   t.equal(forced.json.id, ida);
   t.equal((await call('PATCH', `/v4/deployments/${unknownId}`, {})).status, 404);
+});
+
+t.test('delete without force: a drained deployment goes, one in use stays with KEEL0016', async (t) => {
+  const { call, registry } = await startAdmin(t);
+  const a = await serveH2(t, [greeter]);
+  const b = await serveH2(t, [greeterV2]);
+  const ida = (await call('POST', '/v4/deployments', cliBody(a))).json.id;
+  const idb = (await call('POST', '/v4/deployments', cliBody(b))).json.id;
+  t.equal(registry.service('Greeter').deployment_id, idb, 'b holds the latest revision');
+  const busy = await call('DELETE', `/v4/deployments/${idb}`);
+  t.equal(busy.status, 409);
+  t.equal(busy.json.restate_code, 'KEEL0016');
+  t.match(busy.json.message, /latest revision of Greeter/);
+  const drained = await call('DELETE', `/v4/deployments/${ida}`);
+  t.equal(drained.status, 202, 'a superseded deployment with no invocations is removed');
+  t.equal((await call('GET', `/v4/deployments/${ida}`)).status, 404);
+});
+
+t.test('delete without force: invocations still pinned keep a superseded deployment', async (t) => {
+  const config = testConfig(tempDir(t));
+  const registry = await Registry.open(config, silentLogger);
+  let pinnedTo;
+  const introspection = {
+    invocations: () => [{ id: 'inv_1', status: 'suspended', deployment_id: pinnedTo }, { id: 'inv_2', status: 'completed', deployment_id: pinnedTo }],
+    journal: async () => [], state: async function* () {}, inbox: () => [], locks: () => [], promises: async function* () {},
+    manage: async () => ({ status: 501 }),
+  };
+  const app = await createAdminServer({ config, registry, logger: silentLogger, introspection });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  t.teardown(async () => { await app.close(); await registry.close(); });
+  const base = `http://127.0.0.1:${app.server.address().port}`;
+  const post = (uri) => fetch(`${base}/deployments`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ uri }) }).then((r) => r.json());
+  pinnedTo = (await post(await serveH2(t, [greeter]))).id;
+  await post(await serveH2(t, [greeterV2]));
+  const res = await fetch(`${base}/deployments/${pinnedTo}`, { method: 'DELETE' });
+  const body = await res.json();
+  t.equal(res.status, 409);
+  t.equal(body.restate_code, 'KEEL0016');
+  t.match(body.message, /^\[KEEL0016\] 1 invocation\(s\) that are not completed are pinned/);
+  t.equal((await fetch(`${base}/deployments/${pinnedTo}?force=true`, { method: 'DELETE' })).status, 202, 'force still removes it');
 });

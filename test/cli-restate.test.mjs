@@ -114,7 +114,7 @@ t.test('restate CLI: errors are rendered with their codes', async (t) => {
   const dead = await cli('deployments', 'register', `http://127.0.0.1:${port}/`, '--yes');
   t.equal(dead.code, 1);
   t.match(dead.out, /META0003/);
-  t.match(dead.out, /500/);
+  t.match(dead.out, /502/);
 
   await cli('deployments', 'register', await serveH2(t, [greeter]), '--yes');
   t.equal(registry.deployments().length, 1);

@@ -34,15 +34,24 @@ function rt0002(t, f, patterns, what) {
 
 const expectedDefaults = {
   base_dir: './keel-data',
-  ingress: { bind_address: '0.0.0.0:8080' },
-  admin: { bind_address: '0.0.0.0:9070' },
+  ingress: { bind_address: '0.0.0.0:8080', request_size_limit_bytes: 32 * 1024 * 1024, auth_tokens: [] },
+  admin: { bind_address: '0.0.0.0:9070', auth_tokens: [], discovery_timeout_ms: 10_000 },
+  http: { idle_timeout_ms: 60_000, header_timeout_ms: 10_000, request_timeout_ms: 300_000, max_connections: 10_000, max_header_size_bytes: 64 * 1024, max_header_count: 200 },
   meta: { storage_path: path.join('./keel-data', 'meta') },
   worker: {
     storage_db: { path: path.join('./keel-data', 'worker'), fsync: true },
-    invoker: { inactivity_timeout_ms: 60_000, abort_timeout_ms: 600_000, message_size_limit_bytes: 32 * 1024 * 1024 },
+    invoker: {
+      inactivity_timeout_ms: 60_000,
+      abort_timeout_ms: 600_000,
+      message_size_limit_bytes: 32 * 1024 * 1024,
+      connect_timeout_ms: 5_000,
+      request_identity_private_key_pem_file: undefined,
+      request_identity_expiration_ms: 60_000,
+    },
   },
   default_retry_policy: { initial_interval_ms: 500, exponentiation_factor: 2, max_interval_ms: 60_000, max_attempts: 70, on_max_attempts: 'pause' },
   default_journal_retention_ms: 86_400_000,
+  tracing: { endpoint: undefined },
 };
 
 t.test('defaults without a file', async (t) => {
@@ -55,6 +64,13 @@ t.test('defaults without a file', async (t) => {
 
 t.test('the shipped config.toml states the same defaults', async (t) => {
   t.match(loadConfig(path.join(root, 'config.toml'), {}), expectedDefaults);
+});
+
+t.test('timeouts beyond what a timer holds (24 days) are RT0002, not a timer that fires at once', async (t) => {
+  rt0002(t, () => loadConfig(undefined, { KEEL_WORKER__INVOKER__ABORT_TIMEOUT: '30d' }), [/KEEL_WORKER__INVOKER__ABORT_TIMEOUT/, /at most 24 days/], 'abort_timeout 30d');
+  rt0002(t, () => loadConfig(writeToml(t, '[http]\nidle_timeout = "99999999d"\n'), {}), [/:2/, /http\.idle_timeout/, /at most 24 days/], 'http.idle_timeout');
+  t.equal(loadConfig(undefined, { KEEL_WORKER__INVOKER__ABORT_TIMEOUT: '24d' }).worker.invoker.abort_timeout_ms, 24 * 86_400_000);
+  t.equal(loadConfig(undefined, { KEEL_DEFAULT_JOURNAL_RETENTION: '365d' }).default_journal_retention_ms, 365 * 86_400_000, 'retentions are not timers');
 });
 
 t.test('a TOML file overrides keys; paths follow base_dir', async (t) => {
@@ -104,6 +120,13 @@ t.test('KEEL_ environment variables win over the file', async (t) => {
   t.equal(c.worker.storage_db.path, '/data/worker');
 });
 
+t.test('tracing.endpoint: off by default, set from the file or KEEL_TRACING__ENDPOINT', async (t) => {
+  t.equal(loadConfig(undefined, {}).tracing.endpoint, undefined);
+  const file = writeToml(t, `[tracing]\nendpoint = "http://collector:4318"\n`);
+  t.equal(loadConfig(file, {}).tracing.endpoint, 'http://collector:4318');
+  t.equal(loadConfig(file, { KEEL_TRACING__ENDPOINT: 'https://otel.example/v1/traces' }).tracing.endpoint, 'https://otel.example/v1/traces');
+});
+
 t.test('bad values: RT0002 naming the file, the line and the key, or the variable', async (t) => {
   const bad = [
     [`[ingress]\nbind_address = "nope"\n`, 2, 'ingress.bind_address'],
@@ -112,6 +135,7 @@ t.test('bad values: RT0002 naming the file, the line and the key, or the variabl
     [`[worker.invoker]\nmessage_size_limit = "lots"\n`, 2, 'worker.invoker.message_size_limit'],
     [`[default_retry_policy]\non_max_attempts = "explode"\n`, 2, 'default_retry_policy.on_max_attempts'],
     [`[default_retry_policy]\nmax_attempts = -1\n`, 2, 'default_retry_policy.max_attempts'],
+    [`[tracing]\nendpoint = "localhost:4318"\n`, 2, 'tracing.endpoint'],
   ];
   for (const [text, line, key] of bad) {
     const file = writeToml(t, text);
@@ -121,6 +145,7 @@ t.test('bad values: RT0002 naming the file, the line and the key, or the variabl
     ['KEEL_WORKER__INVOKER__ABORT_TIMEOUT', 'soon', 'worker.invoker.abort_timeout'],
     ['KEEL_INGRESS__BIND_ADDRESS', '127.0.0.1:99999', 'ingress.bind_address'],
     ['KEEL_WORKER__PARTITIONS', 'many', 'worker.partitions'],
+    ['KEEL_TRACING__ENDPOINT', 'grpc://collector:4317', 'tracing.endpoint'],
   ];
   for (const [name, value, key] of envBad) {
     rt0002(t, () => loadConfig(undefined, { [name]: value }), [name, key], name);

@@ -77,7 +77,7 @@ t.test('META0003: additional_headers with wrong credentials (403) through the ad
       body: JSON.stringify({ uri, ...(headers ? { additional_headers: headers } : {}) }),
     });
     const body = await res.json();
-    t.equal(res.status, 500);
+    t.equal(res.status, 502);
     t.equal(body.restate_code, 'META0003');
     t.match(body.message, new RegExp(`status ${status}`));
   }

@@ -3,7 +3,7 @@
 import t from 'tap';
 import {
   partition, serviceId, objectId, invoke, objectInvoke, append, ended, completeWith, output, kinds, find, outbox, lastNotification,
-  MessageType, Outcome, Then, TimerKind, ManageAction, encode, pb, InvocationId,
+  MessageType, Outcome, Then, TimerKind, ManageAction, encode, decode, pb, InvocationId,
 } from './helpers/fold.mjs';
 
 t.test('invoke: a new invocation journals its input and starts', async (t) => {
@@ -243,4 +243,99 @@ t.test('a broken invariant throws instead of writing half a change', async (t) =
   p.apply(invoke(id));
   p.state.journals.get(id.text).push({ type: MessageType.InputCommand, payload: Buffer.alloc(0) });
   t.throws(() => p.apply(append(id, 0, MessageType.OutputCommand, output(1))), { name: 'InvariantError' }, 'a journal longer than its status says');
+});
+
+/** A `subscription_records` command for a plain service sink, records at `offsets`. */
+function records(offsets, { local = true, sub = 'sub_1aaaaaaaaaaaaaaaaaaaaaa', ids = new Map(), ...fields } = {}) {
+  return {
+    kind: 'subscription_records',
+    subscription_records: {
+      subscription_id: sub,
+      topic: 'orders',
+      kafka_partition: 2,
+      service: 'Svc',
+      handler: 'h',
+      service_type: 'Service',
+      handler_type: '',
+      records: offsets.map((offset) => {
+        if (!ids.has(offset)) ids.set(offset, serviceId());
+        return { offset, invocation_id: ids.get(offset).bytes, input: Buffer.from(`"r${offset}"`), headers: [{ key: 'kafka.offset', value: String(offset) }], local };
+      }),
+      ...fields,
+    },
+  };
+}
+
+t.test('subscription_records: each record becomes one invocation and the position moves past it, in one batch', async (t) => {
+  const p = partition();
+  const ids = new Map();
+  const actions = p.apply(records([5, 6, 8], { ids }));
+  t.same(kinds(actions), ['start', 'start', 'start']);
+  t.match(p.state.subscriptionPosition('sub_1aaaaaaaaaaaaaaaaaaaaaa', 'orders', 2), { next_offset: 9, delivered: 3, skipped: 0 });
+  t.match(p.status(ids.get(6)), { status: 'running', service: 'Svc', invoked_by_subscription_id: 'sub_1aaaaaaaaaaaaaaaaaaaaaa' });
+  const input = decode(pb.Input, p.journal(ids.get(6))[0].payload);
+  t.equal(Buffer.from(input.value.content).toString(), '"r6"');
+  t.same(input.headers.map((h) => [h.key, h.value]), [['kafka.offset', '6']]);
+  t.equal(p.state.subscriptionPending.get('sub_1aaaaaaaaaaaaaaaaaaaaaa'), 3, 'counted as pending');
+  completeWith(p, ids.get(5), 'ok');
+  t.equal(p.state.subscriptionPending.get('sub_1aaaaaaaaaaaaaaaaaaaaaa'), 2, 'a completed one is not');
+  t.ok([...p.store.keys()].some((k) => k.includes('/subpos/')), 'the position is written with the batch');
+
+  // Delivered again (a crash before Kafka knew, a rebalance): only what is new counts.
+  t.same(kinds(p.apply(records([5, 6, 8], { ids }))), [], 'records below the position are dropped');
+  t.same(kinds(p.apply(records([8, 9, 10], { ids }))), ['start', 'start'], 'an overlapping chunk makes only the new ones');
+  t.match(p.state.subscriptionPosition('sub_1aaaaaaaaaaaaaaaaaaaaaa', 'orders', 2), { next_offset: 11, delivered: 5 });
+  t.throws(() => p.apply(records([12, 11])), { name: 'InvariantError' }, 'offsets must ascend');
+});
+
+t.test('subscription_records: invocations of other partitions go through the outbox, in record order; skipped records only move the position', async (t) => {
+  const p = partition();
+  const ids = new Map();
+  const cmd = records([1, 2, 3], { local: false, ids });
+  cmd.subscription_records.records[1] = { offset: 2, skipped: 'the record key is not valid UTF-8' };
+  const actions = p.apply(cmd);
+  t.same(kinds(actions), ['outbox', 'outbox']);
+  t.same(outbox(p).map((e) => [e.target, e.kind, e.invoke.invoked_by_subscription_id]), [
+    [ids.get(1).text, 'invoke', 'sub_1aaaaaaaaaaaaaaaaaaaaaa'],
+    [ids.get(3).text, 'invoke', 'sub_1aaaaaaaaaaaaaaaaaaaaaa'],
+  ]);
+  t.match(p.state.subscriptionPosition('sub_1aaaaaaaaaaaaaaaaaaaaaa', 'orders', 2), { next_offset: 4, delivered: 2, skipped: 1 });
+  t.equal(p.state.subscriptionPending.get('sub_1aaaaaaaaaaaaaaaaaaaaaa'), undefined, 'counted where the invocations are made');
+});
+
+t.test('subscription_records: records of one object key run one at a time, in offset order', async (t) => {
+  const p = partition();
+  const ids = new Map([1, 2, 3].map((o) => [o, objectId('Obj', 'k')]));
+  const cmd = records([1, 2, 3], { ids, service: 'Obj', service_type: 'VirtualObject', handler_type: 'Exclusive' });
+  for (const r of cmd.subscription_records.records) r.key = 'k';
+  t.same(kinds(p.apply(cmd)), ['start']);
+  t.same(p.state.inboxes.get('Obj/k').map((e) => e.id), [ids.get(2).text, ids.get(3).text]);
+  t.same(find(completeWith(p, ids.get(1), 1), 'start').map((a) => a.id), [ids.get(2).text]);
+});
+
+t.test('the live index holds exactly the invocations that have not completed', async (t) => {
+  const p = partition();
+  const [a, b] = [serviceId(), serviceId()];
+  p.apply(invoke(a));
+  p.apply(invoke(b));
+  const liveKeys = () => [...p.store.keys()].filter((k) => k.startsWith('p0/s/live/')).map((k) => k.slice('p0/s/live/'.length)).sort();
+  t.same(liveKeys(), [a.text, b.text].sort());
+  completeWith(p, a, 1);
+  t.same(liveKeys(), [b.text], 'a completed invocation leaves it');
+  p.apply({ kind: 'manage', manage: { invocation_id: b.bytes, action: ManageAction.KILL } });
+  t.same(liveKeys(), [], 'so does a killed one');
+});
+
+t.test('a completion indexes when its journal and then all of it expire; purges remove the entries', async (t) => {
+  const p = partition();
+  const id = serviceId();
+  p.apply(invoke(id, { completion_retention_ms: 60_000, journal_retention_ms: 10_000 }));
+  completeWith(p, id, 'x');
+  const done = p.status(id).completed_at_ms;
+  const expiry = () => [...p.store].filter(([k]) => k.startsWith('p0/s/expiry/')).map(([k, v]) => [Number(k.split('/')[3]), v.toString()]).sort((a, b) => a[0] - b[0]);
+  t.same(expiry(), [[done + 10_000, 'journal'], [done + 60_000, 'all']]);
+  p.apply({ kind: 'purge', purge: { invocation_id: id.bytes, journal_only: true } });
+  t.same(expiry(), [[done + 60_000, 'all']], 'the journal is gone, the rest is due later');
+  p.apply({ kind: 'purge', purge: { invocation_id: id.bytes } });
+  t.same(expiry(), [], 'nothing left to expire');
 });

@@ -107,7 +107,7 @@ t.test('an unqualified ARN is refused with 400, a malformed one too', async (t) 
 t.test('an unknown function is META0003, and so is a function that throws', async (t) => {
   const { emu, keel } = await setup(t);
   const r = await admin(keel, 'POST', '/deployments', { arn: 'arn:aws:lambda:eu-central-1:123456789012:function:nope:1' });
-  t.equal(r.status, 500, r.text);
+  t.equal(r.status, 502, r.text);
   t.equal(r.json.restate_code, 'META0003');
   t.match(r.json.message, /ResourceNotFoundException/);
   t.equal(emu.calls.length, 1, 'the SDK made exactly one attempt (maxAttempts 1)');

@@ -156,3 +156,89 @@ t.test('a fold that throws stops the partition: nothing of the batch is written,
   t.equal((await EmbeddedLog.open(db, 2)).applied_position, before, 'nothing was written');
   t.same(await verifyPartition(db, 2), [], 'the store is still the fold of its log');
 });
+
+/** Records of subscription `sub` for a plain service, whose invocation ids are in `pk`'s partition. */
+function subscriptionRecords(offsets, pk, { local, sub = 'sub_1bbbbbbbbbbbbbbbbbbbbbb' } = {}) {
+  return {
+    kind: 'subscription_records',
+    subscription_records: {
+      subscription_id: sub,
+      topic: 'orders',
+      kafka_partition: 0,
+      service: 'Svc',
+      handler: 'h',
+      service_type: 'Service',
+      handler_type: '',
+      records: offsets.map((offset) => ({ offset, invocation_id: InvocationId.random(pk).bytes, input: Buffer.from('1'), local })),
+    },
+  };
+}
+
+t.test('subscription positions and pending counts come back when a partition reopens', async (t) => {
+  const { db, effects } = await setup(t);
+  const p = await PartitionProcessor.open(db, new GroupWriter(db), 4, { fsync: true, effects, logger: silentLogger });
+  await p.append(subscriptionRecords([0, 1, 2], 5n, { local: true }));
+  await p.close();
+  const again = await PartitionProcessor.open(db, new GroupWriter(db), 4, { fsync: true, effects, logger: silentLogger });
+  t.match(again.state.subscriptionPosition('sub_1bbbbbbbbbbbbbbbbbbbbbb', 'orders', 0), { next_offset: 3, delivered: 3 });
+  t.equal(again.state.subscriptionPending.get('sub_1bbbbbbbbbbbbbbbbbbbbbb'), 3);
+  t.same(await verifyPartition(db, 4), [], 'the stored position is the fold of the log');
+});
+
+t.test('outbox: a refused delivery holds back later entries for the same partition; all arrive once, in order', async (t) => {
+  const { loadConfig } = await import('../dist/config/index.js');
+  const { Worker } = await import('../dist/partition/worker.js');
+  const dir = tempDir(t);
+  const db = await openWorkerStore(path.join(dir, 'worker'));
+  t.teardown(() => db.close());
+  const config = loadConfig(undefined, { KEEL_WORKER__PARTITIONS: '2', KEEL_BASE_DIR: dir });
+  const worker = new Worker(config, silentLogger);
+  await worker.open(db);
+  worker.start({ start() {}, forward() {}, abort() {}, reject() {}, stop() {} });
+  t.teardown(() => worker.stop());
+  const [source, target] = worker.processors;
+  const highKey = (1n << 64n) - 5n; // owned by partition 1
+  // The target refuses the first delivery (as an overloaded partition does), then takes everything.
+  let refusals = 1;
+  const refusal = target.refusal.bind(target);
+  target.refusal = (kind, fromOutbox) => (refusals-- > 0 ? new Error('KEEL0501 overloaded (test)') : refusal(kind, fromOutbox));
+  await source.append(subscriptionRecords([0, 1], highKey, { local: false }));
+  // A later batch of the source: its entries must not overtake the refused ones.
+  await source.append(subscriptionRecords([2, 3], highKey, { local: false }));
+  const made = () => [...target.state.invocations.values()].filter((s) => s.invoked_by_subscription_id).length;
+  const deadline = Date.now() + 10_000;
+  while ((made() < 4 || source.state.outbox.size > 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  t.equal(made(), 4, 'every record made its invocation on the target');
+  t.equal(target.state.dedup.get(0), 4, 'the target applied all four entries of the source');
+  t.equal(source.state.outbox.size, 0, 'and the source dropped them');
+  // In the target's log, the invokes appear in outbox sequence order.
+  const seqs = [];
+  for await (const [, record] of (await EmbeddedLog.open(db, 1)).read(1)) {
+    const c = decodeCommand(record);
+    if (c.kind === 'invoke') seqs.push(c.source_seq);
+  }
+  t.same(seqs, [1, 2, 3, 4]);
+});
+
+t.test('past its bound of live invocations a partition refuses new ones with 503, and takes them again once some complete', async (t) => {
+  const { db, effects } = await setup(t);
+  const p = await PartitionProcessor.open(db, new GroupWriter(db), 0, { fsync: false, effects, max_live_invocations: 3, logger: silentLogger });
+  const ids = [];
+  for (let i = 0; i < 3; i++) {
+    const cmd = invoke(i);
+    await p.append(cmd);
+    ids.push(cmd.invoke.invocation_id);
+  }
+  await t.rejects(p.append(invoke(3)), { code: 'KEEL0501', status: 503 });
+  // Completing one makes room (other commands are never refused for this).
+  const output = Buffer.from([0x0a, 0x03, 0x0a, 0x01, 0x31]);
+  await p.append({ kind: 'journal_append', journal_append: { invocation_id: ids[0], epoch: 0, entry_type: 0x0401, entry: output } });
+  await p.append({ kind: 'attempt_ended', attempt_ended: { invocation_id: ids[0], epoch: 0, outcome: 0 } });
+  await p.append(invoke(4));
+  t.equal(p.state.live.size, 3);
+  // What another partition's outbox delivers is taken past the bound: it comes in sequence order,
+  // and a refused invoke would hold back the call results behind it.
+  await p.append({ ...invoke(5), source_partition: 7, source_seq: 1 });
+  t.equal(p.state.live.size, 4);
+  await t.rejects(p.append(invoke(6)), { code: 'KEEL0501' }, 'new work still waits');
+});

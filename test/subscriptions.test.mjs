@@ -133,7 +133,6 @@ t.test('META0009: every invalid subscription is refused with 400 and the reason'
     [{ source: 'kafka://my-cluster/orders', sink: 'service:///process' }, /service:\/\/<service>\/<handler>/],
     [{ source: 'kafka://my-cluster/orders', sink: 'service://Missing/process' }, /service 'Missing' is not registered/],
     [{ source: 'kafka://my-cluster/orders', sink: 'service://Orders/nope' }, /no handler 'nope'/],
-    [{ source: 'kafka://my-cluster/orders', sink: 'service://Signup/run' }, /run handler of the workflow/],
     [{ source: 'kafka://my-cluster/orders', sink: 'service://Orders/process', options: { 'auto.offset.reset': 1 } }, /options/],
     [{ source: 'kafka://my-cluster/orders', sink: 'service://Orders/process', options: ['x'] }, /options/],
   ];
@@ -165,6 +164,9 @@ t.test('create, list, get and delete subscriptions; they survive a restart and t
   t.same(b.json.options, {});
   const c = await admin(keel, 'POST', '/subscriptions', { source: 'kafka://my-cluster/signups', sink: 'service://Signup/getStatus' });
   t.equal(c.status, 201, `a workflow's shared handler is a valid sink: ${c.text}`);
+  const run = await admin(keel, 'POST', '/subscriptions', { source: 'kafka://my-cluster/signups', sink: 'service://Signup/run' });
+  t.equal(run.status, 201, `and so is its run handler, as in Restate: ${run.text}`);
+  t.equal((await admin(keel, 'DELETE', `/subscriptions/${run.json.id}`)).status, 202);
   t.not(a.json.id, b.json.id);
 
   const list = await admin(keel, 'GET', '/subscriptions');

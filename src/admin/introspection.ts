@@ -2,6 +2,7 @@
 // the mapping of that live data to the introspection tables (Restate 1.7 `sys_*` schema).
 
 import type { Registry } from '../metadata/registry.js';
+import type { SubscriptionStatus } from '../subscriptions/manager.js';
 
 /** One stored journal entry: its message type and payload, undecoded (the query engine decodes). */
 export interface RawJournalEntry {
@@ -41,6 +42,8 @@ export interface IntrospectionSource {
   watchInvocations(listener: (changes: InvocationChanges) => void): () => void;
   /** The stored journal of an invocation, undecoded (empty when there is none). */
   journalEntries(id: string): Promise<RawJournalEntry[]>;
+  /** How many invocations that have not completed are pinned to the deployment `id`. */
+  unfinishedPinnedTo(deploymentId: string): number;
   state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer }>;
   inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number }>;
   locks(): Iterable<{ service: string; key: string; id: string }>;
@@ -54,6 +57,8 @@ export interface IntrospectionSource {
   setState?(service: string, key: string, entries: Map<string, Buffer>, version?: string): Promise<void>;
   /** The partitions and how they are doing (`GET /partitions`). */
   partitions?(): PartitionInfo[];
+  /** Kafka subscriptions' consumers: state, and position and lag per topic partition (all, or the one with `id`). */
+  subscriptions?(id?: string): Promise<SubscriptionStatus[]>;
 }
 
 /** A source with nothing in it: `/query` still answers for the registry's tables. */
@@ -61,6 +66,7 @@ export const emptySource: IntrospectionSource = {
   invocationRecords: async function* () {},
   watchInvocations: () => () => {},
   journalEntries: async () => [],
+  unfinishedPinnedTo: () => 0,
   state: async function* () {},
   inbox: () => [],
   locks: () => [],
@@ -235,6 +241,23 @@ export const TABLES: Record<string, TableSchema> = {
     ['num_paused', 'uint64'],
     ['num_finished', 'uint64'],
   ],
+  // Keel's own: one row per topic partition of each subscription (GET /subscriptions/{id}/status).
+  sys_subscription_partition: [
+    ['subscription_id', 'utf8'],
+    ['source', 'utf8'],
+    ['sink', 'utf8'],
+    ['topic', 'utf8'],
+    ['partition', 'uint64'],
+    ['position', 'int64'],
+    ['high_watermark', 'int64'],
+    ['lag', 'int64'],
+    ['records_delivered', 'uint64'],
+    ['records_skipped', 'uint64'],
+    ['assigned', 'bool'],
+    ['paused', 'bool'],
+    ['consumer_state', 'utf8'],
+    ['position_updated_at', 'ts'],
+  ],
   sys_rules: [
     ['pattern', 'utf8'],
     ['concurrency', 'uint64'],
@@ -304,6 +327,28 @@ export function promiseRow(p: { service: string; key: string; name: string; comp
   };
 }
 
+/** `sys_subscription_partition`: each subscription's topic partitions. */
+export function subscriptionPartitionRows(statuses: SubscriptionStatus[]): Row[] {
+  return statuses.flatMap((s) =>
+    s.partitions.map((p) => ({
+      subscription_id: s.id,
+      source: s.source,
+      sink: s.sink,
+      topic: s.topic,
+      partition: p.partition,
+      position: p.position,
+      high_watermark: p.high_watermark,
+      lag: p.lag,
+      records_delivered: p.records_delivered,
+      records_skipped: p.records_skipped,
+      assigned: p.assigned ? 1 : 0,
+      paused: p.paused ? 1 : 0,
+      consumer_state: s.state,
+      position_updated_at: ts(p.position_updated_at_ms),
+    })),
+  );
+}
+
 export function deploymentRows(registry: Registry): Row[] {
   return registry.deployments().map((d) => ({
     id: d.id,
@@ -366,4 +411,7 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
   },
   sys_deployment: ({ registry }) => deploymentRows(registry),
   sys_service: ({ registry }) => serviceRows(registry),
+  sys_subscription_partition: async function* ({ source }) {
+    yield* subscriptionPartitionRows((await source.subscriptions?.()) ?? []);
+  },
 };

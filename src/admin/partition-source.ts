@@ -6,11 +6,19 @@ import { decode, pb } from '../protocol/messages.js';
 import { objectKeyOf, splitObjectKey } from '../storage/keys.js';
 import { KeelError } from '../errors/index.js';
 import { splitPromiseKey } from '../storage/tables/promises.js';
+import type { SubscriptionStatus } from '../subscriptions/manager.js';
 import type { IntrospectionSource, InvocationChanges, ManageAction, PartitionInfo, RawJournalEntry } from './introspection.js';
 
 /** The admin API's view of the partitions, through the worker's read interface. */
 export class WorkerIntrospection implements IntrospectionSource {
-  constructor(private readonly worker: Worker) {}
+  constructor(
+    private readonly worker: Worker,
+    private readonly subscriptionSource?: { status(id?: string): Promise<SubscriptionStatus[]> },
+  ) {}
+
+  subscriptions(id?: string): Promise<SubscriptionStatus[]> {
+    return this.subscriptionSource?.status(id) ?? Promise.resolve([]);
+  }
 
   invocationRecords(): AsyncIterable<Uint8Array[]> {
     return this.worker.scanInvocationRecords();
@@ -23,6 +31,15 @@ export class WorkerIntrospection implements IntrospectionSource {
   async journalEntries(id: string): Promise<RawJournalEntry[]> {
     const parsed = InvocationId.parse(id);
     return parsed === undefined ? [] : this.worker.readJournal(parsed);
+  }
+
+  unfinishedPinnedTo(deploymentId: string): number {
+    // Every invocation that has not completed is in memory (only completed ones are evicted).
+    let pinned = 0;
+    for (const p of this.worker.processors) {
+      for (const s of p.state.invocations.values()) if (s.deployment_id === deploymentId && s.status !== 'completed') pinned++;
+    }
+    return pinned;
   }
 
   async *state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer }> {

@@ -15,6 +15,8 @@ const API = '/v4';
 
 export class AdminClient {
   readonly base: string;
+  /** Bearer token for an admin API behind admin.auth_token (KEEL_AUTH_TOKEN, or the restate CLI's RESTATE_AUTH_TOKEN). */
+  private readonly token = process.env.KEEL_AUTH_TOKEN || process.env.RESTATE_AUTH_TOKEN || undefined;
 
   constructor(baseUrl: string, private readonly timeout_ms = 60_000) {
     let u: URL;
@@ -38,7 +40,12 @@ export class AdminClient {
     try {
       res = await fetch(url, {
         method,
-        headers: { accept, 'user-agent': 'keel-cli', ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+        headers: {
+          accept,
+          'user-agent': 'keel-cli',
+          ...(this.token !== undefined ? { authorization: `Bearer ${this.token}` } : {}),
+          ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+        },
         body: body === undefined ? undefined : JSON.stringify(body),
         signal: AbortSignal.timeout(this.timeout_ms),
       });

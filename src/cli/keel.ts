@@ -18,6 +18,7 @@ const DEFAULT_ADMIN_URL = 'http://localhost:9070';
 const EPILOG = `
 Environment:
   KEEL_ADMIN_URL   admin API URL when --admin-url is not given (default ${DEFAULT_ADMIN_URL})
+  KEEL_AUTH_TOKEN  bearer token when the admin API requires one (admin.auth_token); RESTATE_AUTH_TOKEN works too
   NO_COLOR         no colours (colours are only used on a terminal anyway)
 
 Exit codes:

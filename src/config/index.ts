@@ -38,19 +38,49 @@ export interface QueryEngineConfig {
   threads: number;
 }
 
+/** Limits and timeouts of the ingress and admin HTTP servers (`[http]`): slow or idle clients cannot hold them. */
+export interface HttpLimits {
+  /** A connection with no request in flight is closed after this long without a byte. */
+  idle_timeout_ms: number;
+  /** Time to receive a request's headers, from its first byte. */
+  header_timeout_ms: number;
+  /** Time to receive a whole request, body included. */
+  request_timeout_ms: number;
+  /** Connections per server; more are closed at once. */
+  max_connections: number;
+  /** Request line and header section together, in bytes. */
+  max_header_size_bytes: number;
+  max_header_count: number;
+}
+
 export interface Config {
   base_dir: string;
-  ingress: { bind_address: string; kafka_clusters: KafkaCluster[] };
-  admin: { bind_address: string; query_engine: QueryEngineConfig };
+  ingress: {
+    bind_address: string;
+    kafka_clusters: KafkaCluster[];
+    request_size_limit_bytes: number;
+    /** Bearer tokens any of which opens the ingress; empty = open. */
+    auth_tokens: string[];
+    /** Per subscription: past this many invocations not completed, its consumer pauses. */
+    kafka_max_pending_invocations: number;
+  };
+  admin: { bind_address: string; auth_tokens: string[]; discovery_timeout_ms: number; query_engine: QueryEngineConfig };
+  http: HttpLimits;
   meta: { storage_path: string };
   worker: {
     partitions: number;
-    storage_db: { path: string; fsync: boolean };
+    storage_db: { path: string; fsync: boolean; log_retained_records: number };
     invoker: {
       inactivity_timeout_ms: number;
       abort_timeout_ms: number;
       message_size_limit_bytes: number;
       concurrent_invocations_limit: number;
+      /** TCP (and TLS) connect to an endpoint, for discovery and invocations. */
+      connect_timeout_ms: number;
+      /** ed25519 private key (PKCS#8 PEM) that signs every request to endpoints; unset = unsigned. */
+      request_identity_private_key_pem_file: string | undefined;
+      /** Validity of a signature either side of its issue time. */
+      request_identity_expiration_ms: number;
     };
     cleanup_interval_ms: number;
   };
@@ -61,15 +91,30 @@ export interface Config {
   default_idempotency_retention_ms: number;
   default_workflow_completion_retention_ms: number;
   log: { level: string; format: 'pretty' | 'json' | 'auto' };
+  /** OTLP/HTTP receiver of traces; undefined: tracing is off. */
+  tracing: { endpoint: string | undefined };
 }
 
-type Kind = 'string' | 'address' | 'duration' | 'size' | 'int' | 'number' | 'bool' | 'attempts' | 'on_max' | 'log_format';
+type Kind = 'string' | 'url' | 'address' | 'duration' | 'timeout' | 'size' | 'int' | 'count' | 'number' | 'bool' | 'attempts' | 'on_max' | 'log_format';
 
 /** Every key the file and the KEEL_ variables may set: path, kind, where it lands, default. */
 const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'base_dir', kind: 'string', dflt: './keel-data' },
   { path: 'ingress.bind_address', kind: 'address', dflt: '0.0.0.0:8080' },
+  { path: 'ingress.request_size_limit', kind: 'size', dflt: 32 * 1024 * 1024 },
+  { path: 'ingress.auth_token', kind: 'string', dflt: undefined },
+  { path: 'ingress.auth_token_file', kind: 'string', dflt: undefined },
+  { path: 'ingress.kafka_max_pending_invocations', kind: 'int', dflt: 10_000 },
   { path: 'admin.bind_address', kind: 'address', dflt: '0.0.0.0:9070' },
+  { path: 'admin.auth_token', kind: 'string', dflt: undefined },
+  { path: 'admin.auth_token_file', kind: 'string', dflt: undefined },
+  { path: 'admin.discovery_timeout', kind: 'timeout', dflt: 10_000 },
+  { path: 'http.idle_timeout', kind: 'timeout', dflt: 60_000 },
+  { path: 'http.header_timeout', kind: 'timeout', dflt: 10_000 },
+  { path: 'http.request_timeout', kind: 'timeout', dflt: 300_000 },
+  { path: 'http.max_connections', kind: 'int', dflt: 10_000 },
+  { path: 'http.max_header_size', kind: 'size', dflt: 64 * 1024 },
+  { path: 'http.max_header_count', kind: 'int', dflt: 200 },
   { path: 'admin.query_engine.pgsql_bind_address', kind: 'address', dflt: '0.0.0.0:9071' },
   { path: 'admin.query_engine.pgsql_password', kind: 'string', dflt: undefined },
   { path: 'admin.query_engine.query_timeout', kind: 'duration', dflt: 30_000 },
@@ -81,10 +126,14 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'worker.partitions', kind: 'int', dflt: 8 },
   { path: 'worker.storage_db.path', kind: 'string', dflt: undefined },
   { path: 'worker.storage_db.fsync', kind: 'bool', dflt: true },
-  { path: 'worker.invoker.inactivity_timeout', kind: 'duration', dflt: 60_000 },
-  { path: 'worker.invoker.abort_timeout', kind: 'duration', dflt: 600_000 },
+  { path: 'worker.storage_db.log_retained_records', kind: 'count', dflt: 100_000 },
+  { path: 'worker.invoker.inactivity_timeout', kind: 'timeout', dflt: 60_000 },
+  { path: 'worker.invoker.abort_timeout', kind: 'timeout', dflt: 600_000 },
   { path: 'worker.invoker.message_size_limit', kind: 'size', dflt: 32 * 1024 * 1024 },
   { path: 'worker.invoker.concurrent_invocations_limit', kind: 'int', dflt: 1000 },
+  { path: 'worker.invoker.connect_timeout', kind: 'timeout', dflt: 5_000 },
+  { path: 'worker.invoker.request_identity_private_key_pem_file', kind: 'string', dflt: undefined },
+  { path: 'worker.invoker.request_identity_expiration', kind: 'timeout', dflt: 60_000 },
   { path: 'worker.cleanup_interval', kind: 'duration', dflt: 3_600_000 },
   { path: 'default_retry_policy.initial_interval', kind: 'duration', dflt: 500 },
   { path: 'default_retry_policy.exponentiation_factor', kind: 'number', dflt: 2 },
@@ -97,9 +146,11 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'default_workflow_completion_retention', kind: 'duration', dflt: 86_400_000 },
   { path: 'log.level', kind: 'string', dflt: 'info' },
   { path: 'log.format', kind: 'log_format', dflt: 'auto' },
+  { path: 'tracing.endpoint', kind: 'url', dflt: undefined },
 ];
 
 const ENV_PREFIX = 'KEEL_';
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 function envName(path: string): string {
   return ENV_PREFIX + path.split('.').map((p) => p.toUpperCase()).join('__');
@@ -110,6 +161,12 @@ function coerce(kind: Kind, raw: unknown): { ok: true; value: unknown } | { ok: 
   switch (kind) {
     case 'string':
       return text !== undefined && text.length > 0 ? { ok: true, value: text } : { ok: false, why: 'expected a non-empty string' };
+    case 'url': {
+      const url = text !== undefined && URL.canParse(text) ? new URL(text) : undefined;
+      return url !== undefined && (url.protocol === 'http:' || url.protocol === 'https:')
+        ? { ok: true, value: text }
+        : { ok: false, why: 'expected an http:// or https:// URL such as "http://localhost:4318"' };
+    }
     case 'address': {
       if (text === undefined || !/^(\[[0-9a-fA-F:]+\]|[^:\s]+):\d{1,5}$/.test(text)) return { ok: false, why: 'expected "host:port"' };
       const port = Number(text.slice(text.lastIndexOf(':') + 1));
@@ -121,6 +178,12 @@ function coerce(kind: Kind, raw: unknown): { ok: true; value: unknown } | { ok: 
         ? { ok: true, value: ms }
         : { ok: false, why: 'expected a duration such as "10s", "1m" or "500ms"' };
     }
+    case 'timeout': {
+      // Node's timers hold at most 2^31-1 ms: a longer one fires at once.
+      const r = coerce('duration', raw);
+      if (!r.ok) return r;
+      return (r.value as number) <= MAX_TIMER_MS ? r : { ok: false, why: 'expected a duration of at most 24 days' };
+    }
     case 'size': {
       const n = typeof raw === 'number' ? raw : text !== undefined ? parseSize_bytes(text) : undefined;
       return n !== undefined && n > 0 ? { ok: true, value: n } : { ok: false, why: 'expected a size such as "32MiB"' };
@@ -128,6 +191,10 @@ function coerce(kind: Kind, raw: unknown): { ok: true; value: unknown } | { ok: 
     case 'int': {
       const n = typeof raw === 'number' ? raw : typeof raw === 'bigint' ? Number(raw) : text !== undefined && /^\d+$/.test(text) ? Number(text) : NaN;
       return Number.isInteger(n) && n > 0 ? { ok: true, value: n } : { ok: false, why: 'expected a positive integer' };
+    }
+    case 'count': {
+      const n = typeof raw === 'number' ? raw : typeof raw === 'bigint' ? Number(raw) : text !== undefined && /^\d+$/.test(text) ? Number(text) : NaN;
+      return Number.isSafeInteger(n) && n >= 0 ? { ok: true, value: n } : { ok: false, why: 'expected a whole number >= 0' };
     }
     case 'number': {
       const n = typeof raw === 'number' ? raw : typeof raw === 'bigint' ? Number(raw) : text !== undefined ? Number(text) : NaN;
@@ -331,9 +398,17 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
   const baseDir = v<string>('base_dir');
   return {
     base_dir: baseDir,
-    ingress: { bind_address: v<string>('ingress.bind_address'), kafka_clusters },
+    ingress: {
+      bind_address: v<string>('ingress.bind_address'),
+      kafka_clusters,
+      request_size_limit_bytes: v<number>('ingress.request_size_limit'),
+      auth_tokens: authTokens('ingress', v),
+      kafka_max_pending_invocations: v<number>('ingress.kafka_max_pending_invocations'),
+    },
     admin: {
       bind_address: v<string>('admin.bind_address'),
+      auth_tokens: authTokens('admin', v),
+      discovery_timeout_ms: v<number>('admin.discovery_timeout'),
       query_engine: {
         pgsql_bind_address: v<string>('admin.query_engine.pgsql_bind_address'),
         pgsql_password: v<string | undefined>('admin.query_engine.pgsql_password'),
@@ -344,15 +419,26 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
         threads: v<number>('admin.query_engine.threads'),
       },
     },
+    http: {
+      idle_timeout_ms: v<number>('http.idle_timeout'),
+      header_timeout_ms: v<number>('http.header_timeout'),
+      request_timeout_ms: v<number>('http.request_timeout'),
+      max_connections: v<number>('http.max_connections'),
+      max_header_size_bytes: v<number>('http.max_header_size'),
+      max_header_count: v<number>('http.max_header_count'),
+    },
     meta: { storage_path: v<string | undefined>('meta.storage_path') ?? join(baseDir, 'meta') },
     worker: {
       partitions: v<number>('worker.partitions'),
-      storage_db: { path: v<string | undefined>('worker.storage_db.path') ?? join(baseDir, 'worker'), fsync: v<boolean>('worker.storage_db.fsync') },
+      storage_db: { path: v<string | undefined>('worker.storage_db.path') ?? join(baseDir, 'worker'), fsync: v<boolean>('worker.storage_db.fsync'), log_retained_records: v<number>('worker.storage_db.log_retained_records') },
       invoker: {
         inactivity_timeout_ms: v<number>('worker.invoker.inactivity_timeout'),
         abort_timeout_ms: v<number>('worker.invoker.abort_timeout'),
         message_size_limit_bytes: v<number>('worker.invoker.message_size_limit'),
         concurrent_invocations_limit: v<number>('worker.invoker.concurrent_invocations_limit'),
+        connect_timeout_ms: v<number>('worker.invoker.connect_timeout'),
+        request_identity_private_key_pem_file: v<string | undefined>('worker.invoker.request_identity_private_key_pem_file'),
+        request_identity_expiration_ms: v<number>('worker.invoker.request_identity_expiration'),
       },
       cleanup_interval_ms: v<number>('worker.cleanup_interval'),
     },
@@ -370,7 +456,40 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
     default_idempotency_retention_ms: v<number>('default_idempotency_retention'),
     default_workflow_completion_retention_ms: v<number>('default_workflow_completion_retention'),
     log: { level: v<string>('log.level'), format: v<'pretty' | 'json' | 'auto'>('log.format') },
+    tracing: { endpoint: v<string | undefined>('tracing.endpoint') },
   };
+}
+
+/** A token travels in an HTTP header: visible ASCII only. */
+const TOKEN = /^[\x21-\x7e]+$/;
+/** Tokens per server: enough to rotate, few enough to compare each one on every request. */
+const MAX_AUTH_TOKENS = 16;
+
+/**
+ * The bearer tokens of `ingress` or `admin`: `auth_token`, plus every non-empty line of
+ * `auth_token_file` (several lines let tokens be rotated without downtime). Empty: no auth.
+ */
+function authTokens(server: 'ingress' | 'admin', v: <T>(path: string) => T): string[] {
+  const tokens: string[] = [];
+  const inline = v<string | undefined>(`${server}.auth_token`);
+  if (inline !== undefined) tokens.push(inline.trim());
+  const file = v<string | undefined>(`${server}.auth_token_file`);
+  if (file !== undefined) {
+    let text: string;
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch (err) {
+      throw new KeelError('RT0002', `key '${server}.auth_token_file': cannot read ${file}: ${(err as Error).message}`);
+    }
+    const lines = text.split(/\r?\n/).map((l) => l.trim()).filter((l) => l.length > 0 && !l.startsWith('#'));
+    if (lines.length === 0) throw new KeelError('RT0002', `key '${server}.auth_token_file': ${file} holds no token`);
+    tokens.push(...lines);
+  }
+  if (tokens.length > MAX_AUTH_TOKENS) throw new KeelError('RT0002', `key '${server}.auth_token[_file]': at most ${MAX_AUTH_TOKENS} tokens, got ${tokens.length}`);
+  for (const t of tokens) {
+    if (!TOKEN.test(t)) throw new KeelError('RT0002', `key '${server}.auth_token[_file]': a token must be visible ASCII characters without spaces`);
+  }
+  return tokens;
 }
 
 /** Splits "host:port" (IPv6 in brackets) for node's listen(). */

@@ -2,6 +2,7 @@ import http from 'node:http';
 import http2 from 'node:http2';
 import type { Socket } from 'node:net';
 import { DEFAULT_HTTP2_POOL_OPTIONS, Http2Pool, type Http2PoolOptions, type PooledStream } from './http2-pool.js';
+import type { RequestSigner } from './identity.js';
 import { closeLambdaClients, invokeLambda, LambdaApiError, LambdaFunctionError } from './lambda.js';
 
 /** What an attempt hears from its HTTP exchange with the endpoint. */
@@ -47,6 +48,8 @@ export interface EndpointClientOptions {
   http2: Http2PoolOptions;
   /** HTTP/1.1 sockets per endpoint origin. */
   http1_max_sockets_per_origin: number;
+  /** Signs every request (request identity v1); unset: requests go unsigned. */
+  signer?: RequestSigner;
 }
 
 export const DEFAULT_ENDPOINT_CLIENT_OPTIONS: EndpointClientOptions = {
@@ -68,10 +71,14 @@ const WRITE_CHUNK_BYTES = 256 * 1024;
 export class EndpointClient {
   private readonly pool: Http2Pool;
   private readonly agent: http.Agent;
+  private readonly signer: RequestSigner | undefined;
+  private readonly connect_timeout_ms: number;
 
   constructor(options: EndpointClientOptions = DEFAULT_ENDPOINT_CLIENT_OPTIONS) {
     this.pool = new Http2Pool(options.http2);
     this.agent = keepAliveAgent(options);
+    this.signer = options.signer;
+    this.connect_timeout_ms = options.http2.connect_timeout_ms;
   }
 
   openStream(target: StreamTarget, handlers: StreamHandlers): InvocationStream {
@@ -86,6 +93,11 @@ export class EndpointClient {
     return this.pool.connections(origin);
   }
 
+  /** Pooled HTTP/2 connections and their streams, for the metrics. */
+  http2Stats(): { connections: number; streams: number } {
+    return this.pool.stats();
+  }
+
   close(): void {
     this.pool.close();
     this.agent.destroy();
@@ -93,9 +105,15 @@ export class EndpointClient {
   }
 
   private open(target: StreamTarget, h: StreamHandlers): InvocationStream {
-    if (target.arn) return openLambda(target.arn, target, h);
+    if (target.arn) return openLambda(target.arn, { ...target, headers: this.signed(target.headers, target.path) }, h);
     const url = joinPath(target.uri, target.path);
-    return target.use_http_11 ? openHttp1(this.agent, url, target.headers, h) : openHttp2(this.pool, url, target.headers, h);
+    const headers = this.signed(target.headers, url.pathname);
+    return target.use_http_11 ? openHttp1(this.agent, url, headers, this.connect_timeout_ms, h) : openHttp2(this.pool, url, headers, h);
+  }
+
+  /** The request identity goes last: no additional header may replace it. */
+  private signed(headers: Record<string, string>, path: string): Record<string, string> {
+    return this.signer === undefined ? headers : { ...headers, ...this.signer.headers(path) };
   }
 }
 
@@ -329,6 +347,15 @@ function openHttp2(pool: Http2Pool, url: URL, headers: Record<string, string>, h
   };
 }
 
+/** Destroys a socket still connecting after `timeout_ms`: an unreachable host fails fast. */
+export function boundConnect(socket: Socket, timeout_ms: number): void {
+  const timer = setTimeout(() => socket.destroy(new Error(`could not connect within ${timeout_ms} ms`)), timeout_ms);
+  timer.unref();
+  const clear = () => clearTimeout(timer);
+  socket.once('connect', clear);
+  socket.once('close', clear);
+}
+
 function resetStream(p: PooledStream): void {
   if (!p.stream.destroyed) p.stream.close(http2.constants.NGHTTP2_CANCEL);
 }
@@ -380,7 +407,7 @@ class ChunkedWriter {
 }
 
 /** Request-response over HTTP/1.1: the body is sent at `end()`, on a keep-alive socket. */
-function openHttp1(agent: http.Agent, url: URL, headers: Record<string, string>, h: StreamHandlers): InvocationStream {
+function openHttp1(agent: http.Agent, url: URL, headers: Record<string, string>, connect_timeout_ms: number, h: StreamHandlers): InvocationStream {
   let done = false;
   const finishWith = (f: () => void) => {
     if (done) return;
@@ -412,8 +439,12 @@ function openHttp1(agent: http.Agent, url: URL, headers: Record<string, string>,
         r.on('error', (err) => finishWith(() => h.onError(err)));
         r.on('aborted', () => finishWith(() => h.onError(new Error('response aborted'))));
       });
-      // An in-use socket never idles out (the agent's idle timeout is for free sockets only).
-      req.on('socket', (socket) => socket.setTimeout(0));
+      req.on('socket', (socket) => {
+        // An in-use socket never idles out (the agent's idle timeout is for free sockets only)…
+        socket.setTimeout(0);
+        // … but one that cannot connect gives up after the connect timeout.
+        if (socket.connecting) boundConnect(socket, connect_timeout_ms);
+      });
       req.on('error', (err) => finishWith(() => h.onError(err)));
       req.end(body);
     },

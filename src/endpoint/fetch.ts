@@ -3,6 +3,8 @@
 import http from 'node:http';
 import https from 'node:https';
 import http2 from 'node:http2';
+import { boundConnect } from './client.js';
+import type { RequestSigner } from './identity.js';
 import { invokeLambda, LambdaApiError, LambdaFunctionError } from './lambda.js';
 
 export interface FetchResponse {
@@ -40,6 +42,15 @@ export interface FetchRequest {
   timeout_ms: number;
   /** Answers larger than this fail with `too-large`. */
   max_body_bytes: number;
+  /** Connecting takes at most this long (within `timeout_ms`); unset: only `timeout_ms` bounds it. */
+  connect_timeout_ms?: number;
+  /** Signs the request (request identity v1). */
+  signer?: RequestSigner;
+}
+
+/** The request's headers, signed for `path` when a signer is given (the identity last, so nothing replaces it). */
+function headersFor(req: FetchRequest, path: string): Record<string, string> {
+  return req.signer === undefined ? req.headers : { ...req.headers, ...req.signer.headers(path) };
 }
 
 function causeOf(err: unknown): string {
@@ -103,12 +114,19 @@ export function fetchHttp2(url: URL, req: FetchRequest): Promise<FetchResponse> 
       return;
     }
     session.on('connect', () => (connected = true));
+    if (req.connect_timeout_ms !== undefined && req.connect_timeout_ms < req.timeout_ms) {
+      const ms = req.connect_timeout_ms;
+      const connectTimer = setTimeout(() => {
+        if (!connected) finish(new FetchError('unreachable', `could not connect within ${ms} ms`));
+      }, ms);
+      connectTimer.unref();
+    }
     session.on('remoteSettings', () => (gotFrame = true));
     session.on('error', (err) => failed(`h2 connection error: ${causeOf(err)}`, err));
     session.on('close', () => failed(connected && !gotFrame ? 'connection closed before any HTTP/2 frame' : 'connection closed before a response'));
     let stream: http2.ClientHttp2Stream;
     try {
-      stream = session.request({ ':method': req.method, ':path': url.pathname + url.search, ...req.headers });
+      stream = session.request({ ':method': req.method, ':path': url.pathname + url.search, ...headersFor(req, url.pathname) });
     } catch (err) {
       finish(new FetchError('invalid-request', causeOf(err), { cause: err }));
       return;
@@ -140,7 +158,7 @@ export function fetchHttp1(url: URL, req: FetchRequest): Promise<FetchResponse> 
     };
     const timer = setTimeout(() => finish(new FetchError('unreachable', `timed out after ${req.timeout_ms} ms`)), req.timeout_ms);
     try {
-      request = mod.request(url, { method: req.method, headers: req.headers, agent: false }, (res) => {
+      request = mod.request(url, { method: req.method, headers: headersFor(req, url.pathname), agent: false }, (res) => {
         const body = collector(req.max_body_bytes, () => finish(new FetchError('too-large', `the answer is larger than ${req.max_body_bytes} bytes`)));
         res.on('data', (c: Buffer) => body.push(c));
         res.on('error', (err) => finish(new FetchError('unreachable', causeOf(err), { cause: err })));
@@ -152,6 +170,7 @@ export function fetchHttp1(url: URL, req: FetchRequest): Promise<FetchResponse> 
       return;
     }
     request.on('error', (err) => finish(new FetchError('unreachable', causeOf(err), { cause: err })));
+    if (req.connect_timeout_ms !== undefined) request.on('socket', (socket) => socket.connecting && boundConnect(socket, req.connect_timeout_ms!));
     request.end();
   });
 }
@@ -159,7 +178,7 @@ export function fetchHttp1(url: URL, req: FetchRequest): Promise<FetchResponse> 
 /** A request carried in a Lambda invoke of the qualified ARN. */
 export async function fetchLambda(arn: string, assume_role_arn: string | undefined, path: string, req: FetchRequest): Promise<FetchResponse> {
   try {
-    const r = await invokeLambda({ arn, assume_role_arn, method: req.method, path, headers: req.headers, body: Buffer.alloc(0), timeoutMs: req.timeout_ms });
+    const r = await invokeLambda({ arn, assume_role_arn, method: req.method, path, headers: headersFor(req, path), body: Buffer.alloc(0), timeoutMs: req.timeout_ms });
     if (r.body.length > req.max_body_bytes) throw new FetchError('too-large', `the answer is larger than ${req.max_body_bytes} bytes`);
     return { status: r.status, headers: r.headers, body: r.body };
   } catch (err) {

@@ -175,6 +175,17 @@ export class Http2Pool {
     return this.byOrigin.get(origin)?.length ?? 0;
   }
 
+  /** Open connections and the streams they carry, over every origin (read at metrics scrape time). */
+  stats(): { connections: number; streams: number } {
+    let connections = 0;
+    let streams = 0;
+    for (const list of this.byOrigin.values()) {
+      connections += list.length;
+      for (const c of list) streams += c.active;
+    }
+    return { connections, streams };
+  }
+
   close(): void {
     for (const list of this.byOrigin.values()) for (const c of [...list]) c.session.close();
     this.byOrigin.clear();

@@ -36,7 +36,7 @@ const templates = {
   KEEL0002: (p: { field: string; expected: string }) => `the field ${p.field} must be ${p.expected}`,
   KEEL0003: (p: { what: string; value: string }) => `Invalid URL: Cannot parse \`${p.what}\` with value \`${p.value}\`: not a ${p.what} id`,
   KEEL0004: (p: { what: string; name: string }) => `The requested ${p.what} '${p.name}' does not exist`,
-  KEEL0501: (p: { partition: number; queued: number }) => `partition ${p.partition} is overloaded (${p.queued} commands wait for the log): retry later`,
+  KEEL0501: (p: { partition: number; queued: number }) => `partition ${p.partition} is overloaded (${p.queued} commands or invocations wait): retry later`,
   KEEL0502: (p: { partition?: number; what?: string }) => `${p.what ?? `partition ${p.partition}`} is closed: the server is shutting down`,
   KEEL0503: (p: { partition: number; reason: string }) => `partition ${p.partition} stopped (${p.reason}): it accepts nothing until the server restarts`,
 } as const;

@@ -7,6 +7,8 @@ import type { CommandKind, Header } from '../log/commands.js';
 import { resolveTarget } from '../metadata/targets.js';
 import type { HandlerSchema, ServiceSchema } from '../metadata/types.js';
 import type { Worker } from '../partition/worker.js';
+import type { IngressSpan, Telemetry } from '../telemetry/index.js';
+import { MAX_DELAY_MS, MAX_DELAY_TEXT_CHARS, MAX_IDEMPOTENCY_KEY_CHARS, MAX_KEY_CHARS } from './limits.js';
 import { ingressError, respond } from './respond.js';
 
 /** What the ingress needs of the schema registry. */
@@ -27,6 +29,18 @@ export interface InvokeDeps {
   registry: IngressRegistry;
   worker: Worker;
   logger: Logger;
+  telemetry: Telemetry;
+}
+
+/** Counts the request in `keel_ingress_requests_in_flight` while `f` runs. */
+export async function inFlight<T>(deps: Pick<InvokeDeps, 'telemetry'>, f: () => Promise<T>): Promise<T> {
+  const gauge = deps.telemetry.metrics.ingressInFlight;
+  gauge.inc();
+  try {
+    return await f();
+  } finally {
+    gauge.inc(-1);
+  }
 }
 
 /**
@@ -35,7 +49,24 @@ export interface InvokeDeps {
  * `segments` is the decoded path after any `/restate/call|send` prefix; `forceSend` is set
  * by `/restate/send/...`.
  */
-export async function invoke(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], forceSend?: boolean): Promise<FastifyReply> {
+export function invoke(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], forceSend?: boolean): Promise<FastifyReply> {
+  const tracing = deps.telemetry.tracing;
+  if (!tracing.enabled) return inFlight(deps, () => invokeTarget(deps, req, reply, segments, forceSend, undefined));
+  const span = tracing.ingress(req.headers);
+  // The status is read from `reply`: what the handler resolves with is not always the reply.
+  return inFlight(deps, () => invokeTarget(deps, req, reply, segments, forceSend, span)).then(
+    (r) => {
+      span?.end(reply.statusCode);
+      return r;
+    },
+    (err: unknown) => {
+      span?.end((err as { status?: number }).status ?? 500);
+      throw err;
+    },
+  );
+}
+
+async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], forceSend: boolean | undefined, span: IngressSpan | undefined): Promise<FastifyReply> {
   const { registry, worker } = deps;
   if (segments.length < 2) return ingressError(reply, 'KEEL0011', `no route for ${req.url}`);
   const service = registry.service(segments[0]!);
@@ -58,22 +89,22 @@ export async function invoke(deps: InvokeDeps, req: FastifyRequest, reply: Fasti
   if (handler === undefined) return ingressError(reply, 'KEEL0011', `handler '${segments[handlerAt]}' not found in service '${service.name}'`);
   if (!handler.public || !service.public) return ingressError(reply, 'KEEL0012', `the invoked service '${service.name}' is not public`);
   const key = keyed ? segments[1]! : '';
+  if (key.length > MAX_KEY_CHARS) return ingressError(reply, 'KEEL0012', `the key is ${key.length} characters long, more than ${MAX_KEY_CHARS}`);
   const url = new URL(req.url, 'http://ingress');
 
-  const delayParam = url.searchParams.get('delay');
-  let execute_at_ms = 0;
-  if (delayParam !== null) {
-    if (!isSend) return ingressError(reply, 'KEEL0012', 'delay is only supported on /send');
-    const delay_ms = parseDuration_ms(delayParam);
-    if (delay_ms === undefined) return ingressError(reply, 'KEEL0012', `cannot parse delay '${delayParam}': use ISO 8601 (PT10S) or 10s`);
-    execute_at_ms = Date.now() + delay_ms;
-  }
+  const delay = delayOf(url.searchParams.get('delay'), isSend);
+  if (typeof delay === 'string') return ingressError(reply, 'KEEL0012', delay);
+  const execute_at_ms = delay === 0 ? 0 : Date.now() + delay;
   const idempotencyKey = headerValue(req.headers['idempotency-key']);
   if (idempotencyKey === '') return ingressError(reply, 'KEEL0012', 'the idempotency-key header must not be empty');
+  if (idempotencyKey !== undefined && idempotencyKey.length > MAX_IDEMPOTENCY_KEY_CHARS) {
+    return ingressError(reply, 'KEEL0012', `the idempotency-key header is ${idempotencyKey.length} characters long, more than ${MAX_IDEMPOTENCY_KEY_CHARS}`);
+  }
   const target = resolveTarget(deps.config, service, handler, key, idempotencyKey);
   if (target.workflow_run && idempotencyKey) return ingressError(reply, 'KEEL0012', 'the idempotency key is not supported for workflow run handlers');
 
   void reply.header('x-restate-id', target.id.text);
+  span?.target(service.name, handler.name, target.id.text);
   // Only workflow runs and idempotent requests have ids that can already exist.
   const existing = target.deterministic ? worker.invocation(target.id) : undefined;
   if (existing !== undefined) {
@@ -104,6 +135,7 @@ export async function invoke(deps: InvokeDeps, req: FastifyRequest, reply: Fasti
       journal_retention_ms: target.journal_retention_ms,
       ...(idempotencyKey ? { idempotency_key: idempotencyKey } : {}),
       ...(execute_at_ms ? { execute_at_ms } : {}),
+      ...(span ? { traceparent: span.traceparent } : {}),
     },
   };
   if (isSend) {
@@ -127,6 +159,17 @@ function respondCompleted(reply: FastifyReply, s: import('../partition/state.js'
     void reply.header('idempotency-expires', new Date(s.completed_at_ms + s.completion_retention_ms).toISOString());
   }
   return respond(reply, s, handler);
+}
+
+/** The delay of `?delay=` in ms (0 without one), or why it is refused. */
+function delayOf(text: string | null, isSend: boolean): number | string {
+  if (text === null) return 0;
+  if (!isSend) return 'the query parameter delay is only supported on /send';
+  const delay_ms = text.length <= MAX_DELAY_TEXT_CHARS ? parseDuration_ms(text) : undefined;
+  const shown = text.length > MAX_DELAY_TEXT_CHARS ? `${text.slice(0, MAX_DELAY_TEXT_CHARS)}…` : text;
+  if (delay_ms === undefined || !Number.isFinite(delay_ms)) return `the query parameter delay cannot be parsed: '${shown}': use ISO 8601 (PT10S) or 10s`;
+  if (delay_ms > MAX_DELAY_MS) return `the query parameter delay '${shown}' is longer than the maximum of 10 years`;
+  return delay_ms;
 }
 
 function headerValue(v: string | string[] | undefined): string | undefined {

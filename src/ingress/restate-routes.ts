@@ -1,7 +1,10 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { InvocationId, decodeAwakeableId, idempotentInvocationId, workflowInvocationId } from '../common/ids.js';
+import { KeelError } from '../errors/index.js';
 import type { Worker } from '../partition/worker.js';
-import { attachAndRespond, invoke, type InvokeDeps } from './invoke.js';
+import { MAX_KEY_CHARS, MAX_NAME_CHARS } from './limits.js';
+import { attachAndRespond, inFlight, invoke, type InvokeDeps } from './invoke.js';
+import { pathSegments } from './paths.js';
 import { ingressError, respond } from './respond.js';
 
 type Target =
@@ -9,16 +12,37 @@ type Target =
   | { target: 'workflow'; workflowName: string; workflowKey: string }
   | { target: 'idempotentInvocation'; service: string; key?: string; handler: string; idempotencyKey: string };
 
+
+const name = { type: 'string', minLength: 1, maxLength: MAX_NAME_CHARS } as const;
+const key = { type: 'string', maxLength: MAX_KEY_CHARS } as const;
+const when = (target: string, required: string[]) => ({ if: { required: ['target'], properties: { target: { const: target } } }, then: { required } });
+
+/** The body of POST /restate/attach|output|lookup: which invocation, by id, workflow or idempotency key. */
+const targetBody = {
+  type: 'object',
+  required: ['target'],
+  properties: {
+    target: { enum: ['invocation', 'workflow', 'idempotentInvocation'] },
+    invocationId: { type: 'string', maxLength: 128 },
+    workflowName: name,
+    workflowKey: key,
+    service: name,
+    key,
+    handler: name,
+    idempotencyKey: { type: 'string', minLength: 1, maxLength: MAX_KEY_CHARS },
+    scope: { type: ['string', 'null'], maxLength: MAX_NAME_CHARS },
+  },
+  allOf: [when('invocation', ['invocationId']), when('workflow', ['workflowName', 'workflowKey']), when('idempotentInvocation', ['service', 'handler', 'idempotencyKey'])],
+} as const;
+
 function idOf(t: Target): InvocationId | string {
-  switch (t?.target) {
+  switch (t.target) {
     case 'invocation':
-      return InvocationId.parse(t.invocationId ?? '') ?? `invalid invocation id '${t.invocationId}'`;
+      return InvocationId.parse(t.invocationId) ?? `the field invocationId is not a valid invocation id: '${t.invocationId}'`;
     case 'workflow':
-      return workflowInvocationId(t.workflowName ?? '', t.workflowKey ?? '');
+      return workflowInvocationId(t.workflowName, t.workflowKey);
     case 'idempotentInvocation':
-      return idempotentInvocationId(t.service ?? '', t.key ?? '', t.handler ?? '', t.idempotencyKey ?? '');
-    default:
-      return 'the body must name a target: invocation, workflow or idempotentInvocation';
+      return idempotentInvocationId(t.service, t.key ?? '', t.handler, t.idempotencyKey);
   }
 }
 
@@ -33,7 +57,7 @@ async function attachOrOutput(deps: InvokeDeps, reply: FastifyReply, id: Invocat
     return respond(reply, s, handler);
   }
   if (mode !== 'attach') return ingressError(reply, 'KEEL0011', `no route for ${mode}`);
-  return attachAndRespond(deps, reply, id, handler);
+  return inFlight(deps, () => attachAndRespond(deps, reply, id, handler));
 }
 
 async function completeAwakeable(worker: Worker, req: FastifyRequest, reply: FastifyReply, awakeable: string, how: string): Promise<FastifyReply> {
@@ -48,9 +72,31 @@ async function completeAwakeable(worker: Worker, req: FastifyRequest, reply: Fas
   return reply.code(202).send();
 }
 
-export function restateRoutes(app: FastifyInstance, deps: InvokeDeps): void {
+/** The decoded path segments after the route's first `skip` ones (fastify's wildcard is decoded once already: never again). */
+const segs = (req: FastifyRequest, skip = 2) => pathSegments(req.url).slice(skip);
+
+/** Routes whose body is a JSON target: parsed and checked against `targetBody` before the handler. */
+async function targetRoutes(app: FastifyInstance, deps: InvokeDeps): Promise<void> {
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'string' }, (_req, body, done) => {
+    try {
+      done(null, JSON.parse(String(body)));
+    } catch (err) {
+      done(new KeelError('KEEL0001', `the request body is not valid JSON: ${(err as Error).message}`, 400), undefined);
+    }
+  });
+  for (const mode of ['attach', 'output']) {
+    app.post<{ Body: Target }>(`/restate/${mode}`, { schema: { body: targetBody } }, (req, reply) => attachOrOutput(deps, reply, idOf(req.body), mode));
+  }
+  app.post<{ Body: Target }>('/restate/lookup', { schema: { body: targetBody } }, async (req, reply) => {
+    const id = idOf(req.body);
+    if (typeof id === 'string') return ingressError(reply, 'KEEL0002', id);
+    return reply.send({ invocationId: id.text });
+  });
+}
+
+export async function restateRoutes(app: FastifyInstance, deps: InvokeDeps): Promise<void> {
   const { worker } = deps;
-  const segs = (req: FastifyRequest) => (req.params as { '*': string })['*'].split('/').filter((s) => s.length > 0).map(decodeURIComponent);
 
   app.get('/restate/health', async () => ({}));
 
@@ -68,7 +114,7 @@ export function restateRoutes(app: FastifyInstance, deps: InvokeDeps): void {
   }
 
   // /restate/invocation/{id}/attach|output and /restate/invocation/{svc}/[{key}/]{handler}/{idem}/attach|output
-  app.get('/restate/invocation/*', (req, reply) => {
+  app.get('/restate/invocation/*', async (req, reply) => {
     const s = segs(req);
     const mode = s.pop() ?? '';
     if (s.length === 1) return attachOrOutput(deps, reply, InvocationId.parse(s[0]!) ?? `invalid invocation id '${s[0]}'`, mode);
@@ -87,21 +133,8 @@ export function restateRoutes(app: FastifyInstance, deps: InvokeDeps): void {
       const { id } = req.params as { id: string };
       return attachOrOutput(deps, reply, InvocationId.parse(id) ?? `invalid invocation id '${id}'`, mode);
     });
-    app.post(`/restate/${mode}`, (req, reply) => attachOrOutput(deps, reply, idOf(jsonBody(req) as Target), mode));
   }
-  app.post('/restate/lookup', (req, reply) => {
-    const id = idOf(jsonBody(req) as Target);
-    if (typeof id === 'string') return ingressError(reply, 'KEEL0012', id);
-    return reply.send({ invocationId: id.text });
-  });
-  app.post('/restate/call/*', (req, reply) => invoke(deps, req, reply, segs(req), false));
-  app.post('/restate/send/*', (req, reply) => invoke(deps, req, reply, segs(req), true));
-}
-
-function jsonBody(req: FastifyRequest): unknown {
-  try {
-    return JSON.parse((req.body as Buffer | undefined)?.toString('utf8') ?? 'null');
-  } catch {
-    return null;
-  }
+  await app.register(targetRoutes, deps);
+  app.post('/restate/call/*', async (req, reply) => invoke(deps, req, reply, segs(req), false));
+  app.post('/restate/send/*', async (req, reply) => invoke(deps, req, reply, segs(req), true));
 }

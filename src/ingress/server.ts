@@ -1,47 +1,63 @@
-import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Config } from '../config/index.js';
 import { KeelError } from '../errors/index.js';
 import type { Logger } from '../common/logger.js';
 import type { Worker } from '../partition/worker.js';
+import type { Telemetry } from '../telemetry/index.js';
+import { bearerAuth } from './auth.js';
+import { edgeServerOptions, hardenServer, schemaError, type EdgeErrors } from './edge.js';
 import { invoke, type IngressRegistry } from './invoke.js';
+import { pathSegments } from './paths.js';
+import { compileSchemasLazily } from './validation.js';
 import { ingressError } from './respond.js';
 import { restateRoutes } from './restate-routes.js';
 
 export type { IngressRegistry } from './invoke.js';
 
-const REQUEST_SIZE_LIMIT_BYTES = 32 * 1024 * 1024;
+/** Errors the edge raises before a route runs, shaped as the ingress shapes its own. */
+const INGRESS_ERRORS: EdgeErrors = {
+  body: (code, message, status) => ({ code: status, message, restate_code: code }),
+  headers: { 'x-restate-error-source': 'ingress' },
+  badRequest: 'KEEL0012',
+};
+
+/** Fastify's own 4xx, as the stable codes of the ingress. */
+const FASTIFY_CODES: Record<number, 'KEEL0413' | 'KEEL0414' | 'KEEL0431'> = { 413: 'KEEL0413', 414: 'KEEL0414', 431: 'KEEL0431' };
 
 /** The ingress on port 8080: calls, sends, attach/output, awakeables, as Restate 1.7 serves them. */
-export async function createIngressServer(opts: { config: Config; registry: IngressRegistry; worker: Worker; logger: Logger }): Promise<FastifyInstance> {
-  const deps = { config: opts.config, registry: opts.registry, worker: opts.worker, logger: opts.logger.child({ component: 'ingress' }) };
-  const app = Fastify({ logger: false, bodyLimit: REQUEST_SIZE_LIMIT_BYTES });
+export async function createIngressServer(opts: { config: Config; registry: IngressRegistry; worker: Worker; logger: Logger; telemetry: Telemetry }): Promise<FastifyInstance> {
+  const deps = { config: opts.config, registry: opts.registry, worker: opts.worker, logger: opts.logger.child({ component: 'ingress' }), telemetry: opts.telemetry };
+  const edge = { limits: opts.config.http, errors: INGRESS_ERRORS, logger: deps.logger };
+  const app = Fastify({
+    logger: false,
+    bodyLimit: opts.config.ingress.request_size_limit_bytes,
+    ...edgeServerOptions(edge),
+  });
+  compileSchemasLazily(app);
+  hardenServer(app, edge);
+  bearerAuth(app, { tokens: opts.config.ingress.auth_tokens, realm: 'keel-ingress', open: (path) => path === '/restate/health', errors: INGRESS_ERRORS, logger: deps.logger });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
 
-  app.setErrorHandler((err: unknown, req, reply) => {
+  app.setErrorHandler((raw: unknown, req, reply) => {
+    const err = (raw as FastifyError).validation ? schemaError(raw as FastifyError) : raw;
     if (err instanceof KeelError) {
       // Back-pressure (KEEL0501) and a stopped partition (KEEL0503) are the server's answers, not faults.
       deps.logger[err.status >= 500 && err.code !== 'KEEL0501' ? 'error' : 'warn']({ code: err.code, url: req.url, err: err.message }, 'ingress request refused');
       return void ingressError(reply, err.code, err.message, err.status);
     }
     const e = err as { statusCode?: number; message?: string };
-    const status = typeof e.statusCode === 'number' && e.statusCode >= 400 ? e.statusCode : 500;
-    if (status >= 500) deps.logger.error({ err, code: 'RT0006' }, 'ingress request failed');
+    const status = typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 600 ? e.statusCode : 500;
+    if (status >= 500) deps.logger.error({ err, code: 'RT0006', url: req.url }, 'ingress request failed');
     else deps.logger.warn({ status, url: req.url, err: e.message }, 'ingress request rejected');
-    void ingressError(reply, status >= 500 ? 'RT0006' : 'KEEL0012', e.message ?? 'internal error', status);
+    const code = status >= 500 ? 'RT0006' : (FASTIFY_CODES[status] ?? 'KEEL0012');
+    const message = code === 'KEEL0413' ? `the request body is larger than ingress.request_size_limit (${opts.config.ingress.request_size_limit_bytes} bytes)` : (e.message ?? 'internal error');
+    void ingressError(reply, code, message, status);
   });
   app.setNotFoundHandler((req, reply) => void ingressError(reply, 'KEEL0011', `no route for ${req.method} ${req.url}`));
 
-  restateRoutes(app, deps);
-  const call = (req: FastifyRequest, reply: FastifyReply) => {
-    let segments: string[];
-    try {
-      segments = new URL(req.url, 'http://ingress').pathname.split('/').filter((s) => s.length > 0).map(decodeURIComponent);
-    } catch {
-      return ingressError(reply, 'KEEL0012', 'the request path cannot be decoded');
-    }
-    return invoke(deps, req, reply, segments);
-  };
+  await restateRoutes(app, deps);
+  const call = async (req: FastifyRequest, reply: FastifyReply) => invoke(deps, req, reply, pathSegments(req.url));
   app.post('/*', call);
   app.get('/*', call);
   app.route({ method: ['PUT', 'DELETE', 'PATCH'], url: '/*', handler: async (_req, reply) => ingressError(reply, 'KEEL0005', 'method not allowed: use POST (or GET)') });

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, hash } from 'node:crypto';
 import { InvocationId } from '../common/ids.js';
 import type { Logger } from '../common/logger.js';
 import { KeelError } from '../errors/index.js';
@@ -9,6 +9,7 @@ import { MessageType, REQUESTED_ACK_FLAG, commandTypes, decode, encode, isCustom
 import { invocationContentType } from '../protocol/versions.js';
 import type { EndpointClient, InvocationStream } from '../endpoint/client.js';
 import type { ResolvedTarget } from '../metadata/targets.js';
+import type { AttemptOutcome } from '../telemetry/metrics.js';
 
 export interface AttemptDeployment {
   id: string;
@@ -31,8 +32,8 @@ export interface AttemptOptions {
   message_size_limit_bytes: number;
   /** Appends a command to the invocation's partition. */
   append: (kind: CommandKind) => Promise<void>;
-  /** Called once the attempt is over, whatever the outcome. */
-  onClose: () => void;
+  /** Called once the attempt is over, with how it ended (and why, when it failed). */
+  onClose: (outcome: AttemptOutcome, failure?: AttemptFailure) => void;
   /** Turns a failure into the AttemptEnded command (adds the retry decision). */
   failed: (f: AttemptFailure) => AttemptEnded;
   /** Eager state for StartMessage; `partial` makes the SDK ask for what is missing. */
@@ -41,6 +42,8 @@ export interface AttemptOptions {
   resolveCall: (service: string, handler: string, key: string, idempotencyKey: string | undefined) => ResolvedTarget | { error_code: string; message: string };
   endpoints: EndpointClient;
   logger: Logger;
+  /** The attempt's span (W3C), when traced: sent to the endpoint and carried by the calls it makes. */
+  traceparent?: string;
 }
 
 export interface AttemptFailure {
@@ -53,6 +56,8 @@ export interface AttemptFailure {
   next_retry_delay_ms?: number;
   /** 1 = pause, 2 = fail (ErrorMessage.behavior of protocol v7). */
   behavior?: number;
+  /** The endpoint asked to be called again after this long (Retry-After of a 429 or 503). */
+  retry_after_ms?: number;
 }
 
 /**
@@ -108,6 +113,7 @@ export class Attempt {
           accept: contentType,
           'x-restate-invocation-id': status.id,
           ...(status.key ? { 'x-restate-service-key': encodeURIComponent(status.key) } : {}),
+          ...(this.o.traceparent ? { traceparent: this.o.traceparent } : {}),
         },
       },
       {
@@ -148,7 +154,7 @@ export class Attempt {
   /** Stops the attempt without recording anything (kill, shutdown). */
   abort(): void {
     if (this.finished) return;
-    this.close('abort');
+    this.close('abort', 'aborted');
   }
 
   private onResponse(code: number, headers: Record<string, string | string[] | undefined>, contentType: string): void {
@@ -162,11 +168,16 @@ export class Attempt {
       }
       return;
     }
+    if (code === 429 || code === 503) {
+      this.fail(rateLimited(code, headers['retry-after']), 'finish');
+      return;
+    }
     const byStatus: Record<number, [string, string]> = {
+      401: ['RT0006', unauthorized(401)],
+      403: ['RT0006', unauthorized(403)],
       413: ['RT0019', 'the endpoint answered 413 Payload Too Large'],
       415: ['RT0015', `the endpoint answered 415: it does not support protocol ${contentType}`],
       502: ['RT0010', 'the endpoint answered 502 Bad Gateway'],
-      503: ['RT0010', 'the endpoint answered 503 Service Unavailable'],
       504: ['RT0010', 'the endpoint answered 504 Gateway Timeout'],
     };
     const [error_code, message] = byStatus[code] ?? ['RT0012', `the endpoint answered HTTP ${code} to the invocation request`];
@@ -278,6 +289,7 @@ export class Attempt {
         child_handler_type: target.handler_type,
         child_completion_retention_ms: target.completion_retention_ms,
         child_journal_retention_ms: target.journal_retention_ms,
+        ...(this.o.traceparent ? { traceparent: this.o.traceparent } : {}),
       },
     });
   }
@@ -315,7 +327,7 @@ export class Attempt {
       ...ended,
     };
     this.record({ kind: 'attempt_ended', attempt_ended: cmd });
-    this.close('finish');
+    this.close('finish', ended.outcome === Outcome.SUSPENDED ? 'suspended' : 'completed');
   }
 
   /**
@@ -324,14 +336,15 @@ export class Attempt {
    */
   private fail(f: AttemptFailure, how: 'finish' | 'abort' = 'abort'): void {
     if (this.finished) return;
-    const level = f.error_code === 'RT0007' ? 'warn' : 'error';
+    // A retryable handler error and an endpoint's push-back are expected; the rest are faults.
+    const level = f.error_code === 'RT0007' || f.error_code === 'RT0023' ? 'warn' : 'error';
     this.o.logger[level]({ code: f.error_code, invocation: this.id, epoch: this.epoch, failure_code: f.failure_code }, f.message);
     const cmd = this.o.failed(f);
     cmd.deployment_id = this.o.deployment.id;
     cmd.protocol_version = this.o.protocol_version;
     if (this.sdk_version) cmd.sdk_version = this.sdk_version;
     this.record({ kind: 'attempt_ended', attempt_ended: cmd });
-    this.close(how);
+    this.close(how, 'failed', f);
   }
 
   /** The partition queues appends in call order, so the log sees the endpoint's messages in order. */
@@ -339,13 +352,13 @@ export class Attempt {
     this.o.append(kind).catch((err) => this.o.logger.error({ err, invocation: this.id }, 'cannot record a message of the attempt'));
   }
 
-  private close(how: 'finish' | 'abort'): void {
+  private close(how: 'finish' | 'abort', outcome: AttemptOutcome, failure?: AttemptFailure): void {
     this.finished = true;
     clearTimeout(this.inactivity);
     clearTimeout(this.abortTimer);
     if (how === 'finish') this.stream?.finish();
     else this.stream?.abort();
-    this.o.onClose();
+    this.o.onClose(outcome, failure);
   }
 
   /**
@@ -377,6 +390,40 @@ export class Attempt {
   }
 }
 
+/** Why an endpoint refuses a request with 401/403: most often the request identity. */
+function unauthorized(code: number): string {
+  return (
+    `the endpoint refused the invocation request with ${code} ${code === 401 ? 'Unauthorized' : 'Forbidden'}: ` +
+    'if it verifies request identity (identityKeys), it must list the publickeyv1_… Keel logs at startup ' +
+    '(worker.invoker.request_identity_private_key_pem_file); otherwise check the credentials in the deployment\'s additional_headers'
+  );
+}
+
+/** RT0023: the endpoint (or a proxy) pushes back with 429 or 503, maybe saying for how long. */
+function rateLimited(code: number, retryAfter: string | string[] | undefined): AttemptFailure {
+  const retry_after_ms = parseRetryAfter_ms(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter, Date.now());
+  const wait = retry_after_ms === undefined ? '' : `, Retry-After ${Math.round(retry_after_ms / 1000)} s`;
+  return {
+    error_code: 'RT0023',
+    failure_code: code,
+    message: `the endpoint is rate limited: it answered ${code} ${code === 429 ? 'Too Many Requests' : 'Service Unavailable'}${wait}`,
+    ...(retry_after_ms !== undefined ? { retry_after_ms } : {}),
+  };
+}
+
+/**
+ * `Retry-After` as delta-seconds or an HTTP date (RFC 9110 §10.2.3), in ms from `now_ms`;
+ * undefined when absent, unreadable or in the past (then the retry policy decides).
+ */
+export function parseRetryAfter_ms(value: string | undefined, now_ms: number): number | undefined {
+  const text = value?.trim();
+  if (text === undefined || text === '') return undefined;
+  if (/^\d{1,12}$/.test(text)) return Number(text) * 1000;
+  const at_ms = Date.parse(text);
+  if (!Number.isFinite(at_ms) || !/[a-z]/i.test(text)) return undefined;
+  return at_ms > now_ms ? at_ms - now_ms : undefined;
+}
+
 function flattenFuture(f: Future, into: { completions: number[]; signals: number[]; named: string[] }): void {
   into.completions.push(...(f.waiting_completions ?? []));
   into.signals.push(...(f.waiting_signals ?? []));
@@ -386,7 +433,7 @@ function flattenFuture(f: Future, into: { completions: number[]; signals: number
 
 /** Stable across retries and restarts: derived from the invocation id (53 bits, exact in JS). */
 function randomSeed(id: InvocationId): number {
-  const h = createHash('sha256').update(id.bytes).digest();
+  // crypto.hash (one shot, Node >= 20.12) is several times cheaper than a Hash object.
+  const h = typeof hash === 'function' ? (hash('sha256', id.bytes, 'buffer') as Buffer) : createHash('sha256').update(id.bytes).digest();
   return h.readUIntBE(0, 6) * 32 + (h[6]! >> 3);
 }
-

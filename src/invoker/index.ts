@@ -6,12 +6,13 @@ import type { EndpointClient } from '../endpoint/client.js';
 import { Outcome, Then, type AttemptEnded } from '../log/commands.js';
 import { resolveTarget } from '../metadata/targets.js';
 import type { HandlerSchema, ServiceSchema } from '../metadata/types.js';
-import type { AttemptHost } from '../partition/processor.js';
+import { MAX_LIVE_INVOCATIONS_PER_PARTITION, type AttemptHost } from '../partition/processor.js';
 import type { Action } from '../partition/state.js';
 import type { AttemptRunner } from '../partition/worker.js';
 import { MAX_SERVICE_PROTOCOL_VERSION, MIN_SERVICE_PROTOCOL_VERSION } from '../protocol/versions.js';
+import { standaloneTelemetry, type Telemetry } from '../telemetry/index.js';
 import { Attempt, type AttemptDeployment, type AttemptFailure } from './attempt.js';
-import { decideRetry } from './retry.js';
+import { decideRetry, retryAfter } from './retry.js';
 
 /** What the invoker needs of the schema registry. */
 export interface DeploymentLookup {
@@ -26,11 +27,6 @@ interface Queued {
   epoch: number;
 }
 
-/**
- * Attempts waiting for a slot. Every running or backing-off invocation has at most one, so the
- * bound is only reached on a broken invariant; the partitions bound how many invocations exist.
- */
-const MAX_WAITING_ATTEMPTS = 1_000_000;
 
 /**
  * Runs invocation attempts against service endpoints, at most
@@ -47,11 +43,18 @@ export class Invoker implements AttemptRunner {
     private readonly registry: DeploymentLookup,
     private readonly endpoints: EndpointClient,
     private readonly logger: Logger,
+    private readonly telemetry: Telemetry = standaloneTelemetry(),
   ) {}
+
+  /** Attempts waiting for a slot and attempts running, for the queue-depth gauges. */
+  depths(): { waiting: number; running: number } {
+    return { waiting: this.waiting.length, running: this.running };
+  }
 
   start(host: AttemptHost, id: string, epoch: number): void {
     if (this.stopped) return;
-    assert(this.waiting.length < MAX_WAITING_ATTEMPTS, () => `${this.waiting.length} attempts wait for a slot: more than there can be invocations`);
+    // Every live invocation has at most one attempt waiting, and partitions bound live invocations.
+    assert(this.waiting.length < this.config.worker.partitions * MAX_LIVE_INVOCATIONS_PER_PARTITION, () => `${this.waiting.length} attempts wait for a slot: more than there can be live invocations`);
     this.waiting.push({ host, id, epoch });
     this.drain();
   }
@@ -80,6 +83,7 @@ export class Invoker implements AttemptRunner {
     this.logger.warn({ code: a.error_code, invocation: a.id, entry_index: a.entry_index }, a.message);
     const policy = this.policyFor(s.service, s.handler);
     const decision = decideRetry(policy, s.retry_count + 1, Date.now());
+    if (decision.then === Then.RETRY) this.telemetry.metrics.target(s.service, s.handler).retries.inc();
     void host
       .append({
         kind: 'attempt_ended',
@@ -122,10 +126,13 @@ export class Invoker implements AttemptRunner {
     const handler = service?.handlers.find((h) => h.name === status.handler);
     const policy = this.policyFor(status.service, status.handler);
     const invocationBytes = InvocationId.parse(id)!.bytes;
+    const cells = this.telemetry.metrics.target(status.service, status.handler);
     const failed = (f: AttemptFailure): AttemptEnded => {
       const decision = f.behavior === 1 ? { then: Then.PAUSE, retry_at_ms: 0 }
         : f.behavior === 2 ? { then: Then.FAIL, retry_at_ms: 0 }
+        : f.retry_after_ms !== undefined ? retryAfter(policy, f.retry_after_ms, Date.now())
         : decideRetry(policy, (host.invocation(id)?.retry_count ?? 0) + 1, Date.now(), f.next_retry_delay_ms);
+      if (decision.then === Then.RETRY) cells.retries.inc();
       const cmd: AttemptEnded = {
         invocation_id: invocationBytes,
         epoch,
@@ -136,6 +143,7 @@ export class Invoker implements AttemptRunner {
         retry_at_ms: decision.retry_at_ms,
         then: decision.then,
       };
+      if (f.retry_after_ms !== undefined) cmd.free_retry = true;
       if (f.related_entry_index !== undefined) cmd.related_entry_index = f.related_entry_index;
       if (f.related_entry_name !== undefined) cmd.related_entry_name = f.related_entry_name;
       if (f.related_entry_type !== undefined) cmd.related_entry_type = f.related_entry_type;
@@ -163,6 +171,11 @@ export class Invoker implements AttemptRunner {
       return;
     }
     this.running += 1;
+    // Epoch 0 is the invocation's first attempt (every later one bumps the epoch).
+    if (status.epoch === 0) cells.started.inc();
+    const started_ms = performance.now();
+    // Untraced invocations (tracing off, or accepted before it was on) cost one test here.
+    const span = this.telemetry.tracing.enabled ? this.telemetry.tracing.attempt(status, epoch, deployment.id) : undefined;
     const lazy = handler?.enable_lazy_state ?? service?.enable_lazy_state ?? false;
     const keyed = status.service_type !== 'Service';
     const entries = keyed && !lazy
@@ -202,12 +215,16 @@ export class Invoker implements AttemptRunner {
       append: (kind) => host.append(kind),
       endpoints: this.endpoints,
       failed,
-      onClose: () => {
+      onClose: (outcome, failure) => {
+        span?.end(outcome, failure);
+        cells.attempts[outcome].inc();
+        cells.attemptSeconds.observe((performance.now() - started_ms) / 1000);
         if (this.live.get(id) === attempt) this.live.delete(id);
         this.running -= 1;
         this.drain();
       },
       logger: this.logger,
+      ...(span ? { traceparent: span.traceparent } : {}),
     });
     this.live.get(id)?.abort();
     this.live.set(id, attempt);

@@ -1,8 +1,9 @@
 // Discovery client: GET <uri>/discover, manifest v1–v4, transport HTTP/2 (prior knowledge) or HTTP/1.1.
 
 import { KeelError } from '../errors/index.js';
-import { MANIFEST_ACCEPT, MAX_SERVICE_PROTOCOL_VERSION, MIN_SERVICE_PROTOCOL_VERSION } from '../protocol/versions.js';
+import { MANIFEST_ACCEPT, MAX_SERVICE_PROTOCOL_VERSION, MIN_SERVICE_PROTOCOL_VERSION, overlapsSupported } from '../protocol/versions.js';
 import { FetchError, fetchHttp1, fetchHttp2, fetchLambda, type FetchRequest, type FetchResponse } from '../endpoint/fetch.js';
+import type { RequestSigner } from '../endpoint/identity.js';
 import { parseLambdaArn } from '../endpoint/lambda.js';
 import type {
   DiscoveredEndpoint,
@@ -34,8 +35,14 @@ export type TransportName = 'HTTP/2.0' | 'HTTP/1.1' | 'Lambda';
 /** A manifest is a few kilobytes; anything near this is not one. */
 const MAX_MANIFEST_BYTES = 16 * 1024 * 1024;
 
+/** What to check, in the message itself: the CLI shows only the message. */
+const UNREACHABLE_REMEDY =
+  'Check that the deployment runs at this address, that Keel can reach it, and the credentials in additional_headers ' +
+  '(an endpoint with identityKeys must list the publickeyv1_… that Keel logs at startup)';
+
+/** The endpoint did not answer, or answered with an error: a bad gateway, not a server fault. */
 function unreachable(where: URL | string, why: string, cause?: unknown): KeelError {
-  return new KeelError('META0003', `error when calling '${where.toString()}': ${why}`, 500, { cause });
+  return new KeelError('META0003', `error when calling '${where.toString()}': ${why}. ${UNREACHABLE_REMEDY}`, 502, { cause });
 }
 
 /** The endpoint layer's failure, as the discovery error a user sees. */
@@ -55,7 +62,7 @@ function discoveryError(err: unknown, where: string): KeelError {
     case 'too-large':
       return new KeelError('META0013', `bad discovery response from '${where}': ${err.message}`, 500, { cause: err });
     case 'function-error':
-      return new KeelError('META0003', `error when invoking '${where}' for discovery: ${err.message}`, 500, { cause: err });
+      return new KeelError('META0003', `error when invoking '${where}' for discovery: ${err.message}. ${UNREACHABLE_REMEDY}`, 502, { cause: err });
     case 'unreachable':
       return unreachable(where, err.message, err);
   }
@@ -84,12 +91,22 @@ export function discoverUrl(uri: string): URL {
 
 export interface DiscoverOptions {
   timeoutMs?: number;
+  connectTimeoutMs?: number;
+  /** Signs the discovery request (request identity v1). */
+  signer?: RequestSigner;
 }
 
 /** Runs discovery against one endpoint and returns its validated metadata. */
 export async function discover(target: DiscoveryTarget, opts: DiscoverOptions = {}): Promise<DiscoveredEndpoint> {
   const headers: Record<string, string> = { ...(target.additional_headers ?? {}), accept: MANIFEST_ACCEPT };
-  const request: FetchRequest = { method: 'GET', headers, timeout_ms: opts.timeoutMs ?? DISCOVERY_TIMEOUT_MS, max_body_bytes: MAX_MANIFEST_BYTES };
+  const request: FetchRequest = {
+    method: 'GET',
+    headers,
+    timeout_ms: opts.timeoutMs ?? DISCOVERY_TIMEOUT_MS,
+    max_body_bytes: MAX_MANIFEST_BYTES,
+    ...(opts.connectTimeoutMs !== undefined ? { connect_timeout_ms: opts.connectTimeoutMs } : {}),
+    ...(opts.signer !== undefined ? { signer: opts.signer } : {}),
+  };
   let where: string;
   let transport: TransportName;
   let res: FetchResponse;
@@ -158,7 +175,7 @@ export function parseManifest(
   if (!Number.isInteger(minV) || !Number.isInteger(maxV) || (minV as number) < 1 || (maxV as number) < (minV as number)) {
     throw bad(where, 'minProtocolVersion/maxProtocolVersion missing or invalid');
   }
-  if ((minV as number) > MAX_SERVICE_PROTOCOL_VERSION || (maxV as number) < MIN_SERVICE_PROTOCOL_VERSION) {
+  if (!overlapsSupported(minV as number, maxV as number)) {
     throw new KeelError(
       'META0012',
       `the endpoint at '${where}' supports service protocol versions [${minV}, ${maxV}], ` +

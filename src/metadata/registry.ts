@@ -7,6 +7,7 @@ import { formatDuration } from '../common/units.js';
 import type { Logger } from '../common/logger.js';
 import { newDeploymentId } from '../common/ids.js';
 import { KeelError, keelError } from '../errors/index.js';
+import type { RequestSigner } from '../endpoint/identity.js';
 import { discover as defaultDiscover, normaliseUri, type DiscoveryTarget } from './discovery.js';
 import { parseLambdaArn } from '../endpoint/lambda.js';
 import { MetaLog, type MetaRecord } from './store.js';
@@ -40,10 +41,15 @@ export type {
   UpdateRequest,
 } from './types.js';
 
+/** What changed about the subscriptions: a listener starts or stops consuming. */
+export type SubscriptionEvent = { kind: 'added'; subscription: SubscriptionSchema } | { kind: 'removed'; id: string };
+
 export interface RegistryOptions {
   /** Replaces the discovery client (tests, function platforms later). */
   discover?: (target: DiscoveryTarget) => Promise<DiscoveredEndpoint>;
   discoveryTimeoutMs?: number;
+  /** Signs discovery requests (request identity v1). */
+  signer?: RequestSigner;
 }
 
 /** Reserved service names: `restate…` (any case) and `openapi`. */
@@ -159,6 +165,7 @@ export class Registry {
   private readonly maxRevision = new Map<string, number>();
   private latest = new Map<string, ServiceSchema>();
   private readonly subs = new Map<string, SubscriptionSchema>();
+  private readonly subscriptionListeners = new Set<(e: SubscriptionEvent) => void>();
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
 
@@ -172,8 +179,12 @@ export class Registry {
 
   static async open(config: Config, logger: Logger, opts: RegistryOptions = {}): Promise<Registry> {
     const { log, records } = await MetaLog.open(config.meta.storage_path);
-    const timeoutMs = opts.discoveryTimeoutMs;
-    const discoverFn = opts.discover ?? ((t: DiscoveryTarget) => defaultDiscover(t, timeoutMs !== undefined ? { timeoutMs } : {}));
+    const discoverOptions = {
+      timeoutMs: opts.discoveryTimeoutMs ?? config.admin.discovery_timeout_ms,
+      connectTimeoutMs: config.worker.invoker.connect_timeout_ms,
+      ...(opts.signer !== undefined ? { signer: opts.signer } : {}),
+    };
+    const discoverFn = opts.discover ?? ((t: DiscoveryTarget) => defaultDiscover(t, discoverOptions));
     const reg = new Registry(log, logger, discoverFn, config.max_journal_retention_ms, config.ingress.kafka_clusters ?? []);
     try {
       for (const r of records) reg.apply(r);
@@ -250,6 +261,25 @@ export class Registry {
     return [...this.subs.values()];
   }
 
+  /**
+   * Calls `listener` after each subscription is added or removed (once it is durable). Returns
+   * the function that removes the listener. A listener that throws is logged, not propagated.
+   */
+  onSubscriptionChange(listener: (e: SubscriptionEvent) => void): () => void {
+    this.subscriptionListeners.add(listener);
+    return () => this.subscriptionListeners.delete(listener);
+  }
+
+  private notifySubscription(e: SubscriptionEvent): void {
+    for (const listener of this.subscriptionListeners) {
+      try {
+        listener(e);
+      } catch (err) {
+        this.logger.error({ err, code: 'KEEL0701', subscription: e.kind === 'added' ? e.subscription.id : e.id }, 'a subscription listener failed');
+      }
+    }
+  }
+
   /** Validates (META0009) and persists a subscription through the metadata log. */
   addSubscription(req: SubscriptionRequest): Promise<SubscriptionSchema> {
     return this.serial(async () => {
@@ -257,6 +287,7 @@ export class Registry {
       const subscription: SubscriptionSchema = { id: newSubscriptionId(), ...fields, created_at_ms: Date.now() };
       await this.commit({ kind: 'subscription_added', subscription });
       this.logger.info({ subscription: subscription.id, source: subscription.source, sink: subscription.sink }, 'subscription created');
+      this.notifySubscription({ kind: 'added', subscription });
       return subscription;
     });
   }
@@ -266,6 +297,7 @@ export class Registry {
       if (!this.subs.has(id)) return false;
       await this.commit({ kind: 'subscription_removed', id });
       this.logger.info({ subscription: id }, 'subscription removed');
+      this.notifySubscription({ kind: 'removed', id });
       return true;
     });
   }

@@ -108,7 +108,8 @@ export class MetaLog {
         );
       }
       if (cause?.code === 'LEVEL_CORRUPTION') throw corrupt(path, (err as Error).message);
-      throw new KeelError('KEEL0014', `cannot open meta storage at ${path}: ${(err as Error).message}`, 500, { cause: err });
+      const why = (err as { cause?: Error }).cause?.message;
+      throw new KeelError('KEEL0014', `cannot open meta storage at ${path}: ${(err as Error).message}${why ? `: ${why}` : ''}`, 500, { cause: err });
     }
 
     const records: MetaRecord[] = [];

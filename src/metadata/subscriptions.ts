@@ -1,5 +1,8 @@
 // Subscriptions: ids, and the META0009 validation of a new subscription against the configured
-// Kafka clusters and the registered services. Delivery from Kafka is not done here.
+// Kafka clusters and the registered services. Every handler Restate accepts is a valid sink: a
+// plain service's, a virtual object's or a workflow's (its run handler included: each record
+// key is a workflow id, and a key that already ran is not run again). Delivery is in
+// `src/subscriptions`.
 
 import { randomBytes } from 'node:crypto';
 import type { KafkaCluster } from '../config/index.js';
@@ -75,9 +78,6 @@ export function validateSubscription(
     throw invalid(
       `the sink service '${service}' has no handler '${handler}' ` + `(handlers: ${svc.handlers.map((x) => `'${x.name}'`).join(', ') || 'none'})`,
     );
-  }
-  if (svc.ty === 'Workflow' && h.ty === 'Workflow') {
-    throw invalid(`the sink '${req.sink}' is the run handler of the workflow '${service}', which cannot be a subscription sink`);
   }
   let options: Record<string, string> = {};
   if (req.options !== undefined && req.options !== null) {

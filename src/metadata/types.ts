@@ -114,7 +114,7 @@ export interface UpdateRequest {
   overwrite?: boolean;
 }
 
-/** A subscription: records of a Kafka topic delivered to a handler (delivery comes later). */
+/** A subscription: records of a Kafka topic delivered to a handler (by `src/subscriptions`). */
 export interface SubscriptionSchema {
   /** `sub_1` + 22 base62 characters. */
   id: string;

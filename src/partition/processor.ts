@@ -1,12 +1,12 @@
 import { assert, InvariantError } from '../common/assert.js';
-import { InvocationId } from '../common/ids.js';
+import { partitionKeyOfIdBytes } from '../common/ids.js';
 import type { Logger } from '../common/logger.js';
 import { keelError } from '../errors/index.js';
 import { encodeCommand, type Command, type CommandKind } from '../log/commands.js';
 import { EmbeddedLog, type PartitionLog } from '../log/partition-log.js';
 import type { GroupWriter } from '../storage/group-writer.js';
+import { KeelMetrics, type PartitionCells } from '../telemetry/metrics.js';
 import type { Db, StateWrite } from '../storage/store.js';
-import { invocationsTable } from '../storage/tables/invocations.js';
 import { fold } from './fold/index.js';
 import { loadState, recoveryActions } from './recovery.js';
 import type { Action, InvocationStatus, JournalEntry, PartitionState } from './state.js';
@@ -40,6 +40,13 @@ interface Pending {
 }
 
 const MAX_BATCH_COMMANDS = 1024;
+/**
+ * Invocations of one partition that have not completed. Past it, new invocations are refused
+ * with 503 (KEEL0501) until some complete: each costs memory (its status and journal) and a
+ * place in the invoker's queue. Calls from handlers are refused the same way and their outbox
+ * delivery retries with backoff, so nothing accepted is lost.
+ */
+export const MAX_LIVE_INVOCATIONS_PER_PARTITION = 250_000;
 /** Commands waiting for their batch; past it appends are refused with 503 (back-pressure). */
 const MAX_QUEUED_COMMANDS = 200_000;
 
@@ -64,8 +71,10 @@ export class PartitionProcessor implements AttemptHost {
     readonly state: PartitionState,
     private readonly fsync: boolean,
     private readonly effects: Effects,
-    private readonly owns: (id: InvocationId) => boolean,
+    private readonly owns: (partitionKey: bigint) => boolean,
+    private readonly max_live_invocations: number,
     private readonly logger: Logger,
+    private readonly metrics: PartitionCells,
     private readonly observe: ((partition: number, writes: readonly StateWrite[]) => void) | undefined,
   ) {}
 
@@ -77,15 +86,21 @@ export class PartitionProcessor implements AttemptHost {
     options: {
       fsync: boolean;
       effects: Effects;
-      owns?: (id: InvocationId) => boolean;
+      owns?: (partitionKey: bigint) => boolean;
+      max_live_invocations?: number;
+      /** 0 (the default here): every record is kept. */
+      log_retained_records?: number;
       logger: Logger;
+      metrics?: KeelMetrics;
       /** Sees the store writes of every batch once it is durable (the query engine's copy follows them). */
       observe?: (partition: number, writes: readonly StateWrite[]) => void;
     },
   ): Promise<PartitionProcessor> {
-    const log = await EmbeddedLog.open(db, partition, writer);
+    const log = await EmbeddedLog.open(db, partition, writer, options.log_retained_records ?? 0);
     const state = await loadState(db, partition);
-    return new PartitionProcessor(partition, log, state, options.fsync, options.effects, options.owns ?? (() => true), options.logger.child({ partition }), options.observe);
+    const maxLive = options.max_live_invocations ?? MAX_LIVE_INVOCATIONS_PER_PARTITION;
+    const metrics = (options.metrics ?? new KeelMetrics()).partition(partition);
+    return new PartitionProcessor(partition, log, state, options.fsync, options.effects, options.owns ?? (() => true), maxLive, options.logger.child({ partition }), metrics, options.observe);
   }
 
   /** Brings a freshly opened partition back to life: attempts restart, timers re-arm. */
@@ -95,15 +110,31 @@ export class PartitionProcessor implements AttemptHost {
 
   /** Appends a command; resolves once it is durable and folded (its actions may still run). */
   append(kind: CommandKind): Promise<void> {
-    if (this.failure !== undefined) return Promise.reject(keelError('KEEL0503', { partition: this.partition, reason: this.failure.reason }));
-    if (this.closed) return Promise.reject(keelError('KEEL0502', { partition: this.partition }));
-    if (this.queue.length >= MAX_QUEUED_COMMANDS) return Promise.reject(keelError('KEEL0501', { partition: this.partition, queued: this.queue.length }));
+    const refusal = this.refusal(kind.kind, (kind as Command).source_partition !== undefined);
+    if (refusal !== undefined) return Promise.reject(refusal);
     const command = { timestamp_ms: Date.now(), ...kind } as Command;
     this.checkOwnership(command);
     return new Promise((resolve, reject) => {
       this.queue.push({ command, resolve, reject });
       if (!this.writing) this.scheduleFlush();
     });
+  }
+
+  /**
+   * Why `append` would refuse a command of this kind now (stopped, closed, overloaded), or
+   * undefined. New work (ingress invokes, Kafka records) waits while the partition holds its
+   * bound of live invocations; what comes from another partition's outbox does not: the outbox
+   * delivers in sequence order, so a refused invoke would hold back the call results behind it,
+   * which the live invocations here may be waiting for (a deadlock at the bound).
+   */
+  refusal(kind: CommandKind['kind'], fromOutbox = false): Error | undefined {
+    if (this.failure !== undefined) return keelError('KEEL0503', { partition: this.partition, reason: this.failure.reason });
+    if (this.closed) return keelError('KEEL0502', { partition: this.partition });
+    if (this.queue.length >= MAX_QUEUED_COMMANDS) return keelError('KEEL0501', { partition: this.partition, queued: this.queue.length });
+    if (!fromOutbox && (kind === 'invoke' || kind === 'subscription_records') && this.state.live.size >= this.max_live_invocations) {
+      return keelError('KEEL0501', { partition: this.partition, queued: this.state.live.size });
+    }
+    return undefined;
   }
 
   get health(): PartitionFailure | undefined {
@@ -149,8 +180,8 @@ export class PartitionProcessor implements AttemptHost {
     const body = (command as unknown as Record<string, { invocation_id?: Buffer } | undefined>)[command.kind];
     const bytes = body?.invocation_id;
     if (bytes === undefined) return;
-    const id = InvocationId.fromBytes(bytes);
-    assert(id === undefined || this.owns(id), () => `partition ${this.partition} got a ${command.kind} for ${id?.text}, which another partition owns`);
+    const key = partitionKeyOfIdBytes(bytes);
+    assert(key === undefined || this.owns(key), () => `partition ${this.partition} got a ${command.kind} for partition key ${key}, which another partition owns`);
   }
 
   private scheduleFlush(): void {
@@ -164,9 +195,13 @@ export class PartitionProcessor implements AttemptHost {
       const batch = this.queue.splice(0, MAX_BATCH_COMMANDS);
       const records: Buffer[] = [];
       const actions: Action[] = [];
+      let bytes = 0;
+      const entriesBefore = this.state.entries_appended;
       try {
         for (const p of batch) {
-          records.push(encodeCommand(p.command));
+          const record = encodeCommand(p.command);
+          bytes += record.length;
+          records.push(record);
           fold({ state: this.state, actions, now_ms: p.command.timestamp_ms ?? 0 }, p.command);
         }
       } catch (err) {
@@ -175,6 +210,7 @@ export class PartitionProcessor implements AttemptHost {
       }
       const before = this.log.applied_position;
       const writes = this.state.takeWrites();
+      const writeStart = performance.now();
       try {
         const last = await this.log.append(records, writes, this.fsync);
         assert(last === before + records.length, () => `partition ${this.partition}: log at ${last} after appending ${records.length} records at ${before}`);
@@ -182,6 +218,7 @@ export class PartitionProcessor implements AttemptHost {
         this.halt(err, 'the partition log could not be written', batch);
         break;
       }
+      this.observeBatch(records.length, bytes, performance.now() - writeStart, this.state.entries_appended - entriesBefore);
       try {
         this.observe?.(this.partition, writes);
       } catch (err) {
@@ -199,6 +236,14 @@ export class PartitionProcessor implements AttemptHost {
     this.settleIdle?.();
   }
 
+  /** One durable batch: its size, its write time, the journal entries it appended. */
+  private observeBatch(commands: number, bytes: number, write_ms: number, entries: number): void {
+    this.metrics.batchCommands.observe(commands);
+    this.metrics.batchBytes.observe(bytes);
+    this.metrics.writeSeconds.observe(write_ms / 1000);
+    this.metrics.journalEntries.inc(entries);
+  }
+
   /** Stops the partition: nothing of the failed batch is written, every waiting append fails. */
   private halt(err: unknown, what: string, batch: Pending[]): void {
     const reason = `${what}: ${(err as Error)?.message ?? String(err)}`;
@@ -209,6 +254,3 @@ export class PartitionProcessor implements AttemptHost {
     for (const p of [...batch, ...this.queue.splice(0)]) p.reject(refusal);
   }
 }
-
-/** The partition an invocation status belongs to has it under this key (for tests and tools). */
-export const statusKey = invocationsTable.key;

@@ -5,10 +5,12 @@ import { fsmTable } from '../storage/tables/fsm.js';
 import { inboxTable } from '../storage/tables/inbox.js';
 import { invocationsTable } from '../storage/tables/invocations.js';
 import { journalTable } from '../storage/tables/journal.js';
+import { liveTable } from '../storage/tables/live.js';
 import { locksTable } from '../storage/tables/locks.js';
 import { outboxTable } from '../storage/tables/outbox.js';
 import { promisesTable } from '../storage/tables/promises.js';
 import { stateTable } from '../storage/tables/state.js';
+import { positionName, subscriptionPositionsTable } from '../storage/tables/subscription-positions.js';
 import { timersTable } from '../storage/tables/timers.js';
 import { PartitionState, type Action } from './state.js';
 
@@ -19,9 +21,18 @@ import { PartitionState, type Action } from './state.js';
 export async function loadState(db: Db, partition: number): Promise<PartitionState> {
   const state = new PartitionState(partition);
   state.loader = (key) => db.getSync(key);
-  for await (const s of invocationsTable.scan(db, partition)) if (s.status !== 'completed') state.invocations.set(s.id, s);
+  for await (const id of liveTable.scan(db, partition)) {
+    const raw = db.getSync(invocationsTable.key(partition, id));
+    assert(raw !== undefined, () => `partition ${partition}: ${id} is indexed as live but has no status`);
+    const s = invocationsTable.decode(raw);
+    assert(s.status !== 'completed', () => `partition ${partition}: ${id} is indexed as live but has completed`);
+    state.invocations.set(id, s);
+    state.live.add(id);
+  }
+  for (const s of state.invocations.values()) if (s.invoked_by_subscription_id) state.countSubscriptionInvocation(s.invoked_by_subscription_id, 1);
   for (const s of state.invocations.values()) {
-    const journal = await journalTable.read(db, partition, s.id);
+    // One more than the status says: a journal longer than its status is as broken as a shorter one.
+    const journal = journalTable.readSync(db, partition, s.id, s.journal_length + 1);
     assert(journal.length === s.journal_length, () => `partition ${partition}: journal of ${s.id} has ${journal.length} entries, its status says ${s.journal_length}`);
     state.journals.set(s.id, journal);
   }
@@ -41,6 +52,7 @@ export async function loadState(db: Db, partition: number): Promise<PartitionSta
   for await (const [key, promise] of promisesTable.scan(db, partition)) state.promises.set(key, promise);
   for await (const entry of outboxTable.scan(db, partition)) state.outbox.set(entry.seq, entry);
   for await (const [source, seq] of dedupTable.scan(db, partition)) state.dedup.set(source, seq);
+  for await (const p of subscriptionPositionsTable.scan(db, partition)) state.subscriptionPositions.set(positionName(p.subscription_id, p.topic, p.kafka_partition), p);
   state.counters = await fsmTable.read(db, partition);
   const highestOutbox = Math.max(0, ...state.outbox.keys());
   assert(highestOutbox <= state.counters.outbox_seq, () => `partition ${partition}: outbox entry ${highestOutbox} beyond the outbox counter ${state.counters.outbox_seq}`);

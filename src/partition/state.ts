@@ -1,21 +1,25 @@
 import { assert } from '../common/assert.js';
-import { objectKeyOf } from '../storage/keys.js';
 import type { StateWrite } from '../storage/store.js';
 import { dedupTable } from '../storage/tables/dedup.js';
+import { expiryTable } from '../storage/tables/expiry.js';
 import { fsmTable, type Counters } from '../storage/tables/fsm.js';
 import { inboxTable, type InboxEntry } from '../storage/tables/inbox.js';
 import { invocationsTable, type InvocationStatus } from '../storage/tables/invocations.js';
 import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
+import { liveTable } from '../storage/tables/live.js';
 import { locksTable } from '../storage/tables/locks.js';
 import { outboxTable, type OutboxEntry } from '../storage/tables/outbox.js';
 import { promisesTable, type PromiseState } from '../storage/tables/promises.js';
 import { stateTable } from '../storage/tables/state.js';
+import { positionName, subscriptionPositionsTable, type SubscriptionPosition } from '../storage/tables/subscription-positions.js';
 import { timersTable, type Timer } from '../storage/tables/timers.js';
 
 export type { InvocationResult, InvocationStatus, LastFailure, Status } from '../storage/tables/invocations.js';
 export type { JournalEntry } from '../storage/tables/journal.js';
 export type { OutboxEntry } from '../storage/tables/outbox.js';
 export type { PromiseState } from '../storage/tables/promises.js';
+export type { SubscriptionPosition } from '../storage/tables/subscription-positions.js';
+export { positionName } from '../storage/tables/subscription-positions.js';
 export type { Timer } from '../storage/tables/timers.js';
 export { objectKeyOf } from '../storage/keys.js';
 export { promiseKeyOf } from '../storage/tables/promises.js';
@@ -45,6 +49,8 @@ export class PartitionState {
   readonly invocations = new Map<string, InvocationStatus>();
   /** Completed ids in memory, least recently used first. */
   private readonly completed = new Set<string>();
+  /** Ids in the store's `live` index: every invocation that has not completed. */
+  readonly live = new Set<string>();
   /** Reads a key of the store synchronously (the fold may not wait); set when there is a store. */
   loader: ((key: string) => Buffer | undefined) | undefined;
   /** Journals of invocations that have not completed; completed ones stay on disk only. */
@@ -63,6 +69,15 @@ export class PartitionState {
   /** Source partition → last outbox sequence applied from it. */
   readonly dedup = new Map<number, number>();
   counters: Counters = { inbox_seq: 0, outbox_seq: 0 };
+  /** Where each (subscription, topic, Kafka partition) consumed here stands (see `positionName`). */
+  readonly subscriptionPositions = new Map<string, SubscriptionPosition>();
+  /**
+   * Subscription id → its invocations here that have not completed. Derived from the statuses
+   * (rebuilt when the partition loads), for back-pressure on the subscription's consumer.
+   */
+  readonly subscriptionPending = new Map<string, number>();
+  /** Journal entries appended since this state was loaded (for metrics; not part of the state). */
+  entries_appended = 0;
   private writes = new Map<string, Buffer | null>();
 
   constructor(readonly partition: number) {}
@@ -91,7 +106,18 @@ export class PartitionState {
     assert(s.journal_length === (this.journals.get(s.id)?.length ?? s.journal_length), () => `journal of ${s.id} has ${this.journals.get(s.id)?.length} entries in memory, its status says ${s.journal_length}`);
     this.invocations.set(s.id, s);
     this.writes.set(invocationsTable.key(this.partition, s.id), invocationsTable.encode(s));
-    if (s.status === 'completed') this.touchCompleted(s.id);
+    if (s.status === 'completed') {
+      this.touchCompleted(s.id);
+      this.setLive(s.id, false);
+    } else this.setLive(s.id, true);
+  }
+
+  /** Keeps the `live` index in step, writing it only when an invocation enters or leaves it. */
+  private setLive(id: string, live: boolean): void {
+    if (this.live.has(id) === live) return;
+    if (live) this.live.add(id);
+    else this.live.delete(id);
+    this.writes.set(liveTable.key(this.partition, id), live ? liveTable.value : null);
   }
 
   private touchCompleted(id: string): void {
@@ -114,6 +140,7 @@ export class PartitionState {
     assert(index === s.journal_length, () => `journal of ${s.id} has ${index} entries in memory, its status says ${s.journal_length}`);
     journal.push(entry);
     s.journal_length = index + 1;
+    this.entries_appended += 1;
     this.writes.set(journalTable.key(this.partition, s.id, index), journalTable.encode(entry));
     return index;
   }
@@ -124,6 +151,7 @@ export class PartitionState {
   }
 
   deleteStatus(s: InvocationStatus): void {
+    this.setLive(s.id, false);
     this.invocations.delete(s.id);
     this.completed.delete(s.id);
     this.writes.set(invocationsTable.key(this.partition, s.id), null);
@@ -132,6 +160,27 @@ export class PartitionState {
   deleteJournal(s: InvocationStatus): void {
     for (let i = 0; i < s.journal_length; i++) this.writes.set(journalTable.key(this.partition, s.id, i), null);
     this.journals.delete(s.id);
+  }
+
+  /**
+   * Indexes when a completed invocation's retention ends: its journal (when the journal
+   * retention is shorter) and then all of it. Called once, at completion.
+   */
+  indexExpiry(s: InvocationStatus): void {
+    assert(s.status === 'completed' && s.completed_at_ms !== undefined, () => `expiry of ${s.id}, which has not completed`);
+    const all = s.completed_at_ms + s.completion_retention_ms;
+    this.writes.set(expiryTable.key(this.partition, all, s.id), expiryTable.encode('all'));
+    const journal = s.completed_at_ms + s.journal_retention_ms;
+    if (journal < all) this.writes.set(expiryTable.key(this.partition, journal, s.id), expiryTable.encode('journal'));
+  }
+
+  /** Removes the expiry entries of a completed invocation (`journal`: only the journal's). */
+  unindexExpiry(s: InvocationStatus, scope: 'journal' | 'all'): void {
+    if (s.completed_at_ms === undefined) return;
+    const journal = s.completed_at_ms + s.journal_retention_ms;
+    const all = s.completed_at_ms + s.completion_retention_ms;
+    if (journal < all) this.writes.set(expiryTable.key(this.partition, journal, s.id), null);
+    if (scope === 'all') this.writes.set(expiryTable.key(this.partition, all, s.id), null);
   }
 
   /** The journal leaves memory when the invocation completes; the store keeps it. */
@@ -221,6 +270,25 @@ export class PartitionState {
     this.writes.set(dedupTable.key(this.partition, source), dedupTable.encode(seq));
   }
 
+  subscriptionPosition(subscription_id: string, topic: string, kafka_partition: number): SubscriptionPosition | undefined {
+    return this.subscriptionPositions.get(positionName(subscription_id, topic, kafka_partition));
+  }
+
+  putSubscriptionPosition(p: SubscriptionPosition): void {
+    const before = this.subscriptionPosition(p.subscription_id, p.topic, p.kafka_partition);
+    assert(before === undefined || p.next_offset >= before.next_offset, () => `position of ${p.subscription_id} ${p.topic}/${p.kafka_partition} goes back from ${before?.next_offset} to ${p.next_offset}`);
+    this.subscriptionPositions.set(positionName(p.subscription_id, p.topic, p.kafka_partition), p);
+    this.writes.set(subscriptionPositionsTable.key(this.partition, p), subscriptionPositionsTable.encode(p));
+  }
+
+  /** Counts an invocation of a subscription in (+1, it was created) or out (-1, it completed). */
+  countSubscriptionInvocation(subscription_id: string, delta: 1 | -1): void {
+    const n = (this.subscriptionPending.get(subscription_id) ?? 0) + delta;
+    assert(n >= 0, () => `subscription ${subscription_id} has ${n} pending invocations`);
+    if (n === 0) this.subscriptionPending.delete(subscription_id);
+    else this.subscriptionPending.set(subscription_id, n);
+  }
+
   private putCounters(): void {
     this.writes.set(fsmTable.key(this.partition), fsmTable.encode(this.counters));
   }
@@ -249,9 +317,4 @@ export class PartitionState {
   discardWrites(): void {
     this.writes = new Map();
   }
-}
-
-/** Store-safe name of the key of an invocation of a keyed service. */
-export function objectKeyOfStatus(s: Pick<InvocationStatus, 'service' | 'key'>): string {
-  return objectKeyOf(s.service, s.key);
 }

@@ -7,8 +7,11 @@ import { decodeCommand, type Command, type CommandKind } from '../log/commands.j
 import { GroupWriter } from '../storage/group-writer.js';
 import type { Db, StateWrite } from '../storage/store.js';
 import { tablePrefix } from '../storage/keys.js';
+import { expiryTable } from '../storage/tables/expiry.js';
 import { INVOCATIONS_TABLE, invocationsTable } from '../storage/tables/invocations.js';
 import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
+import { standaloneTelemetry, type CompletionOutcome, type Telemetry } from '../telemetry/index.js';
+import { KILLED_FAILURE } from './fold/manage.js';
 import { PartitionProcessor, type AttemptHost, type Effects, type PartitionFailure } from './processor.js';
 import type { Action, InvocationStatus, OutboxEntry, Timer } from './state.js';
 
@@ -34,6 +37,12 @@ export type InvocationListener = (changes: InvocationChanges) => void;
 /** Stored statuses read per step of `scanInvocationRecords`. */
 const RECORDS_PER_CHUNK = 2048;
 
+/** Deliveries from one partition's outbox to one target partition. */
+interface OutboxLane {
+  /** Set while a refused entry waits for its retry: entries from this sequence on wait with it. */
+  blocked_from?: number;
+}
+
 /** setTimeout takes at most a signed 32-bit delay; longer timers are re-armed in steps. */
 const MAX_TIMEOUT_MS = 2_147_483_647;
 const MAX_WAITERS_PER_INVOCATION = 10_000;
@@ -58,20 +67,30 @@ export class Worker implements Effects {
   private cleaning = false;
   private db: Db | undefined;
   private readonly invocationListeners = new Set<InvocationListener>();
+  /** Outbox deliveries per source and target partition (`source>target`). */
+  private readonly lanes = new Map<string, OutboxLane>();
 
   constructor(
     private readonly config: Config,
     private readonly logger: Logger,
+    private readonly telemetry: Telemetry = standaloneTelemetry(),
   ) {}
 
   async open(db: Db): Promise<void> {
     this.db = db;
     const writer = new GroupWriter(db);
     const observe = (partition: number, writes: readonly StateWrite[]) => this.observeBatch(partition, writes);
-    const options = { fsync: this.config.worker.storage_db.fsync, effects: this, logger: this.logger, observe };
+    const options = {
+      fsync: this.config.worker.storage_db.fsync,
+      log_retained_records: this.config.worker.storage_db.log_retained_records,
+      effects: this,
+      logger: this.logger,
+      metrics: this.telemetry.metrics,
+      observe,
+    };
     const opened = await Promise.all(
       Array.from({ length: this.config.worker.partitions }, (_, p) =>
-        PartitionProcessor.open(db, writer, p, { ...options, owns: (id) => this.partitionIndexOf(id.partitionKey) === p }),
+        PartitionProcessor.open(db, writer, p, { ...options, owns: (key) => this.partitionIndexOf(key) === p }),
       ),
     );
     this.processors.push(...opened);
@@ -100,24 +119,18 @@ export class Worker implements Effects {
   /**
    * Retention: completed invocations whose retention is over are purged (status and journal),
    * or lose only their journal when the journal retention is shorter. Nothing else is deleted.
-   * Completed invocations live in the store, so the scan reads it; each run appends a bounded
-   * number of purges per partition and waits for them, so it never floods a partition.
+   * The expiry index names what is due, so a run reads only that; it appends a bounded number
+   * of purges per partition and waits for them, so it never floods a partition.
    */
   async clean(now_ms: number): Promise<number> {
     let purged = 0;
     for (const p of this.processors) {
-      if (p.health !== undefined) continue;
+      if (p.health !== undefined || this.stopped) continue;
       const appends: Promise<void>[] = [];
-      for await (const s of invocationsTable.scan(this.db!, p.partition)) {
-        if (this.stopped || appends.length >= MAX_PURGES_PER_PARTITION_RUN) break;
-        if (s.status !== 'completed' || s.completed_at_ms === undefined) continue;
-        const id = InvocationId.parse(s.id);
-        assert(id !== undefined, () => `stored status with a malformed id ${s.id}`);
-        if (now_ms >= s.completed_at_ms + s.completion_retention_ms) {
-          appends.push(p.append({ kind: 'purge', purge: { invocation_id: id.bytes } }));
-        } else if (s.journal_length > 0 && now_ms >= s.completed_at_ms + s.journal_retention_ms) {
-          appends.push(p.append({ kind: 'purge', purge: { invocation_id: id.bytes, journal_only: true } }));
-        }
+      for (const due of await expiryTable.due(this.db!, p.partition, now_ms, MAX_PURGES_PER_PARTITION_RUN)) {
+        const id = InvocationId.parse(due.id);
+        assert(id !== undefined, () => `expiry entry with a malformed id ${due.id}`);
+        appends.push(p.append({ kind: 'purge', purge: { invocation_id: id.bytes, ...(due.scope === 'journal' ? { journal_only: true } : {}) } }));
       }
       const results = await Promise.allSettled(appends);
       const failed = results.filter((r) => r.status === 'rejected');
@@ -262,14 +275,28 @@ export class Worker implements Effects {
           this.runner?.reject(processor, a);
           break;
         case 'completed': {
+          const s = processor.invocation(a.id)!;
+          this.observeCompletion(s);
           const list = this.waiters.get(a.id);
           if (list === undefined) break;
           this.waiters.delete(a.id);
-          const s = processor.invocation(a.id)!;
           for (const resolve of list) resolve(s);
           break;
         }
       }
+    }
+  }
+
+  /** Metrics of a completed invocation, and its span when it is traced. */
+  private observeCompletion(s: InvocationStatus): void {
+    const cells = this.telemetry.metrics.target(s.service, s.handler);
+    const outcome = completionOutcome(s);
+    const completed_at_ms = s.completed_at_ms ?? s.modified_at_ms;
+    cells.completed[outcome].inc();
+    cells.invocationSeconds.observe((completed_at_ms - s.created_at_ms) / 1000);
+    if (this.telemetry.tracing.enabled && s.traceparent !== undefined) {
+      const failure = s.result?.failure;
+      this.telemetry.tracing.invocationCompleted({ ...s, completed_at_ms, outcome, ...(failure ? { failure } : {}) });
     }
   }
 
@@ -283,23 +310,69 @@ export class Worker implements Effects {
   /**
    * Appends an outbox entry to its target partition, then tells the source it may drop it.
    * After a crash in between, the entry is sent again and the target drops the duplicate.
-   * A refused delivery (overload, a stopped partition) is retried with backoff while running.
+   * Entries from one source to one target are appended in sequence order, always: the target
+   * drops anything at or below the last sequence it applied from the source, so an entry
+   * overtaken by a later one would be lost, and calls or records of one key would run out of
+   * order. A refused delivery (overload, a stopped partition) blocks its lane; the retry, with
+   * backoff, sends that entry and every later one for the same target again, in order.
    */
   private deliver(source: PartitionProcessor, entry: OutboxEntry, retry_ms: number): void {
     if (this.stopped) return;
     const target = this.processorFor(InvocationId.parse(entry.target)!);
+    const lane = this.laneOf(source, target);
+    if (lane.blocked_from !== undefined) return; // the retry sends it, after the entries before it
+    this.send(source, target, entry, lane, retry_ms);
+  }
+
+  private laneOf(source: PartitionProcessor, target: PartitionProcessor): OutboxLane {
+    const name = `${source.partition}>${target.partition}`;
+    let lane = this.lanes.get(name);
+    if (lane === undefined) {
+      lane = {};
+      this.lanes.set(name, lane);
+    }
+    return lane;
+  }
+
+  private send(source: PartitionProcessor, target: PartitionProcessor, entry: OutboxEntry, lane: OutboxLane, retry_ms: number): void {
     const decoded: Command = decodeCommand(entry.command);
     const { timestamp_ms: _sent_at, ...command } = decoded;
+    // Checked before appending, so that no later entry can be taken once this one is refused.
+    const refusal = target.refusal(decoded.kind, true);
+    if (refusal !== undefined) return this.block(source, target, lane, entry.seq, retry_ms, refusal);
     target
       .append(command as CommandKind)
       .then(() => source.append({ kind: 'outbox_delivered', outbox_delivered: { seq: entry.seq } }))
       .catch((err) => {
-        const next_ms = Math.min(retry_ms * 2, OUTBOX_RETRY_MAX_MS);
-        this.logger.warn({ err, seq: entry.seq, source: source.partition, target: target.partition, retry_in_ms: retry_ms }, 'outbox delivery failed; retrying');
-        this.at(Date.now() + retry_ms, async () => {
-          if (source.state.outbox.has(entry.seq)) this.deliver(source, entry, next_ms);
-        });
+        // Refused after it was queued (the target stopped) or the acknowledgement failed: the
+        // target takes nothing more until it restarts; the retry finds out.
+        if (source.state.outbox.has(entry.seq)) this.block(source, target, lane, entry.seq, retry_ms, err as Error);
       });
+  }
+
+  private block(source: PartitionProcessor, target: PartitionProcessor, lane: OutboxLane, seq: number, retry_ms: number, err: Error): void {
+    if (lane.blocked_from !== undefined) {
+      lane.blocked_from = Math.min(lane.blocked_from, seq);
+      return;
+    }
+    lane.blocked_from = seq;
+    const code = (err as { code?: unknown }).code;
+    this.logger.warn(
+      { err, code: typeof code === 'string' ? code : 'KEEL0501', seq, source: source.partition, target: target.partition, retry_in_ms: retry_ms },
+      'outbox delivery refused; retrying in order',
+    );
+    this.at(Date.now() + retry_ms, async () => {
+      const from = lane.blocked_from ?? seq;
+      lane.blocked_from = undefined;
+      const next_ms = Math.min(retry_ms * 2, OUTBOX_RETRY_MAX_MS);
+      const pending = [...source.state.outbox.values()]
+        .filter((e) => e.seq >= from && this.processorFor(InvocationId.parse(e.target)!) === target)
+        .sort((a, b) => a.seq - b.seq);
+      for (const e of pending) {
+        if (lane.blocked_from !== undefined) break;
+        this.send(source, target, e, lane, next_ms);
+      }
+    });
   }
 
   /** Runs `f` at wall-clock time `at_ms` (at once if it has passed). */
@@ -316,4 +389,10 @@ export class Worker implements Effects {
     );
     this.timers.add(handle);
   }
+}
+
+function completionOutcome(s: InvocationStatus): CompletionOutcome {
+  const failure = s.result?.failure;
+  if (failure === undefined) return 'succeeded';
+  return failure.code === KILLED_FAILURE.code && failure.message === KILLED_FAILURE.message ? 'killed' : 'failed';
 }

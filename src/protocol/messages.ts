@@ -84,7 +84,8 @@ function codec<T>(name: string): Codec<T> {
   const type = root.lookupType(`${PACKAGE}.${name}`);
   return {
     name,
-    encode: (value) => type.encode(type.fromObject(value as { [k: string]: unknown })).finish(),
+    // Values are built to the generated types: no fromObject copy before encoding.
+    encode: (value) => type.encode(value as { [k: string]: unknown }).finish(),
     decode: (bytes) => type.toObject(type.decode(bytes), plain) as T,
   };
 }
@@ -158,8 +159,4 @@ export function decode<T>(codec: Codec<T>, bytes: Uint8Array): T {
   return codec.decode(bytes);
 }
 
-export interface FailureJson {
-  code: number;
-  message: string;
-  metadata?: Array<{ key: string; value: string }>;
-}
+

@@ -5,7 +5,8 @@ import { KeelError } from '../errors/index.js';
 
 export type Db = ClassicLevel<string, Buffer>;
 
-export const WORKER_FORMAT_VERSION = 1;
+/** 2: the `live` index of invocations that have not completed. */
+export const WORKER_FORMAT_VERSION = 2;
 const VERSION_FILE = 'KEEL_STORAGE_VERSION';
 
 /**
@@ -35,7 +36,11 @@ export async function openWorkerStore(path: string): Promise<Db> {
     if (e?.cause?.code === 'LEVEL_LOCKED' || e?.code === 'LEVEL_LOCKED') {
       throw new KeelError('RT0005', `worker storage ${path} is locked by another process: stop it, or set another worker.storage_db.path`, 500, { cause: err });
     }
-    throw new KeelError('RT0006', `cannot open worker storage ${path}: ${(err as Error).message}`, 500, { cause: err });
+    // classic-level says 'Database failed to open'; the reason is in its cause.
+    const cause = (err as { cause?: Error }).cause?.message;
+    const why = cause ? `${(err as Error).message}: ${cause}` : (err as Error).message;
+    const corrupt = /corrupt|checksum/i.test(why);
+    throw new KeelError(corrupt ? 'KEEL0015' : 'KEEL0014', `cannot open worker storage ${path}: ${why}${corrupt ? '' : ' (check the path, its permissions and free space)'}`, 500, { cause: err });
   }
   return db;
 }

@@ -10,8 +10,8 @@
 //   stop); no record of them is delivered after it until they are assigned again.
 // - `onRecords` gets records of one partition, in offset order, each offset once per assignment;
 //   the next records of that partition wait until its promise settles. A rejection is warned
-//   about and the same records are delivered again after a backoff. Hold it briefly: use
-//   `pause` for backpressure.
+//   about (unless the error has `quiet: true`: the handler said why itself) and the same records
+//   are delivered again after a backoff. Hold it briefly: use `pause` for backpressure.
 // - `pause`/`resume`/`seek` act per partition and survive rebalances while the partition stays
 //   assigned; `seek` makes the next delivered record of the partition the one at `offset`.
 // - Broker down, unknown topic, coordinator errors: `onWarning`, retries with backoff until

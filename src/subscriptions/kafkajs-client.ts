@@ -314,7 +314,7 @@ export class KafkajsConsumer implements KafkaConsumer {
       clearInterval(beat);
       if (consumer !== this.consumer || !this.assigned.has(p)) return;
       const delay = Math.min(backoff(0, this.settings.retryBackoffMs || 100, this.settings.retryBackoffMaxMs), this.settings.sessionTimeoutMs / 3);
-      this.warn(`records were not taken; delivering them again in ${delay} ms: ${(err as Error).message}`, {
+      if ((err as { quiet?: boolean }).quiet !== true) this.warn(`records were not taken; delivering them again in ${delay} ms: ${(err as Error).message}`, {
         library: this.library,
         topic: this.topic,
         partition: p,

@@ -18,18 +18,48 @@ export interface ApiResult<T> {
   data: T;
 }
 
-/** Any admin call; JSON in and out. Throws ApiError on a status ≥ 400 or a network failure. */
-export async function api<T = unknown>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<ApiResult<T>> {
-  let res: Response;
+/** The admin token, when the server asks for one (admin.auth_token): kept for this tab only. */
+const TOKEN_KEY = 'keel.admin_token';
+
+function storedToken(): string | null {
   try {
-    res = await fetch(path, {
+    return sessionStorage.getItem(TOKEN_KEY);
+  } catch {
+    return null;
+  }
+}
+
+/** Asks for the token once the server answered 401 (KEEL0401); null when the user declines. */
+function askToken(): string | null {
+  const t = window.prompt('This Keel admin API requires a token (admin.auth_token). Token:')?.trim();
+  if (!t) return null;
+  sessionStorage.setItem(TOKEN_KEY, t);
+  return t;
+}
+
+async function send(method: string, path: string, body: unknown, headers: Record<string, string>): Promise<Response> {
+  const token = storedToken();
+  try {
+    return await fetch(path, {
       method,
-      headers: { ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...headers },
+      headers: {
+        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+        ...(token ? { authorization: `Bearer ${token}` } : {}),
+        ...headers,
+      },
       body: body === undefined ? undefined : JSON.stringify(body),
     });
   } catch (err) {
     throw new ApiError(`cannot reach the admin API: ${(err as Error).message}`, 0, null);
   }
+}
+
+/** Any admin call; JSON in and out. Throws ApiError on a status ≥ 400 or a network failure. */
+export async function api<T = unknown>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<ApiResult<T>> {
+  const sentWith = storedToken();
+  let res = await send(method, path, body, headers);
+  // The server requires a token: ask (unless another call just got it), then try again with it.
+  if (res.status === 401 && (storedToken() !== sentWith || askToken() !== null)) res = await send(method, path, body, headers);
   const text = await res.text();
   let data: unknown = undefined;
   if (text !== '') {
@@ -176,6 +206,27 @@ export interface Subscription {
   source: string;
   sink: string;
   options: Record<string, string>;
+}
+
+/** `GET /subscriptions/{id}/status`: the consumer and, per topic partition, Keel's position and the lag. */
+export interface SubscriptionStatus {
+  id: string;
+  state: 'starting' | 'consuming' | 'paused' | 'failed' | 'stopped';
+  reason: string | null;
+  consumer_group: string | null;
+  pending_invocations: number;
+  max_pending_invocations: number | null;
+  last_warning: { code: string; message: string; at: string } | null;
+  partitions: Array<{
+    partition: number;
+    position: number | null;
+    high_watermark: number | null;
+    lag: number | null;
+    records_delivered: number;
+    records_skipped: number;
+    assigned: boolean;
+    paused: boolean;
+  }>;
 }
 
 export const INVOCATION_ACTIONS = ['cancel', 'kill', 'pause', 'resume', 'purge', 'restart-as-new'] as const;

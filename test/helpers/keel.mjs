@@ -111,9 +111,12 @@ export async function startKeel(t, { env = {}, dir = tempDir(t), nodePath = proc
   return keel;
 }
 
-/** Serves SDK services over HTTP/2 cleartext (bidirectional); returns the endpoint URI. */
-export async function serveServices(t, services, { http1 = false } = {}) {
-  const handler = restate.createEndpointHandler({ services });
+/**
+ * Serves SDK services over HTTP/2 cleartext (bidirectional); returns the endpoint URI.
+ * `identityKeys`: the endpoint accepts only requests signed by one of these keys.
+ */
+export async function serveServices(t, services, { http1 = false, identityKeys } = {}) {
+  const handler = restate.createEndpointHandler({ services, ...(identityKeys ? { identityKeys } : {}) });
   let server;
   if (http1) {
     const http = await import('node:http');

@@ -5,7 +5,7 @@
 // rebuilt from the store), never the server.
 
 import { fork, type ChildProcess } from 'node:child_process';
-import { mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { QueryEngineConfig } from '../../config/index.js';
@@ -80,6 +80,18 @@ function rowBytes(r: Row): number {
   return n;
 }
 
+/**
+ * The engine's entry point in `dist/`: beside this module in the compiled tree, or, when this
+ * code runs from the server bundle (`dist/bundle/keel.cjs`), in the compiled tree next to it.
+ */
+function engineMainPath(): string {
+  for (const candidate of ['./engine-main.js', '../admin/query/engine-main.js']) {
+    const path = fileURLToPath(new URL(candidate, import.meta.url));
+    if (existsSync(path)) return path;
+  }
+  throw new KeelError('KEEL0023', `the query engine's entry point (engine-main.js) is not next to ${fileURLToPath(import.meta.url)}: run npm run build`, 503);
+}
+
 export class QueryEngine {
   private child: ChildProcess | undefined;
   private ready = false;
@@ -151,7 +163,7 @@ export class QueryEngine {
     rmSync(dir, { recursive: true, force: true });
     mkdirSync(join(dir, 'spill'), { recursive: true });
     const heapMiB = Math.max(512, Math.ceil((8 * this.config.max_result_bytes) / (1024 * 1024)));
-    const child = fork(fileURLToPath(new URL('./engine-main.js', import.meta.url)), [], {
+    const child = fork(engineMainPath(), [], {
       serialization: 'advanced',
       execArgv: [`--max-old-space-size=${heapMiB}`],
       // glibc gives each thread that allocates an arena of its own; DuckDB's threads would keep

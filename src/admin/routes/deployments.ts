@@ -4,7 +4,7 @@ import { KeelError, keelError } from '../../errors/index.js';
 import type { RegisterRequest, UpdateRequest } from '../../metadata/types.js';
 import type { AdminContext } from '../context.js';
 import { deploymentDetailView, deploymentListView, registerView } from '../views.js';
-import { idParam, nullableBoolean, nullableString, stringMap } from './schemas.js';
+import { headerMap, idParam, nullableBoolean, nullableString, stringMap } from './schemas.js';
 
 interface RegisterBody {
   uri?: string | null;
@@ -25,7 +25,7 @@ const registerBody = {
     uri: nullableString,
     arn: nullableString,
     assume_role_arn: nullableString,
-    additional_headers: stringMap,
+    additional_headers: headerMap,
     metadata: stringMap,
     use_http_11: nullableBoolean,
     force: nullableBoolean,
@@ -34,6 +34,29 @@ const registerBody = {
     overwrite: nullableBoolean,
   },
 } as const;
+
+/** RFC 9110 field names: a token. */
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+/** A field value is one line: visible characters, spaces and tabs (obs-text allowed), no CR, LF or NUL. */
+const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+/**
+ * Headers Keel sets itself or that HTTP/2 forbids: sent, they would break every request to the
+ * endpoint (or replace its request identity), so they are refused at registration.
+ */
+const RESERVED_HEADERS = new Set([
+  'connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'content-length',
+  'x-restate-signature-scheme', 'x-restate-jwt-v1',
+]);
+
+/** additional_headers are sent with every request to the endpoint: each must be a header HTTP/1.1 and HTTP/2 can carry. */
+function checkHeaders(headers: Record<string, string> | null | undefined): void {
+  for (const [name, value] of Object.entries(headers ?? {})) {
+    const field = `additional_headers.${JSON.stringify(name).slice(1, -1)}`;
+    if (!HEADER_NAME.test(name)) throw new KeelError('KEEL0002', `the field ${field} is not a valid header name (letters, digits and !#$%&'*+.^_\`|~-)`, 400);
+    if (RESERVED_HEADERS.has(name.toLowerCase())) throw new KeelError('KEEL0002', `the field ${field} names a header Keel sets itself or that HTTP/2 forbids`, 400);
+    if (!HEADER_VALUE.test(value)) throw new KeelError('KEEL0002', `the field ${field} must be a single-line header value: no CR, LF, NUL or other control characters`, 400);
+  }
+}
 
 function checkDeploymentId(id: string): void {
   if (!isDeploymentId(id)) throw keelError('KEEL0003', { what: 'deployment', value: id });
@@ -72,6 +95,7 @@ export function deploymentRoutes(ctx: AdminContext) {
   const { registry, config } = ctx;
   return async (r: FastifyInstance) => {
     r.post<{ Body: RegisterBody | undefined }>('/deployments', { schema: { body: registerBody } }, async (req, reply) => {
+      checkHeaders(req.body?.additional_headers);
       const request = registerRequest(req.body ?? {});
       const { created, deployment } = await registry.register(request);
       return reply
@@ -93,23 +117,36 @@ export function deploymentRoutes(ctx: AdminContext) {
     const update = { schema: { params: idParam('id'), body: registerBody } };
     const updateHandler = async (req: { params: { id: string }; body: RegisterBody | undefined }) => {
       checkDeploymentId(req.params.id);
+      checkHeaders(req.body?.additional_headers);
       return registerView(await registry.updateInPlace(req.params.id, updateRequest(req.body ?? {})), config);
     };
     r.put<{ Params: { id: string }; Body: RegisterBody | undefined }>('/deployments/:id', update, updateHandler);
     r.patch<{ Params: { id: string }; Body: RegisterBody | undefined }>('/deployments/:id', update, updateHandler);
 
-    r.delete<{ Params: { id: string }; Querystring: { force?: string } }>(
+    r.delete<{ Params: { id: string }; Querystring: { force?: 'true' | 'false' } }>(
       '/deployments/:id',
-      { schema: { params: idParam('id'), querystring: { type: 'object', properties: { force: { type: 'string' } } } } },
+      { schema: { params: idParam('id'), querystring: { type: 'object', properties: { force: { type: 'string', enum: ['true', 'false'] } } } } },
       async (req, reply) => {
         const id = req.params.id;
         checkDeploymentId(id);
-        // As Restate: removing without force is not implemented.
-        if (req.query.force !== 'true') return reply.status(501).send();
         if (!registry.deployment(id)) throw keelError('KEEL0004', { what: 'deployment', name: id });
+        // Restate answers 501 without force; Keel removes a drained deployment and says what keeps one in use.
+        if (req.query.force !== 'true') await checkDrained(ctx, id);
         await registry.remove(id);
         return reply.status(202).send();
       },
     );
   };
+}
+
+/** A deployment may go without force once no service's latest revision and no unfinished invocation needs it. */
+async function checkDrained(ctx: AdminContext, id: string): Promise<void> {
+  const active = ctx.registry.services().filter((s) => s.deployment_id === id).map((s) => s.name);
+  if (active.length > 0) {
+    throw new KeelError('KEEL0016', `deployment ${id} still serves the latest revision of ${active.join(', ')}; register a newer deployment first, or remove it with force=true`, 409);
+  }
+  const pinned = ctx.source().unfinishedPinnedTo(id);
+  if (pinned > 0) {
+    throw new KeelError('KEEL0016', `${pinned} invocation(s) that are not completed are pinned to deployment ${id}; let them finish, or remove it with force=true (they will fail)`, 409);
+  }
 }

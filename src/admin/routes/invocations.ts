@@ -37,7 +37,8 @@ function manageReply(reply: FastifyReply, id: string, action: ManageAction, r: {
 /** `/invocations/{id}/{action}` (cancel, kill, purge, pause, resume, restart-as-new), and the deprecated DELETE. */
 export function invocationRoutes(ctx: AdminContext) {
   return async (r: FastifyInstance) => {
-    r.patch<{ Params: { id: string; action: string } }>('/invocations/:id/:action', async (req, reply) => {
+    const params = { type: 'object', properties: { id: { type: 'string', maxLength: 128 }, action: { type: 'string', maxLength: 32 } } } as const;
+    r.patch<{ Params: { id: string; action: string } }>('/invocations/:id/:action', { schema: { params } }, async (req, reply) => {
       const { id, action } = req.params;
       if (!MANAGE_ACTIONS.includes(action as ManageAction)) {
         return reply.status(404).send(errorBody(`[KEEL0004] No route for PATCH ${req.url.split('?')[0]}`, 'KEEL0004'));
@@ -49,7 +50,7 @@ export function invocationRoutes(ctx: AdminContext) {
     // Deprecated form: DELETE /invocations/{id}?mode=cancel|kill|purge (default cancel), 202.
     r.delete<{ Params: { id: string }; Querystring: { mode?: string } }>(
       '/invocations/:id',
-      { schema: { querystring: { type: 'object', properties: { mode: { type: 'string' } } } } },
+      { schema: { params, querystring: { type: 'object', properties: { mode: { type: 'string', maxLength: 16 } } } } },
       async (req, reply) => {
         const { id } = req.params;
         const mode = (req.query.mode ?? 'cancel').toLowerCase();

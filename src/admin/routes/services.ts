@@ -15,11 +15,15 @@ const stateBody = {
   type: 'object',
   required: ['object_key', 'new_state'],
   properties: {
-    object_key: { type: 'string' },
+    object_key: { type: 'string', maxLength: 4096 },
     new_state: { type: 'object', additionalProperties: { type: 'array', items: { type: 'integer', minimum: 0, maximum: 255 } } },
     version: { type: ['string', 'null'] },
   },
 } as const;
+
+const name = { type: 'string', minLength: 1, maxLength: 1024 } as const;
+const serviceParams = { type: 'object', properties: { name }, required: ['name'] } as const;
+const handlerParams = { type: 'object', properties: { name, handler: name }, required: ['name', 'handler'] } as const;
 
 /** `/services`: list, describe, handlers, and replacing the state of an object key. */
 export function serviceRoutes(ctx: AdminContext) {
@@ -31,18 +35,18 @@ export function serviceRoutes(ctx: AdminContext) {
   };
   return async (r: FastifyInstance) => {
     r.get('/services', async () => ({ services: registry.services().map((s) => serviceView(s, config)) }));
-    r.get<{ Params: { name: string } }>('/services/:name', async (req) => serviceView(serviceOr404(req.params.name), config));
-    r.get<{ Params: { name: string } }>('/services/:name/handlers', async (req) => ({
+    r.get<{ Params: { name: string } }>('/services/:name', { schema: { params: serviceParams } }, async (req) => serviceView(serviceOr404(req.params.name), config));
+    r.get<{ Params: { name: string } }>('/services/:name/handlers', { schema: { params: serviceParams } }, async (req) => ({
       handlers: serviceOr404(req.params.name).handlers.map(handlerView),
     }));
-    r.get<{ Params: { name: string; handler: string } }>('/services/:name/handlers/:handler', async (req) => {
+    r.get<{ Params: { name: string; handler: string } }>('/services/:name/handlers/:handler', { schema: { params: handlerParams } }, async (req) => {
       const s = serviceOr404(req.params.name);
       const h = s.handlers.find((x) => x.name === req.params.handler);
       if (!h) throw keelError('KEEL0004', { what: 'handler', name: `${s.name}/${req.params.handler}` });
       return handlerView(h);
     });
 
-    r.post<{ Params: { name: string }; Body: StateBody }>('/services/:name/state', { schema: { body: stateBody } }, async (req, reply) => {
+    r.post<{ Params: { name: string }; Body: StateBody }>('/services/:name/state', { schema: { params: serviceParams, body: stateBody } }, async (req, reply) => {
       const s = serviceOr404(req.params.name);
       if (s.ty === 'Service') throw new KeelError('KEEL0002', 'Cannot modify state for service type Service', 400);
       const { object_key, new_state } = req.body;

@@ -2,10 +2,33 @@ import type { FastifyInstance } from 'fastify';
 import { keelError } from '../../errors/index.js';
 import type { SubscriptionSchema } from '../../metadata/registry.js';
 import { isSubscriptionId } from '../../metadata/subscriptions.js';
+import type { SubscriptionStatus } from '../../subscriptions/manager.js';
 import type { AdminContext } from '../context.js';
 
 function subscriptionView(s: SubscriptionSchema): { id: string; source: string; sink: string; options: Record<string, string> } {
   return { id: s.id, source: s.source, sink: s.sink, options: s.options };
+}
+
+const iso = (ms: number | null | undefined): string | null => (ms === null || ms === undefined ? null : new Date(ms).toISOString());
+
+/**
+ * `GET /subscriptions/{id}/status` (Keel's own): the consumer's state and, per topic partition,
+ * Keel's stored position (the next offset to deliver), Kafka's high watermark and the lag.
+ */
+function statusView(s: SubscriptionSchema, status: SubscriptionStatus | undefined) {
+  return {
+    id: s.id,
+    source: s.source,
+    sink: s.sink,
+    consumer_group: status?.consumer_group ?? null,
+    state: status?.state ?? 'stopped',
+    reason: status?.reason ?? null,
+    pending_invocations: status?.pending_invocations ?? 0,
+    max_pending_invocations: status?.max_pending_invocations ?? null,
+    last_warning: status?.last_warning ? { code: status.last_warning.code, message: status.last_warning.message, at: iso(status.last_warning.at_ms) } : null,
+    lag_read_at: iso(status?.lag_read_at_ms),
+    partitions: (status?.partitions ?? []).map(({ position_updated_at_ms, ...p }) => ({ ...p, position_updated_at: iso(position_updated_at_ms) })),
+  };
 }
 
 /** Clusters come from the config file: created and last modified when this server started. */
@@ -38,6 +61,11 @@ export function subscriptionRoutes(ctx: AdminContext) {
     });
     r.get('/subscriptions', async () => ({ subscriptions: registry.subscriptions().map(subscriptionView) }));
     r.get<{ Params: { id: string } }>('/subscriptions/:id', async (req) => subscriptionView(subscriptionOr404(req.params.id)));
+    r.get<{ Params: { id: string } }>('/subscriptions/:id/status', async (req) => {
+      const s = subscriptionOr404(req.params.id);
+      const [status] = (await ctx.source().subscriptions?.(s.id)) ?? [];
+      return statusView(s, status);
+    });
     r.delete<{ Params: { id: string } }>('/subscriptions/:id', async (req, reply) => {
       subscriptionOr404(req.params.id);
       await registry.removeSubscription(req.params.id);

@@ -38,7 +38,8 @@ export function foldAttemptEnded(ctx: FoldContext, cmd: AttemptEnded): void {
       if (cmd.related_entry_name) failure.related_entry_name = cmd.related_entry_name;
       if (cmd.related_entry_type !== undefined) failure.related_entry_type = cmd.related_entry_type;
       s.last_failure = failure;
-      s.retry_count += 1;
+      // A wait the endpoint asked for (Retry-After) uses none of the retry budget.
+      if (!cmd.free_retry) s.retry_count += 1;
       const then = (cmd.then ?? Then.RETRY) as (typeof Then)[keyof typeof Then];
       switch (then) {
         case Then.RETRY:

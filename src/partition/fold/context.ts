@@ -163,6 +163,8 @@ export function complete(ctx: FoldContext, s: InvocationStatus, result: Invocati
   delete s.waiting;
   delete s.next_retry_at_ms;
   ctx.state.forgetJournal(s.id);
+  ctx.state.indexExpiry(s);
+  if (s.invoked_by_subscription_id) ctx.state.countSubscriptionInvocation(s.invoked_by_subscription_id, -1);
   if (needsLock(s)) releaseLock(ctx, s);
   if (s.caller_id !== undefined) sendResult(ctx, s.caller_id, s.caller_completion_id ?? 0, MessageType.CallCompletion, resultMsg(result));
   for (const a of s.attachers ?? []) sendResult(ctx, a.id, a.completion_id, a.entry_type, resultMsg(result));

@@ -50,6 +50,7 @@ function startChild(ctx: FoldContext, s: InvocationStatus, cmd: JournalAppend, m
       invoked_by_id: s.id,
       ...(call ? { caller_invocation_id: InvocationId.parse(s.id)!.bytes, caller_completion_id: (m as CallCommandMessage).result_completion_id ?? 0 } : {}),
       ...(delayed ? { execute_at_ms: delayed } : {}),
+      ...(cmd.traceparent ? { traceparent: cmd.traceparent } : {}),
     },
   });
 }

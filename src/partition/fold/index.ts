@@ -10,6 +10,7 @@ import { foldModifyState } from './modify-state.js';
 import { foldAttach, foldOutboxDelivered, foldPurge } from './misc.js';
 import { foldRetryAttempt } from './retry-attempt.js';
 import { foldSignal } from './signal.js';
+import { foldSubscriptionRecords } from './subscription-records.js';
 import { foldTimerFired } from './timer-fired.js';
 
 export type { FoldContext } from './context.js';
@@ -47,6 +48,8 @@ export function fold(ctx: FoldContext, cmd: Command): void {
       return foldAttach(ctx, cmd.attach);
     case 'modify_state':
       return foldModifyState(ctx, cmd.modify_state);
+    case 'subscription_records':
+      return foldSubscriptionRecords(ctx, cmd.subscription_records);
     default:
       return assertNever(cmd, 'log command kind');
   }

@@ -6,6 +6,8 @@ import { objectKeyOf, type InvocationStatus } from '../state.js';
 import { complete, notification, notify, resume, sendTo, statusOf, type FoldContext } from './context.js';
 
 export const CANCEL_SIGNAL = 1;
+/** The result of a killed invocation (metrics tell it from other failures by it). */
+export const KILLED_FAILURE = { code: 409, message: 'killed' } as const;
 
 /** Operator actions: cancel (a signal the handler sees), kill, pause, resume. */
 export function foldManage(ctx: FoldContext, cmd: Manage): void {
@@ -64,5 +66,5 @@ function kill(ctx: FoldContext, s: InvocationStatus): void {
   for (const child of s.children ?? []) {
     sendTo(ctx, child, { kind: 'manage', manage: { invocation_id: InvocationId.parse(child)!.bytes, action: ManageAction.KILL } });
   }
-  complete(ctx, s, { failure: { code: 409, message: 'killed' } });
+  complete(ctx, s, { failure: { ...KILLED_FAILURE } });
 }

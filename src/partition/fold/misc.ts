@@ -12,6 +12,7 @@ export function foldPurge(ctx: FoldContext, cmd: Purge): void {
   const s = statusOf(ctx, cmd.invocation_id, 'purge');
   if (s === undefined || s.status !== 'completed') return;
   ctx.state.deleteJournal(s);
+  ctx.state.unindexExpiry(s, cmd.journal_only ? 'journal' : 'all');
   if (cmd.journal_only) {
     s.journal_length = 0;
     s.modified_at_ms = ctx.now_ms;

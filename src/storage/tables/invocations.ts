@@ -41,7 +41,11 @@ export interface InvocationStatus {
   /** `Svc/handler` and id of the invocation that called or sent this one. */
   caller_target?: string;
   invoked_by_id?: string;
+  /** The Kafka subscription whose record made this invocation. */
+  invoked_by_subscription_id?: string;
   restarted_from?: string;
+  /** W3C traceparent of the span that asked for the invocation (set only when traced). */
+  traceparent?: string;
   /** Invocations this one called and waits for: killed with it. */
   children?: string[];
   /** Other invocations attached to this one's result. */

@@ -14,6 +14,16 @@ export const logTable = {
     return raw === undefined ? 0 : Number(raw.toString('utf8'));
   },
 
+  /** The position of the oldest record held, if any. */
+  async firstPosition(db: Db, partition: number): Promise<number | undefined> {
+    const prefix = logPrefix(partition);
+    for await (const key of db.keys({ gte: prefix, lt: `${prefix}~`, limit: 1 })) return Number(key.slice(prefix.length));
+    return undefined;
+  },
+
+  /** Deletes the records up to `position` (inclusive). */
+  clearThrough: (db: Db, partition: number, position: number): Promise<void> => db.clear({ gte: logPrefix(partition), lte: logTable.recordKey(partition, position) }),
+
   /** Records from `from` (inclusive) on, in order. */
   async *scan(db: Db, partition: number, from: number): AsyncGenerator<[position: number, record: Buffer]> {
     const prefix = logPrefix(partition);

@@ -1,8 +1,9 @@
-// Kafka subscriptions and clusters. Keel validates and stores subscriptions but does not consume
-// Kafka yet, so there is no lag to show: the page says so rather than showing a made-up number.
+// Kafka subscriptions and clusters: each subscription's consumer (state, pending invocations, last
+// warning) and, per topic partition, Keel's stored position, Kafka's high watermark and the lag
+// (GET /subscriptions/{id}/status). A lag Kafka did not report is shown as unknown, not as 0.
 
-import { api, type Subscription } from '../api';
-import { ErrorBox, Loading, useAsync, useConfirm } from '../components';
+import { api, type Subscription, type SubscriptionStatus } from '../api';
+import { Badge, ErrorBox, Linkified, Loading, Time, useAsync, useConfirm } from '../components';
 import { useState } from 'preact/hooks';
 
 interface Cluster {
@@ -12,6 +13,16 @@ interface Cluster {
 
 export function SubscriptionsPage() {
   const subs = useAsync(() => api<{ subscriptions: Subscription[] }>('GET', '/subscriptions').then((r) => r.data.subscriptions), [], 5000);
+  const statuses = useAsync(
+    () =>
+      Promise.all(
+        (subs.data ?? []).map((s) =>
+          api<SubscriptionStatus>('GET', `/subscriptions/${encodeURIComponent(s.id)}/status`).then((r) => r.data, () => undefined),
+        ),
+      ).then((list) => new Map(list.filter((x) => x !== undefined).map((x) => [x.id, x]))),
+    [subs.data],
+    5000,
+  );
   const clusters = useAsync(() => api<{ clusters: Cluster[] }>('GET', '/kafka-clusters').then((r) => r.data.clusters, () => [] as Cluster[]), []);
   const [dialog, ask] = useConfirm();
   const [error, setError] = useState<unknown>(undefined);
@@ -28,8 +39,8 @@ export function SubscriptionsPage() {
     <div>
       <h1>Subscriptions</h1>
       <p class="muted">
-        Kafka topics delivered to handlers. Keel stores and validates subscriptions; it does not consume records yet, so there is no consumer lag to
-        show.
+        Kafka topics delivered to handlers, each record once. Position: Keel's stored offset of the next record to deliver, per topic partition;
+        lag: records in Kafka beyond it.
       </p>
       <ErrorBox error={subs.error ?? error} />
       {!subs.data ? (
@@ -47,7 +58,9 @@ export function SubscriptionsPage() {
                 <th>source</th>
                 <th>sink</th>
                 <th>options</th>
+                <th>consumer</th>
                 <th>lag</th>
+                <th>partitions (position / high watermark)</th>
                 <th />
               </tr>
             </thead>
@@ -62,7 +75,7 @@ export function SubscriptionsPage() {
                       .map(([k, v]) => `${k}=${v}`)
                       .join(', ')}
                   </td>
-                  <td class="muted">not consumed</td>
+                  <ConsumerCells status={statuses.data?.get(s.id)} />
                   <td>
                     <button type="button" class="danger-outline" onClick={() => remove(s)}>
                       Delete
@@ -85,5 +98,31 @@ export function SubscriptionsPage() {
       </ul>
       {dialog}
     </div>
+  );
+}
+
+function ConsumerCells({ status }: { status: SubscriptionStatus | undefined }) {
+  if (!status) return <td class="muted" colSpan={3}>…</td>;
+  const lags = status.partitions.map((p) => p.lag);
+  const lag = lags.length > 0 && lags.every((l) => l !== null) ? String(lags.reduce((a, b) => a + (b ?? 0), 0)) : 'unknown';
+  const skipped = status.partitions.reduce((n, p) => n + p.records_skipped, 0);
+  return (
+    <>
+      <td>
+        <Badge value={status.state} kind={status.state === 'consuming' ? 'ok' : status.state === 'failed' ? 'bad' : 'warn'} />
+        <div class="small muted">{status.pending_invocations} pending</div>
+        {status.reason && <div class="small">{status.reason}</div>}
+        {status.last_warning && (
+          <div class="small muted">
+            <Linkified text={`${status.last_warning.code} ${status.last_warning.message}`} /> <Time iso={status.last_warning.at} />
+          </div>
+        )}
+      </td>
+      <td class="mono">{lag}</td>
+      <td class="mono small">
+        {status.partitions.map((p) => `${p.partition}: ${p.position ?? '–'} / ${p.high_watermark ?? '?'}${p.paused ? ' (paused)' : ''}`).join(', ') || '–'}
+        {skipped > 0 && <div>{skipped} skipped</div>}
+      </td>
+    </>
   );
 }

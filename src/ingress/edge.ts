@@ -1,0 +1,204 @@
+// The HTTP edge shared by the ingress and admin servers: limits on sizes, timeouts for slow and
+// idle clients, a bound on connections, and coded answers where Node would otherwise reset the
+// connection or answer in its own words. (The admin server imports it from here, a lower layer.)
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify';
+import type { HttpLimits } from '../config/index.js';
+import { catalogue, KeelError, type ErrorCode } from '../errors/index.js';
+import type { Logger } from '../common/logger.js';
+
+/** Request target (path and query) in bytes: longer is 414. Keys and names live in it. */
+export const MAX_URL_BYTES = 8 * 1024;
+/** Node checks header and request timeouts on this period: a slow client is cut within it. */
+const TIMEOUT_CHECK_INTERVAL_MS = 1_000;
+/** A connection answered with an error gets this long to read the answer before it is closed. */
+const CLOSE_GRACE_MS = 1_000;
+/** At most one log line per this period for refused connections. */
+const LOG_PERIOD_MS = 10_000;
+/** TCP keep-alive probes find a vanished peer (half-open connection) during long calls. */
+const TCP_KEEPALIVE_DELAY_MS = 30_000;
+
+/** How a server shapes its error bodies (the ingress and the admin API differ). */
+export interface EdgeErrors {
+  body(code: ErrorCode, message: string, status: number): unknown;
+  headers?: Record<string, string>;
+  /** The code of a request that cannot be parsed (a malformed path, bad framing). */
+  badRequest: ErrorCode;
+}
+
+export interface EdgeOptions {
+  limits: HttpLimits;
+  errors: EdgeErrors;
+  logger: Logger;
+}
+
+/** Fastify options for a hardened server; merge them into the server's own. */
+export function edgeServerOptions(o: EdgeOptions): Partial<FastifyServerOptions> {
+  const { limits } = o;
+  return {
+    // Route parameters (keys, names, ids) may be as long as the URL allows: 414 is decided here.
+    maxParamLength: MAX_URL_BYTES,
+    requestTimeout: limits.request_timeout_ms,
+    keepAliveTimeout: Math.max(1, limits.idle_timeout_ms),
+    // Node's own socket timeout stays off: idleness is judged per connection below.
+    connectionTimeout: 0,
+    http: {
+      maxHeaderSize: limits.max_header_size_bytes,
+      connectionsCheckingInterval: TIMEOUT_CHECK_INTERVAL_MS,
+      keepAlive: true,
+      keepAliveInitialDelay: TCP_KEEPALIVE_DELAY_MS,
+    },
+    clientErrorHandler: clientErrorHandler(o),
+    // A path fastify cannot decode (`%ZZ`) is the client's mistake, answered in the server's shape.
+    frameworkErrors: (err: FastifyError, _req: FastifyRequest, reply: FastifyReply) => {
+      const [code, status, why]: [ErrorCode, number, string] =
+        err.code === 'FST_ERR_MAX_PARAM_LENGTH'
+          ? ['KEEL0414', 414, `a path segment is longer than ${MAX_URL_BYTES} bytes`]
+          : [o.errors.badRequest, 400, 'the request path is not valid percent-encoded UTF-8'];
+      o.logger.warn({ code, err: err.message.slice(0, 200) }, 'http request refused before routing');
+      void reply.code(status).headers({ ...o.errors.headers }).send(o.errors.body(code, `[${code}] ${why}`, status));
+    },
+  } as unknown as Partial<FastifyServerOptions>;
+}
+
+/** What a server still needs once fastify made it: limits on the node server and the URL and header checks. */
+export function hardenServer(app: FastifyInstance, o: EdgeOptions): void {
+  const server = app.server as Server;
+  const { limits } = o;
+  // Node 20 keeps collecting up to this many headers and silently drops the rest (a body would
+  // then lose its content-type): one more than the limit is enough to see it was exceeded. Newer
+  // Node refuses the request in the parser instead (clientErrorHandler answers 431).
+  server.maxHeadersCount = limits.max_header_count + 1;
+  server.maxConnections = limits.max_connections;
+  server.headersTimeout = limits.request_timeout_ms > 0 ? Math.min(limits.header_timeout_ms, limits.request_timeout_ms) : limits.header_timeout_ms;
+  if (limits.idle_timeout_ms > 0) closeIdleConnections(server, limits.idle_timeout_ms);
+  logDrops(server, o.logger, limits.max_connections);
+  answerExpectations(server, o);
+  app.addHook('onRequest', async (req, reply) => {
+    if (req.url.length > MAX_URL_BYTES) return refuse(reply, o.errors, 'KEEL0414', `the request target is ${req.url.length} bytes long, more than ${MAX_URL_BYTES}`);
+    const headers = req.raw.rawHeaders.length / 2;
+    if (headers > limits.max_header_count) return refuse(reply, o.errors, 'KEEL0431', `the request has more than ${limits.max_header_count} header fields (http.max_header_count)`);
+    return undefined;
+  });
+}
+
+/** Node answers an unknown `Expect` with a bare 417 of its own; this one carries the code. */
+function answerExpectations(server: Server, o: EdgeOptions): void {
+  server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+    const code: ErrorCode = 'KEEL0417';
+    const expect = String(req.headers.expect).slice(0, 100);
+    o.logger.warn({ code, expect }, 'http request refused before routing');
+    const body = JSON.stringify(o.errors.body(code, `[${code}] the Expect header ${JSON.stringify(expect)} is not supported; only "100-continue" is`, 417));
+    res.writeHead(417, { ...o.errors.headers, connection: 'close', 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body) });
+    res.end(body);
+  });
+}
+
+/** Connections refused over the limit, logged at most once per period: a flood must not flood the log. */
+function logDrops(server: Server, logger: Logger, limit: number): void {
+  let dropped = 0;
+  let loggedAt_ms = 0;
+  server.on('drop', () => {
+    dropped += 1;
+    const now_ms = Date.now();
+    if (now_ms - loggedAt_ms < LOG_PERIOD_MS) return;
+    logger.warn({ limit, dropped }, 'connections refused: http.max_connections reached');
+    dropped = 0;
+    loggedAt_ms = now_ms;
+  });
+}
+
+function refuse(reply: FastifyReply, errors: EdgeErrors, code: ErrorCode, message: string): FastifyReply {
+  const status = catalogue.get(code)!.status;
+  return reply.code(status).headers({ ...errors.headers, connection: 'close' }).send(errors.body(code, `[${code}] ${message}`, status));
+}
+
+/**
+ * Closes a connection that has no request in flight after `idle_ms` without a byte: one that
+ * connects and sends nothing, or stays open between requests. A request in flight (a call that
+ * waits an hour for its handler) keeps its connection whatever the silence.
+ */
+function closeIdleConnections(server: Server, idle_ms: number): void {
+  const inFlight = new WeakMap<Socket, number>();
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    const socket = req.socket;
+    inFlight.set(socket, (inFlight.get(socket) ?? 0) + 1);
+    res.once('close', () => inFlight.set(socket, (inFlight.get(socket) ?? 1) - 1));
+  });
+  // With a listener here Node leaves the decision to us (it destroys the socket otherwise).
+  server.setTimeout(idle_ms, (socket: Socket) => {
+    if ((inFlight.get(socket) ?? 0) === 0) socket.destroy();
+  });
+}
+
+/** Coded answers to what Node cannot parse or did not receive in time, instead of a reset. */
+type ParserError = Error & { code?: string; rawPacket?: unknown };
+
+function clientErrorHandler(o: EdgeOptions): (error: Error, socket: Socket) => void {
+  const answered = new WeakSet<Socket>();
+  return (error, socket) => {
+    const err = error as ParserError;
+    // The parser reports every further chunk of a refused request: answer once.
+    if (err.code === 'ECONNRESET' || socket.destroyed || answered.has(socket)) return;
+    answered.add(socket);
+    const [code, why] = classify(err, o.errors.badRequest);
+    const status = catalogue.get(code)!.status;
+    // A silent or slow connection is routine (and plentiful under a slowloris): not a warning.
+    o.logger[code === 'KEEL0408' ? 'debug' : 'warn']({ code, status, err: err.message, parser: err.code }, 'http request refused before routing');
+    const body = JSON.stringify(o.errors.body(code, `[${code}] ${why}`, status));
+    const extra = Object.entries(o.errors.headers ?? {}).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+    if (socket.writable) {
+      socket.end(
+        `HTTP/1.1 ${status} ${statusText(status)}\r\nconnection: close\r\ncontent-type: application/json; charset=utf-8\r\n${extra}` +
+          `content-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      );
+    }
+    // Closing at once would reset a client still sending: it would never read the answer.
+    setTimeout(() => socket.destroy(), CLOSE_GRACE_MS).unref();
+  };
+}
+
+function classify(err: ParserError, badRequest: ErrorCode): [ErrorCode, string] {
+  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') return ['KEEL0408', 'the request was not received in time (http.header_timeout / http.request_timeout)'];
+  if (err.code === 'HPE_HEADER_OVERFLOW') {
+    return longRequestLine(Buffer.isBuffer(err.rawPacket) ? err.rawPacket : undefined)
+      ? ['KEEL0414', `the request target is longer than ${MAX_URL_BYTES} bytes`]
+      : ['KEEL0431', 'the request header section is larger than http.max_header_size or has more fields than http.max_header_count'];
+  }
+  return [badRequest, `the request cannot be parsed as HTTP/1.1 (${err.code ?? err.message})`];
+}
+
+/**
+ * Whether the part of the head that overflowed is the request line: its chunk either starts it
+ * (a method then a space) or ends it (` HTTP/1.x` before the first line break) with no header
+ * line (`name:`) in between. The chunk alone is what Node hands over, so this is a best guess;
+ * a wrong guess still answers a coded 4xx.
+ */
+function longRequestLine(chunk: Buffer | undefined): boolean {
+  if (chunk === undefined) return false;
+  const text = chunk.subarray(0, Math.min(chunk.length, MAX_URL_BYTES * 16)).toString('latin1');
+  const eol = text.indexOf('\r\n');
+  const line = eol < 0 ? text : text.slice(0, eol);
+  if (/^[A-Z]+ \S/.test(line)) return line.length > MAX_URL_BYTES || eol < 0;
+  return / HTTP\/1\.[01]$/.test(line) && !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+:/.test(line);
+}
+
+function statusText(status: number): string {
+  return { 400: 'Bad Request', 408: 'Request Timeout', 414: 'URI Too Long', 431: 'Request Header Fields Too Large' }[status] ?? 'Error';
+}
+
+/** A route-schema violation, named by field, as KEEL0001 (the body as a whole) or KEEL0002 (a field). */
+export function schemaError(err: FastifyError): KeelError {
+  const first = err.validation?.[0];
+  const where = err.validationContext ?? 'body';
+  if (first === undefined) return new KeelError('KEEL0001', err.message, 400);
+  const missing = (first.params as { missingProperty?: string } | undefined)?.missingProperty;
+  const path = first.instancePath.replace(/^\//, '').replaceAll('/', '.');
+  const field = missing !== undefined ? (path === '' ? missing : `${path}.${missing}`) : path;
+  if (field === '' && where === 'body') return new KeelError('KEEL0001', `the request body ${first.message ?? 'is not valid'}`, 400);
+  const allowed = (first.params as { allowedValues?: unknown[] } | undefined)?.allowedValues;
+  const what = missing !== undefined ? 'is required' : allowed !== undefined ? `must be one of ${allowed.map((a) => JSON.stringify(a)).join(', ')}` : (first.message ?? 'is not valid');
+  const kind = where === 'body' ? 'field' : where === 'params' ? 'path parameter' : where === 'headers' ? 'header' : 'query parameter';
+  return new KeelError('KEEL0002', `the ${kind} ${field} ${what}`, 400);
+}
