@@ -128,7 +128,7 @@ t.test('reserved names: META0005', async (t) => {
 t.test('additional headers are stored and sent on discovery', async (t) => {
   const reg = await openRegistry(t);
   const uri = await serveH2(t, [greeter], { requiredHeader: ['x-token', 'abc'] });
-  await rejectsCode(t, reg.register({ uri }), 'META0003', 500, /401/);
+  await rejectsCode(t, reg.register({ uri }), 'META0003', 502, /401/);
   const r = await reg.register({ uri, additional_headers: { 'x-token': 'abc' } });
   t.same(r.deployment.additional_headers, { 'x-token': 'abc' });
 });
