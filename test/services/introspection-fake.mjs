@@ -48,6 +48,7 @@ export function fakeSource(deploymentId) {
       listeners.add(listener);
       return () => listeners.delete(listener);
     },
+    unfinishedPinnedTo: (deploymentId) => [...invocations.values()].filter((s) => s.deployment_id === deploymentId && s.status !== 'completed').length,
     journalEntries: async (id) => {
       if (!invocations.has(id)) return [];
       return [
