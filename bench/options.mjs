@@ -32,6 +32,12 @@
 //   --micro-invocations N     invocations per command kind in the fold part             [BENCH_MICRO_INVOCATIONS] (2000)
 //   --micro-duration S        seconds per append row                                    [BENCH_MICRO_DURATION] (1.5)
 //   --micro-batches LIST      append batch sizes                                        [BENCH_MICRO_BATCHES] (1,16,256)
+// SQL (bench/sql.mjs): the restate CLI's queries timed, side by side, then Keel alone at scale:
+//   --sql N                   retained invocations for the side-by-side cell (0: skip)  [BENCH_SQL] (20000)
+//   --sql-runs N              timed runs of each command and query (median)             [BENCH_SQL_RUNS] (5)
+//   --sql-scale N             Keel only: a store of N invocations built in-process (0: skip) [BENCH_SQL_SCALE] (1000000)
+//   --sql-only                only the SQL scenario (targets restate and keel)          [BENCH_SQL_ONLY=1]
+//   --skip-sql                no SQL scenario                                           [BENCH_SKIP_SQL=1]
 // Other:
 //   --start-timeout S         server start/health/registration timeout                  [BENCH_START_TIMEOUT] (30)
 //   --out FILE                JSON results; the markdown summary goes beside it (.md)   [BENCH_OUT] (bench/results/latest.json)
@@ -68,6 +74,9 @@ const VALUED = {
   '--micro-duration': 'microDuration',
   '--micro-batches': 'microBatches',
   '--start-timeout': 'startTimeout',
+  '--sql': 'sql',
+  '--sql-runs': 'sqlRuns',
+  '--sql-scale': 'sqlScale',
   '--kafka': 'kafka',
   '--kafka-timeout': 'kafkaTimeout',
   '--out': 'out',
@@ -78,6 +87,8 @@ const FLAGS = {
   '--micro-only': 'microOnly',
   '--skip-micro': 'skipMicro',
   '--keep-dirs': 'keepDirs',
+  '--sql-only': 'sqlOnly',
+  '--skip-sql': 'skipSql',
 };
 
 function die(msg) {
@@ -113,6 +124,11 @@ export function parseArgs(argv, env = process.env) {
     microDuration: env.BENCH_MICRO_DURATION ?? '1.5',
     microBatches: env.BENCH_MICRO_BATCHES ?? '1,16,256',
     startTimeout: env.BENCH_START_TIMEOUT ?? '30',
+    sql: env.BENCH_SQL ?? '20000',
+    sqlRuns: env.BENCH_SQL_RUNS ?? '5',
+    sqlScale: env.BENCH_SQL_SCALE ?? '1000000',
+    sqlOnly: truthy(env.BENCH_SQL_ONLY),
+    skipSql: truthy(env.BENCH_SKIP_SQL),
     kafka: env.BENCH_KAFKA ?? (kafkaAvailable() ? '10000' : '0'),
     kafkaTimeout: env.BENCH_KAFKA_TIMEOUT ?? '120',
     out: env.BENCH_OUT ?? join(RESULTS_DIR, 'latest.json'),
@@ -176,6 +192,9 @@ export function parseArgs(argv, env = process.env) {
     microDurationMs: num(o.microDuration, 'micro-duration') * 1000,
     microBatches: ints(o.microBatches, 'micro-batches'),
     startTimeoutMs: num(o.startTimeout, 'start-timeout') * 1000,
+    sqlInvocations: num(o.sql, 'sql'),
+    sqlRuns: Math.max(1, num(o.sqlRuns, 'sql-runs')),
+    sqlScale: num(o.sqlScale, 'sql-scale'),
     kafkaRecords: String(o.kafka).trim() === 'none' ? 0 : num(o.kafka, 'kafka'),
     kafkaTimeoutMs: num(o.kafkaTimeout, 'kafka-timeout') * 1000,
     out: resolve(o.out),
@@ -194,6 +213,19 @@ export function parseArgs(argv, env = process.env) {
   if (o.microOnly) {
     opts.targets = [];
     opts.micro = true;
+  }
+  if (o.skipSql) {
+    opts.sqlInvocations = 0;
+    opts.sqlScale = 0;
+  }
+  if (o.sqlOnly) {
+    opts.targets = opts.targets.filter((t) => t !== 'keel-nofsync');
+    opts.scenarios = [];
+    opts.objectKeys = [];
+    opts.burstCalls = 0;
+    opts.startupRuns = 0;
+    opts.recoveryCount = 0;
+    opts.micro = false;
   }
   if (opts.objectConcurrency.length === 0) opts.objectKeys = [];
   if (opts.targets.includes('keel-fsync')) die("target keel-fsync is now `keel` (Keel's default is fsync on); the other mode is keel-nofsync");

@@ -9,6 +9,9 @@ export const GOALS = {
   burst: { calls: 2000, concurrency: 500, maxMs: 4500 },
   startupMaxMs: 300,
   recovery: { invocations: 500, healthyMaxMs: 300 },
+  // issue 11: every restate-CLI command at most Restate's time with 20,000 retained; at 1,000,000 (Keel only)
+  // `restate invocations ls` under 1 s and count(*) under 200 ms
+  sql: { invocations: 20000, scale: 1000000, lsMaxMs: 1000, countMaxMs: 200 },
 };
 
 // ---------------------------------------------------------------- helpers
@@ -179,11 +182,49 @@ export function buildTables(res) {
     });
   }
 
+  tables.push(...sqlTables(res));
+
   if (res.micro && !res.micro.error) tables.push(...microTables(res.micro));
   else if (res.micro?.error) tables.push({ title: 'Micro-benchmark', columns: ['error'], rows: [[res.micro.error]], notes: [] });
 
   if (res.goals?.length) tables.push(goalsTable(res.goals, targets.filter((t) => t !== 'restate')));
   return tables;
+}
+
+/** The SQL scenario: each restate-CLI command and the CLI's own queries, Restate and Keel side by side; Keel at scale. */
+export function sqlTables(res) {
+  const out = [];
+  const k = res.sql?.keel;
+  const r = res.sql?.restate;
+  if (k || r) {
+    const rows = [];
+    const line = (kind, name, pick) => {
+      const kv = pick(k)?.medianMs;
+      const rv = pick(r)?.medianMs;
+      rows.push([kind, name, ms(rv, 0), ms(kv, 0), x(ratio(kv, rv))]);
+    };
+    const names = (list) => [...new Set([...(r?.[list] ?? []), ...(k?.[list] ?? [])].map((c) => c.name))];
+    for (const n of names('commands')) line('restate CLI', n, (t) => t?.commands?.find((c) => c.name === n));
+    for (const n of names('queries')) line('POST /query', n, (t) => t?.queries?.find((c) => c.name === n));
+    const notes = [
+      `restate: ${r ? (r.error ?? `${r.retained} invocations retained, filled in ${fmt(r.fillS, 1)} s`) : 'not run'}; keel: ${k ? (k.error ?? `${k.retained} retained, filled in ${fmt(k.fillS, 1)} s`) : 'not run'}`,
+      'restate CLI: the CLI binary\'s wall time, process start included (median); POST /query: the server\'s answer to the CLI\'s verbatim query',
+    ];
+    for (const t of [r, k]) for (const c of t?.commands ?? []) if (c.code !== 0) notes.push(`${t.target} ${c.name}: exit ${c.code} ${c.output ?? ''}`);
+    out.push({ title: `SQL: the restate CLI's queries with ${k?.invocations ?? r?.invocations} invocations retained (ms, median)`, columns: ['via', 'query', 'restate', 'keel', 'vs R'], rows, notes });
+  }
+  const s = res.sqlScale;
+  if (s) {
+    const rows = [...(s.commands ?? []).map((c) => ['restate CLI', c.name, ms(c.medianMs, 0)]), ...(s.queries ?? []).map((c) => ['POST /query', c.name, ms(c.medianMs, 0)])];
+    const notes = s.error
+      ? [`error: ${s.error}`]
+      : [
+          `store built in-process in ${fmt(s.buildS, 0)} s (${fmt(s.storeMb, 0)} MB); Keel healthy ${fmt(s.readyMs / 1000, 1)} s after spawn; the engine's copy of ${s.engineCopied} statuses loaded in ${fmt(s.engineLoadMs / 1000, 1)} s (${fmt(s.copyReadyS, 1)} s after spawn)`,
+          `RSS after the load: Keel ${fmt(s.rssAfterLoadMb?.keel, 0)} MB, engine ${fmt(s.rssAfterLoadMb?.engine, 0)} MB; after the queries: Keel ${fmt(s.rssAfterQueriesMb?.keel, 0)} MB, engine ${fmt(s.rssAfterQueriesMb?.engine, 0)} MB; engine directory ${fmt(s.engineDirMb, 0)} MB`,
+        ];
+    out.push({ title: `SQL at scale: Keel with ${s.invocations} invocations (ms, median)`, columns: ['via', 'query', 'keel'], rows, notes });
+  }
+  return out;
 }
 
 export function microTables(m) {
@@ -265,8 +306,28 @@ export function checkGoals(res) {
     const l = res.logs?.[t];
     const ran = l && res.targets?.[t]?.status !== 'failed';
     add('zero RT0010 in the whole run', t, l ? `${l.server.rt0010} RT0010, ${l.server.errors} errors` : '-', ran ? l.server.rt0010 === 0 : null);
+    if (t === 'keel') sqlGoals(res, add);
   }
   return out;
+}
+
+function sqlGoals(res, add) {
+  const g = GOALS.sql;
+  const k = res.sql?.keel;
+  const r = res.sql?.restate;
+  const shape = k?.invocations === g.invocations ? '' : ` (ran ${k?.invocations ?? '-'})`;
+  for (const c of k?.commands ?? []) {
+    const base = r?.commands?.find((b) => b.name === c.name);
+    const ok = c.code === 0 && base?.code === 0;
+    add(`sql, ${g.invocations} retained: restate ${c.name} ≤ Restate's time`, 'keel', `${ms(c.medianMs, 0)} vs ${ms(base?.medianMs, 0)} ms${shape}`, ok && !shape ? c.medianMs <= base.medianMs : null);
+  }
+  const s = res.sqlScale;
+  const at = (name) => s?.commands?.find((c) => c.name === name);
+  const sshape = s?.invocations === g.scale ? '' : ` (ran ${s?.invocations ?? '-'})`;
+  const ls = at('invocations ls');
+  add(`sql, ${g.scale} invocations: restate invocations ls < ${g.lsMaxMs} ms`, 'keel', ls ? `${ms(ls.medianMs, 0)} ms${sshape}` : '-', ls && !sshape ? ls.code === 0 && ls.medianMs < g.lsMaxMs : null);
+  const count = s?.queries?.find((q) => q.name === 'count(*) (JSON)');
+  add(`sql, ${g.scale} invocations: count(*) < ${g.countMaxMs} ms`, 'keel', count ? `${ms(count.medianMs, 0)} ms (restate sql: ${ms(at('sql count(*)')?.medianMs, 0)} ms)${sshape}` : '-', count && !sshape ? count.status === 200 && count.medianMs < g.countMaxMs : null);
 }
 
 function goalsTable(goals, keels) {

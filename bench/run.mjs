@@ -18,6 +18,7 @@ import { sampleCpu } from './proc.mjs';
 import { buildTables, checkGoals, ratiosOf, renderMarkdown, renderText } from './report.mjs';
 import { COUNTER, PROBES, SCENARIOS, closedLoopCell, greeterBurst, objectCell, warmup } from './scenarios.mjs';
 import { dataRoot, newServer, probe, register, serverVersion, spawnServer, startService, waitHealthy } from './targets.mjs';
+import { sqlAtScale, sqlSideBySide } from './sql.mjs';
 
 const opts = parseArgs(process.argv.slice(2));
 const node = pickNode();
@@ -51,6 +52,8 @@ const res = {
   recovery: {}, // target → crashRecovery result
   logs: {}, // target → { phases: {load, startup, recovery, service}, server }
   micro: null,
+  sql: {}, // target → sqlSideBySide result (restate, keel)
+  sqlScale: null, // sqlAtScale result (Keel only)
   ratios: [],
   goals: [],
 };
@@ -65,7 +68,7 @@ const fmtRow = (r) =>
 log(
   `targets=${opts.targets.join(',') || 'none'} scenarios=${opts.scenarios.join(',') || 'none'} c=${opts.concurrency.join(',')} ` +
     `objects=${opts.objectKeys.join(',') || 'none'}@${opts.objectConcurrency.join(',')} burst=${opts.burstCalls ? `${opts.burstCalls}@${opts.burstConcurrency}` : 'none'} ` +
-    `kafka=${opts.kafkaRecords || 'none'} startup=${opts.startupRuns} recovery=${opts.recoveryCount} micro=${opts.micro} duration=${opts.durationMs / 1000}s node=${meta.loadNodeVersion ?? node}`,
+    `kafka=${opts.kafkaRecords || 'none'} startup=${opts.startupRuns} recovery=${opts.recoveryCount} micro=${opts.micro} sql=${opts.sqlInvocations}/${opts.sqlScale} duration=${opts.durationMs / 1000}s node=${meta.loadNodeVersion ?? node}`,
 );
 
 /** Closed-loop, object and burst cells on one fresh server. Returns the server's log file. */
@@ -217,6 +220,12 @@ for (const target of opts.targets) {
         `lost ${r.lost ?? '?'}${r.error ? `; ${r.error}` : ''}`,
     );
   }
+  // SQL side by side: Keel's default mode against Restate (keel-nofsync answers queries the same way).
+  if (opts.sqlInvocations > 0 && target !== 'keel-nofsync') {
+    const r = (res.sql[target] = await sqlSideBySide(target, service, opts));
+    files.sql = r.logFile;
+    log(`${target} sql: ${r.error ? `ERROR ${r.error}` : [...r.commands, ...r.queries].map((c) => `${c.name} ${fmt(c.medianMs, 0)} ms`).join(', ')}`);
+  }
   await stopGroup(service.child);
   res.logs[target] = logHealth(target, files);
   const l = res.logs[target].server;
@@ -224,6 +233,11 @@ for (const target of opts.targets) {
 }
 
 await kafkaMock?.close();
+if (opts.sqlScale > 0 && opts.targets.includes('keel')) {
+  log(`sql at scale: Keel with ${opts.sqlScale} invocations`);
+  const r = (res.sqlScale = await sqlAtScale(node, opts));
+  log(`sql at scale: ${r.error ? `ERROR ${r.error}` : [...r.commands, ...r.queries].map((c) => `${c.name} ${fmt(c.medianMs, 0)} ms`).join(', ')}`);
+}
 
 if (opts.micro) {
   log('micro-benchmark (fold, append+fold)');

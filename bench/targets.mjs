@@ -34,7 +34,7 @@ export async function startService(node, tag, { env = {} } = {}) {
 
 /** Ports and a fresh data dir for one server; `spawnServer` can start it (again) on them. */
 export async function newServer(target, { logName = target, appendLog = false } = {}) {
-  const [ingressPort, adminPort, nodePort] = [await freePort(), await freePort(), await freePort()];
+  const [ingressPort, adminPort, nodePort, pgsqlPort] = [await freePort(), await freePort(), await freePort(), await freePort()];
   const logFile = join(LOG_DIR, `${logName}.log`);
   if (!appendLog) writeFileSync(logFile, '');
   return {
@@ -42,6 +42,7 @@ export async function newServer(target, { logName = target, appendLog = false } 
     ingressPort,
     adminPort,
     nodePort,
+    pgsqlPort,
     ingress: `http://127.0.0.1:${ingressPort}`,
     admin: `http://127.0.0.1:${adminPort}`,
     dataDir: mkdtempSync(join(dataRoot(), `bench-${target}-`)),
@@ -88,6 +89,7 @@ export function spawnServer(s) {
       ...process.env,
       KEEL_INGRESS__BIND_ADDRESS: `127.0.0.1:${s.ingressPort}`,
       KEEL_ADMIN__BIND_ADDRESS: `127.0.0.1:${s.adminPort}`,
+      KEEL_ADMIN__QUERY_ENGINE__PGSQL_BIND_ADDRESS: `127.0.0.1:${s.pgsqlPort}`,
       KEEL_BASE_DIR: s.dataDir,
     };
     // `keel` runs with Keel's own default; only the other mode is forced.

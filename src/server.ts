@@ -1,5 +1,7 @@
 import type { FastifyInstance } from 'fastify';
-import { createAdminServer } from './admin/server.js';
+import { createAdminServer, createQueryEngine } from './admin/server.js';
+import { startPgServer, type PgServer } from './admin/pgwire.js';
+import type { QueryEngine } from './admin/query/engine.js';
 import { splitAddress, type Config } from './config/index.js';
 import { createLogger, type Logger } from './common/logger.js';
 import { KeelError } from './errors/index.js';
@@ -15,9 +17,9 @@ import { SubscriptionManager } from './subscriptions/manager.js';
 import { directorySize_bytes } from './telemetry/disk.js';
 import { createTracing, KeelMetrics, type Telemetry } from './telemetry/index.js';
 
-/** A running Keel node: store, registry, partitions, invoker, ingress and admin servers. */
 const METRICS_LOAD_DELAY_MS = 1_000;
 
+/** A running Keel node: store, registry, partitions, invoker, ingress, admin and SQL servers. */
 export class KeelServer {
   private constructor(
     readonly config: Config,
@@ -31,6 +33,8 @@ export class KeelServer {
     readonly ingress: FastifyInstance,
     readonly admin: FastifyInstance,
     readonly telemetry: Telemetry,
+    readonly engine: QueryEngine,
+    readonly pgsql: PgServer,
   ) {}
 
   /** Without a logger of the caller's, the server's own counts coded warn/error lines (`keel_errors_total`). */
@@ -43,6 +47,7 @@ export class KeelServer {
     let registry: Registry | undefined;
     const tracing = await createTracing(config.tracing.endpoint, logger.child({ component: 'tracing' }));
     const telemetry: Telemetry = { metrics, tracing };
+    let engine: QueryEngine | undefined;
     try {
       registry = await Registry.open(config, logger.child({ component: 'metadata' }), signer !== undefined ? { signer } : {});
       const known = registry;
@@ -63,17 +68,23 @@ export class KeelServer {
       const subscriptions = new SubscriptionManager({ config, registry, worker, logger: logger.child({ component: 'subscriptions' }) });
       const ingress = await createIngressServer({ config, registry, worker, logger, telemetry });
       const introspection = new WorkerIntrospection(worker, subscriptions);
-      const admin = await createAdminServer({ config, registry, logger, introspection, failures: () => worker.failures(), metrics });
+      engine = createQueryEngine(config, registry, () => introspection, logger);
+      const admin = await createAdminServer({ config, registry, logger, introspection, engine, failures: () => worker.failures(), metrics });
       await listen(ingress, config.ingress.bind_address, 'ingress');
+      let pgsql: PgServer;
       try {
         await listen(admin, config.admin.bind_address, 'admin');
+        pgsql = await startPgServer(config.admin.query_engine, engine, logger);
       } catch (err) {
-        await ingress.close();
+        await Promise.allSettled([ingress.close(), admin.close()]);
         throw err;
       }
       worker.start(invoker);
       // Consumers start once the partitions have recovered: positions are read from them.
       subscriptions.start();
+      // The query engine boots in a process of its own once the server answers, and its copy of
+      // the statuses loads in the background.
+      engine.start();
       // prom-client loads a second after the start, in the background, out of the way of the first
       // requests; a scrape before that loads it itself.
       setTimeout(() => metrics.load().catch((err) => logger.error({ err, code: 'RT0006' }, 'cannot load the metrics registry')), METRICS_LOAD_DELAY_MS).unref();
@@ -85,14 +96,16 @@ export class KeelServer {
           code_cache: (globalThis as Record<symbol, unknown>)[Symbol.for('keel.code_cache')] ?? 'none',
           ingress: config.ingress.bind_address,
           admin: config.admin.bind_address,
+          pgsql: pgsql.address,
           partitions: config.worker.partitions,
           fsync: config.worker.storage_db.fsync,
           ...(config.tracing.endpoint ? { tracing: config.tracing.endpoint } : {}),
         },
         'keel is ready',
       );
-      return new KeelServer(config, logger, db, registry, worker, subscriptions, invoker, endpoints, ingress, admin, telemetry);
+      return new KeelServer(config, logger, db, registry, worker, subscriptions, invoker, endpoints, ingress, admin, telemetry, engine, pgsql);
     } catch (err) {
+      await engine?.close().catch(() => {});
       await tracing.shutdown().catch(() => {});
       await registry?.close().catch(() => {});
       await db.close().catch(() => {});
@@ -101,7 +114,7 @@ export class KeelServer {
   }
 
   async stop(): Promise<void> {
-    await Promise.allSettled([this.ingress.close(), this.admin.close(), this.subscriptions.stop()]);
+    await Promise.allSettled([this.ingress.close(), this.admin.close(), this.subscriptions.stop(), this.pgsql.close(), this.engine.close()]);
     await this.worker.stop();
     this.endpoints.close();
     await this.registry.close();

@@ -256,8 +256,10 @@ t.test('delete without force: invocations still pinned keep a superseded deploym
   const registry = await Registry.open(config, silentLogger);
   let pinnedTo;
   const introspection = {
-    invocations: () => [{ id: 'inv_1', status: 'suspended', deployment_id: pinnedTo }, { id: 'inv_2', status: 'completed', deployment_id: pinnedTo }],
-    journal: async () => [], state: async function* () {}, inbox: () => [], locks: () => [], promises: async function* () {},
+    invocationRecords: async function* () {}, watchInvocations: () => () => {}, journalEntries: async () => [],
+    // inv_1 (suspended) is pinned to the deployment; a completed one would not count
+    unfinishedPinnedTo: (id) => (id === pinnedTo ? 1 : 0),
+    state: async function* () {}, inbox: () => [], locks: () => [], promises: async function* () {},
     manage: async () => ({ status: 501 }),
   };
   const app = await createAdminServer({ config, registry, logger: silentLogger, introspection });

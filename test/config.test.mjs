@@ -196,6 +196,7 @@ async function loopbackEnv(t) {
       KEEL_BASE_DIR: path.join(dir, 'data'),
       KEEL_INGRESS__BIND_ADDRESS: `127.0.0.1:${await freePort()}`,
       KEEL_ADMIN__BIND_ADDRESS: `127.0.0.1:${await freePort()}`,
+      KEEL_ADMIN__QUERY_ENGINE__PGSQL_BIND_ADDRESS: `127.0.0.1:${await freePort()}`,
     },
   };
 }
@@ -232,6 +233,12 @@ t.test('RT0004: the ingress port is already bound', async (t) => {
   const r2 = await runKeel(t, { env: { ...env, KEEL_ADMIN__BIND_ADDRESS: taken } });
   t.not(r2.code, 0);
   t.match(r2.output, /RT0004/);
+  // And the PostgreSQL port.
+  const r3 = await runKeel(t, { env: { ...env, KEEL_ADMIN__QUERY_ENGINE__PGSQL_BIND_ADDRESS: taken } });
+  t.not(r3.code, 0);
+  t.match(r3.output, /RT0004/);
+  t.match(r3.output, /pgsql/);
+  t.notMatch(r3.output, /keel is ready/);
 });
 
 t.test('RT0005: a second Keel on the same data directory', async (t) => {

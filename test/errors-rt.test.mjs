@@ -225,6 +225,8 @@ t.test('RT0021 and RT0022: reported on the service at registration and logged wi
   t.match(svc.info.filter((i) => i.code === 'RT0021').map((i) => i.message).join('\n'), /Opts\/run[\s\S]*HTTP\/1\.1|HTTP\/1\.1[\s\S]*Opts\/run/);
   t.equal(svc.journal_retention, '1d', 'clamped');
   t.same(reg.services[0].info, svc.info, 'the registration answer shows them too');
+  // The log lines were written before the answer, but the pipe may deliver them after it.
+  await eventually(() => keel.logLines('RT0021').length >= 2 && keel.logLines('RT0022').length >= 1);
   t.ok(keel.logLines('RT0021').length >= 2);
   const rt22 = keel.logLines('RT0022');
   t.equal(rt22.length, 1);

@@ -166,7 +166,17 @@ t.test('a full disk and a read-only data directory: coded refusals, acknowledged
   // Read-only (a file system cannot go read-only under open files, so at the next start): Keel
   // refuses to start with a coded error instead of running without its store.
   await keel.kill('SIGKILL');
-  execFileSync('mount', ['-o', 'remount,ro', mnt]);
+  // The query engine process leaves on its own once its parent is gone (IPC disconnect); until
+  // it has, its files keep the mount busy.
+  for (let tries = 0; ; tries++) {
+    try {
+      execFileSync('mount', ['-o', 'remount,ro', mnt], { stdio: 'pipe' });
+      break;
+    } catch (err) {
+      if (tries >= 100) throw err;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
   const refused = await startKeel(t, { dir: tempDir(t), env }).then(() => undefined, (e) => e);
   t.ok(refused, 'Keel refused to start on a read-only data directory');
   t.match(refused?.message ?? '', /KEEL001[45]|RT0005|META/, 'with a code');

@@ -188,9 +188,10 @@ t.test('the lock holder and the key inbox survive a SIGKILL: queued invocations 
   for (const item of ['r1', 'r2']) t.equal((await ingress(keel, '/ListObj/ri/append/send', { item, ms: 1 })).status, 202);
   await eventually(async () => (await query(keel, "SELECT id FROM sys_invocation WHERE status = 'pending'")).length === 2);
   await restartKeel(keel);
+  // (the first query after a start waits for the query engine's copy: r0, then r1 and r2 may be done by then)
   const all = await query(keel, "SELECT id, status FROM sys_invocation WHERE target_service_key = 'ri'");
-  const r0Done = stepsOf('ListObj', 'ri').length > 1;
-  t.equal(all.filter((r) => r.status === 'pending').length, r0Done ? 1 : 2, `still pending after the restart: ${JSON.stringify(all)} (r0 done: ${r0Done})`);
+  t.equal(all.length, 3, `all three are there after the restart: ${JSON.stringify(all)}`);
+  t.ok(all.filter((r) => r.status === 'pending').length <= 2, 'the queued ones are pending or done, never lost');
   const final = await eventually(async () => {
     const r = await ingress(keel, '/ListObj/ri/items');
     return r.body.length === 3 && r.body;

@@ -2,7 +2,7 @@ import type { Config } from '../config/index.js';
 import type { Logger } from '../common/logger.js';
 import type { Registry } from '../metadata/registry.js';
 import type { IntrospectionSource } from './introspection.js';
-import type { QueryEngine } from './sql.js';
+import type { QueryEngine } from './query/engine.js';
 
 /** What the admin routes share: configuration, the registry, the partitions' view, SQL. */
 export interface AdminContext {

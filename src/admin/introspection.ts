@@ -1,23 +1,13 @@
 // What the admin API needs from the partitions to answer `/query` and manage invocations, and
 // the mapping of that live data to the introspection tables (Restate 1.7 `sys_*` schema).
 
-import type { InvocationStatus } from '../partition/state.js';
 import type { Registry } from '../metadata/registry.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
-import { entryTypeName } from '../protocol/messages.js';
-import { traceIdOf } from '../telemetry/traceparent.js';
 
-export interface JournalRow {
-  index: number;
-  entry_type: string;
-  name?: string;
-  completed?: boolean;
-  invoked_id?: string;
-  invoked_target?: string;
-  sleep_wakeup_at_ms?: number;
-  promise_name?: string;
-  entry_json?: string;
-  appended_at_ms?: number;
+/** One stored journal entry: its message type and payload, undecoded (the query engine decodes). */
+export interface RawJournalEntry {
+  type: number;
+  payload: Uint8Array;
 }
 
 /** One partition as `GET /partitions` shows it (see partitions.ts). */
@@ -39,11 +29,21 @@ export interface PartitionInfo {
 
 export type ManageAction = 'cancel' | 'kill' | 'pause' | 'resume' | 'purge' | 'restart-as-new';
 
+/** Status changes of a durable batch: the status as stored (JSON), or null when purged. */
+export type InvocationChanges = Array<[id: string, status: Uint8Array | null]>;
+
 export interface IntrospectionSource {
-  /** Every invocation of every partition (completed ones may come from the store). */
-  invocations(): AsyncIterable<InvocationStatus> | Iterable<InvocationStatus>;
-  /** Read from the store. */
-  journal(id: string): Promise<JournalRow[]>;
+  /**
+   * The stored status of every invocation as JSON records (what `invocationsTable` stores), in
+   * chunks: the query engine's copy of `sys_invocation` starts from it.
+   */
+  invocationRecords(): AsyncIterable<Uint8Array[]>;
+  /** Calls `listener` with the statuses of every durable batch from now on; returns the stop function. */
+  watchInvocations(listener: (changes: InvocationChanges) => void): () => void;
+  /** The stored journal of an invocation, undecoded (empty when there is none). */
+  journalEntries(id: string): Promise<RawJournalEntry[]>;
+  /** How many invocations that have not completed are pinned to the deployment `id`. */
+  unfinishedPinnedTo(deploymentId: string): number;
   state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer }>;
   inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number }>;
   locks(): Iterable<{ service: string; key: string; id: string }>;
@@ -63,8 +63,10 @@ export interface IntrospectionSource {
 
 /** A source with nothing in it: `/query` still answers for the registry's tables. */
 export const emptySource: IntrospectionSource = {
-  invocations: () => [],
-  journal: async () => [],
+  invocationRecords: async function* () {},
+  watchInvocations: () => () => {},
+  journalEntries: async () => [],
+  unfinishedPinnedTo: () => 0,
   state: async function* () {},
   inbox: () => [],
   locks: () => [],
@@ -266,31 +268,18 @@ export const TABLES: Record<string, TableSchema> = {
   ],
 };
 
-export const INFORMATION_SCHEMA_COLUMNS: TableSchema = [
-  ['table_catalog', 'utf8'],
-  ['table_schema', 'utf8'],
-  ['table_name', 'utf8'],
-  ['column_name', 'utf8'],
-  ['ordinal_position', 'uint64'],
-  ['data_type', 'utf8'],
-  ['is_nullable', 'utf8'],
-];
-
-export const INFORMATION_SCHEMA_TABLES: TableSchema = [
-  ['table_catalog', 'utf8'],
-  ['table_schema', 'utf8'],
-  ['table_name', 'utf8'],
-  ['table_type', 'utf8'],
-];
-
 // ---------------------------------------------------------------------------------------------
-// Row mapping. Values are SQLite values: timestamps as RFC 3339 text with ms and Z (ordered
-// correctly as text), booleans as 0/1, binary as Uint8Array.
+// Row mapping of the tables filled per query. Values: timestamps as RFC 3339 text with ms and Z,
+// booleans as 0/1, binary as Uint8Array; the engine casts them to the column kinds of TABLES.
 
 export type Row = Record<string, string | number | Uint8Array | null | undefined>;
 
+/** The widest instant a JavaScript Date holds (±100,000,000 days around 1970), in ms. */
+const MAX_DATE_MS = 8.64e15;
+
+/** RFC 3339 of `ms`; null when there is none or it is outside what a timestamp can hold. */
 export function ts(ms: number | undefined | null): string | null {
-  if (ms === undefined || ms === null || !Number.isFinite(ms)) return null;
+  if (ms === undefined || ms === null || !Number.isFinite(ms) || Math.abs(ms) > MAX_DATE_MS) return null;
   return new Date(ms).toISOString();
 }
 
@@ -307,114 +296,6 @@ function serviceTy(t: string | undefined): string {
     default:
       return 'service';
   }
-}
-
-/** `sys_invocation` status vocabulary (derived). */
-export function derivedStatus(raw: string): string {
-  switch (raw) {
-    case 'inboxed':
-      return 'pending';
-    case 'invoked':
-      return 'running';
-    default:
-      return raw;
-  }
-}
-
-/** `sys_invocation_status` vocabulary (raw). */
-export function rawStatus(raw: string): string {
-  switch (raw) {
-    case 'running':
-    case 'backing-off':
-    case 'ready':
-      return 'invoked';
-    case 'pending':
-      return 'inboxed';
-    default:
-      return raw;
-  }
-}
-
-export function invocationRow(s: InvocationStatus): Row {
-  const ty = serviceTy(s.service_type);
-  const keyed = ty !== 'service';
-  const target = keyed ? `${s.service}/${s.key}/${s.handler}` : `${s.service}/${s.handler}`;
-  const status = String(s.status);
-  const result = s.status === 'completed' ? s.result : undefined;
-  const lf = s.last_failure;
-  let relatedType: string | null = null;
-  if (lf?.related_entry_type !== undefined) relatedType = entryTypeName(lf.related_entry_type);
-  return {
-    id: s.id,
-    target,
-    target_service_name: s.service,
-    target_service_key: keyed ? s.key : null,
-    target_handler_name: s.handler,
-    target_service_ty: ty,
-    status: derivedStatus(status),
-    completion_result: result ? (result.failure ? 'failure' : 'success') : null,
-    completion_failure: result?.failure ? `[${result.failure.code}] ${result.failure.message}` : null,
-    idempotency_key: s.idempotency_key ?? null,
-    invoked_by: s.invoked_by_subscription_id ? 'subscription' : s.invoked_by_id ? 'service' : 'ingress',
-    invoked_by_subscription_id: s.invoked_by_subscription_id ?? null,
-    invoked_by_id: s.invoked_by_id ?? null,
-    invoked_by_service_name: s.caller_target ? s.caller_target.split('/')[0] : null,
-    invoked_by_target: s.caller_target ?? null,
-    restarted_from: s.restarted_from ?? null,
-    pinned_deployment_id: s.deployment_id ?? null,
-    pinned_service_protocol_version: s.protocol_version ?? null,
-    trace_id: traceIdOf(s.traceparent) ?? null,
-    journal_size: s.journal_length,
-    journal_commands_size: null,
-    created_at: ts(s.created_at_ms),
-    modified_at: ts(s.modified_at_ms),
-    inboxed_at: ts(s.inboxed_at_ms),
-    scheduled_at: ts(s.scheduled_at_ms),
-    scheduled_start_at: status === 'scheduled' ? ts(s.execute_at_ms) : null,
-    running_at: ts(s.last_start_at_ms),
-    completed_at: ts(s.completed_at_ms),
-    completion_retention: s.completion_retention_ms ?? null,
-    journal_retention: s.journal_retention_ms ?? null,
-    retry_count: s.retry_count,
-    last_start_at: ts(s.last_start_at_ms),
-    next_retry_at: status === 'backing-off' ? ts(s.next_retry_at_ms) : null,
-    last_attempt_deployment_id: s.deployment_id ?? null,
-    last_attempt_server: s.sdk_version ?? null,
-    last_failure: lf ? `[${lf.error_code}] ${lf.message}` : null,
-    last_failure_error_code: lf ? lf.error_code : null,
-    last_failure_related_entry_index: lf?.related_entry_index ?? null,
-    last_failure_related_entry_name: lf?.related_entry_name ?? null,
-    last_failure_related_entry_type: relatedType,
-    last_failure_related_command_index: lf?.related_entry_index ?? null,
-    last_failure_related_command_name: lf?.related_entry_name ?? null,
-    last_failure_related_command_type: relatedType,
-    created_using_restate_version: '1.7.12',
-  };
-}
-
-export function invocationStatusRow(s: InvocationStatus): Row {
-  const r = invocationRow(s);
-  r.status = rawStatus(String(s.status));
-  return r;
-}
-
-export function journalRowToSql(id: string, j: JournalRow): Row {
-  return {
-    id,
-    index: j.index,
-    entry_type: j.entry_type,
-    name: j.name ?? null,
-    completed: j.completed === undefined ? null : j.completed ? 1 : 0,
-    invoked_id: j.invoked_id ?? null,
-    invoked_target: j.invoked_target ?? null,
-    sleep_wakeup_at: ts(j.sleep_wakeup_at_ms),
-    promise_name: j.promise_name ?? null,
-    raw: null,
-    version: 2,
-    entry_json: j.entry_json ?? null,
-    entry_lite_json: null,
-    appended_at: ts(j.appended_at_ms),
-  };
 }
 
 function utf8OrNull(b: Buffer): string | null {
@@ -490,3 +371,47 @@ export function serviceRows(registry: Registry): Row[] {
     deployment_type: 'http',
   }));
 }
+
+/**
+ * Values a query's WHERE pins columns of a table to (`col = 'x'` or `col IN (...)` on the table
+ * alone): a row source may leave out rows that cannot match, never one that can.
+ */
+export type TableFilter = Readonly<Record<string, readonly string[]>>;
+
+export interface RowContext {
+  source: IntrospectionSource;
+  registry: Registry;
+}
+
+/** Rows of one table filled per query, for the columns of TABLES[name]. */
+export type RowSource = (ctx: RowContext, filter: TableFilter) => AsyncIterable<Row> | Iterable<Row>;
+
+const pinned = (filter: TableFilter, column: string, value: string): boolean => filter[column] === undefined || filter[column].includes(value);
+const keyed = (filter: TableFilter, service: string, key: string) => pinned(filter, 'service_name', service) && pinned(filter, 'service_key', key);
+
+/**
+ * The tables built from live data for each query that names them. `sys_invocation` and
+ * `sys_invocation_status` are not here (the engine keeps a copy of them up to date), nor
+ * `sys_journal` (read by invocation id and decoded in the engine's process).
+ */
+export const PER_QUERY_TABLES: Record<string, RowSource> = {
+  state: async function* ({ source }, filter) {
+    for await (const r of source.state()) if (keyed(filter, r.service, r.key)) yield stateRow(r);
+  },
+  sys_inbox: function* ({ source }, filter) {
+    for (const r of source.inbox()) {
+      if (keyed(filter, r.service, r.key)) yield { service_name: r.service, service_key: r.key, id: r.id, sequence_number: r.seq, created_at: ts(r.created_at_ms) };
+    }
+  },
+  sys_keyed_service_status: function* ({ source }, filter) {
+    for (const r of source.locks()) if (keyed(filter, r.service, r.key)) yield { service_name: r.service, service_key: r.key, invocation_id: r.id };
+  },
+  sys_promise: async function* ({ source }, filter) {
+    for await (const p of source.promises()) if (keyed(filter, p.service, p.key)) yield promiseRow(p);
+  },
+  sys_deployment: ({ registry }) => deploymentRows(registry),
+  sys_service: ({ registry }) => serviceRows(registry),
+  sys_subscription_partition: async function* ({ source }) {
+    yield* subscriptionPartitionRows((await source.subscriptions?.()) ?? []);
+  },
+};

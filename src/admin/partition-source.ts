@@ -2,24 +2,12 @@ import { InvocationId, objectPartitionKey, randomPartitionKey } from '../common/
 import { ManageAction as Action, type CommandKind } from '../log/commands.js';
 import type { InvocationStatus } from '../partition/state.js';
 import type { Worker } from '../partition/worker.js';
-import { MessageType, commandTypes, decode, entryTypeName, isNotification, pb, type Codec } from '../protocol/messages.js';
+import { decode, pb } from '../protocol/messages.js';
 import { objectKeyOf, splitObjectKey } from '../storage/keys.js';
 import { KeelError } from '../errors/index.js';
 import { splitPromiseKey } from '../storage/tables/promises.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
-import type { IntrospectionSource, JournalRow, ManageAction, PartitionInfo } from './introspection.js';
-
-/** The fields of journal entries that `sys_journal` shows, whichever command or notification they are. */
-interface EntryView {
-  name?: string;
-  entry_name?: string;
-  result_completion_id?: number;
-  invocation_id_notification_idx?: number;
-  service_name?: string;
-  handler_name?: string;
-  key?: string;
-  wake_up_time?: number;
-}
+import type { IntrospectionSource, InvocationChanges, ManageAction, PartitionInfo, RawJournalEntry } from './introspection.js';
 
 /** The admin API's view of the partitions, through the worker's read interface. */
 export class WorkerIntrospection implements IntrospectionSource {
@@ -32,45 +20,26 @@ export class WorkerIntrospection implements IntrospectionSource {
     return this.subscriptionSource?.status(id) ?? Promise.resolve([]);
   }
 
-  invocations(): AsyncIterable<InvocationStatus> {
-    return this.worker.scanInvocations();
+  invocationRecords(): AsyncIterable<Uint8Array[]> {
+    return this.worker.scanInvocationRecords();
   }
 
-  async journal(id: string): Promise<JournalRow[]> {
+  watchInvocations(listener: (changes: InvocationChanges) => void): () => void {
+    return this.worker.watchInvocations(listener);
+  }
+
+  async journalEntries(id: string): Promise<RawJournalEntry[]> {
     const parsed = InvocationId.parse(id);
-    if (parsed === undefined) return [];
-    const entries = await this.worker.readJournal(parsed);
-    const completed = new Set<number>();
-    const invoked = new Map<number, string>();
-    for (const e of entries) {
-      if (!isNotification(e.type)) continue;
-      const n = decode(pb.Notification, e.payload);
-      if (n.completion_id === undefined) continue;
-      completed.add(n.completion_id);
-      if (n.invocation_id) invoked.set(n.completion_id, n.invocation_id);
+    return parsed === undefined ? [] : this.worker.readJournal(parsed);
+  }
+
+  unfinishedPinnedTo(deploymentId: string): number {
+    // Every invocation that has not completed is in memory (only completed ones are evicted).
+    let pinned = 0;
+    for (const p of this.worker.processors) {
+      for (const s of p.state.invocations.values()) if (s.deployment_id === deploymentId && s.status !== 'completed') pinned++;
     }
-    return entries.map((e, index) => {
-      const row: JournalRow = { index, entry_type: entryTypeName(e.type) };
-      const type = (commandTypes.get(e.type) ?? (isNotification(e.type) ? pb.Notification : undefined)) as Codec<EntryView> | undefined;
-      if (type === undefined) return row;
-      const m = decode(type, e.payload);
-      if (m.name) row.name = m.name;
-      if (m.entry_name) row.name = m.entry_name;
-      const cid = m.result_completion_id;
-      if (cid !== undefined) row.completed = completed.has(cid);
-      if (e.type === MessageType.CallCommand || e.type === MessageType.OneWayCallCommand) {
-        const child = invoked.get(m.invocation_id_notification_idx ?? 0);
-        if (child) row.invoked_id = child;
-        row.invoked_target = [m.service_name, m.key, m.handler_name].filter((x) => x).join('/');
-        if (e.type === MessageType.OneWayCallCommand) row.completed = child !== undefined;
-      }
-      if (e.type === MessageType.SleepCommand) row.sleep_wakeup_at_ms = Number(m.wake_up_time ?? 0);
-      if (e.type === MessageType.GetPromiseCommand || e.type === MessageType.PeekPromiseCommand || e.type === MessageType.CompletePromiseCommand) {
-        row.promise_name = m.key;
-      }
-      row.entry_json = JSON.stringify(m, (_k, v) => (v?.type === 'Buffer' && Array.isArray(v.data) ? Buffer.from(v.data).toString('base64') : v));
-      return row;
-    });
+    return pinned;
   }
 
   async *state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer }> {

@@ -20,7 +20,7 @@ import { serviceRoutes } from './routes/services.js';
 import { subscriptionRoutes } from './routes/subscriptions.js';
 import { metricsRoutes } from './metrics.js';
 import { partitionRoutes } from './partitions.js';
-import { QueryEngine } from './sql.js';
+import { QueryEngine } from './query/engine.js';
 import { uiRoutes } from './ui.js';
 import { compileSchemasLazily } from '../ingress/validation.js';
 
@@ -35,8 +35,15 @@ export interface AdminServerOptions {
   introspection?: IntrospectionSource;
   /** Partitions that stopped, for `/health`. */
   failures?: () => Array<{ partition: number; reason: string }>;
+  /** The query engine for `/query`; without one the admin server makes its own (started on the first query). */
+  engine?: QueryEngine;
   /** Served at `GET /metrics` when given. */
   metrics?: KeelMetrics;
+}
+
+/** The query engine of a server: `/query` and the PostgreSQL wire protocol share it. */
+export function createQueryEngine(config: Config, registry: Registry, source: () => IntrospectionSource, logger: Logger): QueryEngine {
+  return new QueryEngine(config.admin.query_engine, config.base_dir, registry, source, logger.child({ component: 'query-engine' }));
 }
 
 /** Every body is read as JSON whatever its content-type (as Restate does); an empty body is no body. */
@@ -68,12 +75,13 @@ const OPEN_PATH = /^(?:\/v\d+)?\/health$|^\/$|^\/ui(?:\/.*)?$/;
 
 export async function createAdminServer(opts: AdminServerOptions): Promise<FastifyInstance> {
   const source = (): IntrospectionSource => opts.introspection ?? emptySource;
+  const engine = opts.engine ?? createQueryEngine(opts.config, opts.registry, source, opts.logger);
   const ctx: AdminContext = {
     config: opts.config,
     registry: opts.registry,
     logger: opts.logger,
     source,
-    engine: new QueryEngine(opts.registry, source),
+    engine,
     failures: opts.failures ?? (() => []),
   };
   const logger = opts.logger.child({ component: 'admin' });
@@ -92,6 +100,7 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
   bearerAuth(app, { tokens: opts.config.admin.auth_tokens, realm: 'keel-admin', open: (path) => OPEN_PATH.test(path), errors: ADMIN_ERRORS, logger });
   parseAnyAsJson(app);
   installErrorHandling(app);
+  if (opts.engine === undefined) app.addHook('onClose', async () => engine.close());
 
   // Restate's words, in the error shape every other refusal has (Restate sends them as plain text).
   const v1 = async (_req: FastifyRequest, reply: FastifyReply) =>

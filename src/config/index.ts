@@ -21,6 +21,23 @@ export interface KafkaCluster {
   properties: Record<string, string>;
 }
 
+/** SQL introspection (`POST /query` and the PostgreSQL wire on 9071), run in a child process. */
+export interface QueryEngineConfig {
+  pgsql_bind_address: string;
+  /** Password psql and other PostgreSQL clients must give on 9071; undefined: none asked. */
+  pgsql_password: string | undefined;
+  /** A query still running after this is cancelled (KEEL0021, 408). */
+  query_timeout_ms: number;
+  /** A query answering more rows than this is cancelled (KEEL0022). */
+  max_result_rows: number;
+  /** A query answering more bytes than this, or reading more into the engine, is cancelled (KEEL0022). */
+  max_result_bytes: number;
+  /** The engine's memory budget (DuckDB's buffer manager; past it, work spills to disk or fails). */
+  memory_limit_bytes: number;
+  /** Threads DuckDB may use for one query. */
+  threads: number;
+}
+
 /** Limits and timeouts of the ingress and admin HTTP servers (`[http]`): slow or idle clients cannot hold them. */
 export interface HttpLimits {
   /** A connection with no request in flight is closed after this long without a byte. */
@@ -47,7 +64,7 @@ export interface Config {
     /** Per subscription: past this many invocations not completed, its consumer pauses. */
     kafka_max_pending_invocations: number;
   };
-  admin: { bind_address: string; auth_tokens: string[]; discovery_timeout_ms: number };
+  admin: { bind_address: string; auth_tokens: string[]; discovery_timeout_ms: number; query_engine: QueryEngineConfig };
   http: HttpLimits;
   meta: { storage_path: string };
   worker: {
@@ -98,6 +115,13 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'http.max_connections', kind: 'int', dflt: 10_000 },
   { path: 'http.max_header_size', kind: 'size', dflt: 64 * 1024 },
   { path: 'http.max_header_count', kind: 'int', dflt: 200 },
+  { path: 'admin.query_engine.pgsql_bind_address', kind: 'address', dflt: '0.0.0.0:9071' },
+  { path: 'admin.query_engine.pgsql_password', kind: 'string', dflt: undefined },
+  { path: 'admin.query_engine.query_timeout', kind: 'duration', dflt: 30_000 },
+  { path: 'admin.query_engine.max_result_rows', kind: 'int', dflt: 1_000_000 },
+  { path: 'admin.query_engine.max_result_bytes', kind: 'size', dflt: 64 * 1024 * 1024 },
+  { path: 'admin.query_engine.memory_limit', kind: 'size', dflt: 256 * 1024 * 1024 },
+  { path: 'admin.query_engine.threads', kind: 'int', dflt: 2 },
   { path: 'meta.storage_path', kind: 'string', dflt: undefined },
   { path: 'worker.partitions', kind: 'int', dflt: 8 },
   { path: 'worker.storage_db.path', kind: 'string', dflt: undefined },
@@ -381,7 +405,20 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
       auth_tokens: authTokens('ingress', v),
       kafka_max_pending_invocations: v<number>('ingress.kafka_max_pending_invocations'),
     },
-    admin: { bind_address: v<string>('admin.bind_address'), auth_tokens: authTokens('admin', v), discovery_timeout_ms: v<number>('admin.discovery_timeout') },
+    admin: {
+      bind_address: v<string>('admin.bind_address'),
+      auth_tokens: authTokens('admin', v),
+      discovery_timeout_ms: v<number>('admin.discovery_timeout'),
+      query_engine: {
+        pgsql_bind_address: v<string>('admin.query_engine.pgsql_bind_address'),
+        pgsql_password: v<string | undefined>('admin.query_engine.pgsql_password'),
+        query_timeout_ms: v<number>('admin.query_engine.query_timeout'),
+        max_result_rows: v<number>('admin.query_engine.max_result_rows'),
+        max_result_bytes: v<number>('admin.query_engine.max_result_bytes'),
+        memory_limit_bytes: v<number>('admin.query_engine.memory_limit'),
+        threads: v<number>('admin.query_engine.threads'),
+      },
+    },
     http: {
       idle_timeout_ms: v<number>('http.idle_timeout'),
       header_timeout_ms: v<number>('http.header_timeout'),

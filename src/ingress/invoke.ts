@@ -140,7 +140,9 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   };
   if (isSend) {
     await worker.append(target.id, command);
-    return reply.code(202).send({ invocationId: target.id.text, status: 'Accepted', ...(execute_at_ms ? { executionTime: new Date(execute_at_ms).toISOString() } : {}) });
+    // A time past what a Date holds (a huge ?delay=) has no RFC 3339 form: it is left out.
+    const executionTime = execute_at_ms && Math.abs(execute_at_ms) <= 8.64e15 ? new Date(execute_at_ms).toISOString() : undefined;
+    return reply.code(202).send({ invocationId: target.id.text, status: 'Accepted', ...(executionTime ? { executionTime } : {}) });
   }
   // Wait before appending, so that a fast completion cannot slip past us.
   const done = worker.awaitCompletion(target.id, { fresh: true });

@@ -6,7 +6,7 @@ import { encodeCommand, type Command, type CommandKind } from '../log/commands.j
 import { EmbeddedLog, type PartitionLog } from '../log/partition-log.js';
 import type { GroupWriter } from '../storage/group-writer.js';
 import { KeelMetrics, type PartitionCells } from '../telemetry/metrics.js';
-import type { Db } from '../storage/store.js';
+import type { Db, StateWrite } from '../storage/store.js';
 import { fold } from './fold/index.js';
 import { loadState, recoveryActions } from './recovery.js';
 import type { Action, InvocationStatus, JournalEntry, PartitionState } from './state.js';
@@ -75,6 +75,7 @@ export class PartitionProcessor implements AttemptHost {
     private readonly max_live_invocations: number,
     private readonly logger: Logger,
     private readonly metrics: PartitionCells,
+    private readonly observe: ((partition: number, writes: readonly StateWrite[]) => void) | undefined,
   ) {}
 
   /** Opens the partition and loads its materialised state from the store. */
@@ -91,13 +92,15 @@ export class PartitionProcessor implements AttemptHost {
       log_retained_records?: number;
       logger: Logger;
       metrics?: KeelMetrics;
+      /** Sees the store writes of every batch once it is durable (the query engine's copy follows them). */
+      observe?: (partition: number, writes: readonly StateWrite[]) => void;
     },
   ): Promise<PartitionProcessor> {
     const log = await EmbeddedLog.open(db, partition, writer, options.log_retained_records ?? 0);
     const state = await loadState(db, partition);
     const maxLive = options.max_live_invocations ?? MAX_LIVE_INVOCATIONS_PER_PARTITION;
     const metrics = (options.metrics ?? new KeelMetrics()).partition(partition);
-    return new PartitionProcessor(partition, log, state, options.fsync, options.effects, options.owns ?? (() => true), maxLive, options.logger.child({ partition }), metrics);
+    return new PartitionProcessor(partition, log, state, options.fsync, options.effects, options.owns ?? (() => true), maxLive, options.logger.child({ partition }), metrics, options.observe);
   }
 
   /** Brings a freshly opened partition back to life: attempts restart, timers re-arm. */
@@ -206,15 +209,21 @@ export class PartitionProcessor implements AttemptHost {
         break;
       }
       const before = this.log.applied_position;
+      const writes = this.state.takeWrites();
       const writeStart = performance.now();
       try {
-        const last = await this.log.append(records, this.state.takeWrites(), this.fsync);
+        const last = await this.log.append(records, writes, this.fsync);
         assert(last === before + records.length, () => `partition ${this.partition}: log at ${last} after appending ${records.length} records at ${before}`);
       } catch (err) {
         this.halt(err, 'the partition log could not be written', batch);
         break;
       }
       this.observeBatch(records.length, bytes, performance.now() - writeStart, this.state.entries_appended - entriesBefore);
+      try {
+        this.observe?.(this.partition, writes);
+      } catch (err) {
+        this.logger.error({ err, code: 'RT0006' }, 'an observer of durable batches failed');
+      }
       for (const p of batch) p.resolve();
       try {
         this.effects.execute(this, actions);

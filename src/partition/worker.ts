@@ -5,9 +5,10 @@ import type { Logger } from '../common/logger.js';
 import { keelError } from '../errors/index.js';
 import { decodeCommand, type Command, type CommandKind } from '../log/commands.js';
 import { GroupWriter } from '../storage/group-writer.js';
-import type { Db } from '../storage/store.js';
+import type { Db, StateWrite } from '../storage/store.js';
+import { tablePrefix } from '../storage/keys.js';
 import { expiryTable } from '../storage/tables/expiry.js';
-import { invocationsTable } from '../storage/tables/invocations.js';
+import { INVOCATIONS_TABLE, invocationsTable } from '../storage/tables/invocations.js';
 import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
 import { standaloneTelemetry, type CompletionOutcome, type Telemetry } from '../telemetry/index.js';
 import { KILLED_FAILURE } from './fold/manage.js';
@@ -25,6 +26,16 @@ export interface AttemptRunner {
   reject(host: AttemptHost, action: Extract<Action, { kind: 'reject' }>): void;
   stop(): void;
 }
+
+/**
+ * Invocation statuses a durable batch wrote: the status as stored (JSON), or null when the
+ * invocation was purged.
+ */
+export type InvocationChanges = Array<[id: string, status: Buffer | null]>;
+export type InvocationListener = (changes: InvocationChanges) => void;
+
+/** Stored statuses read per step of `scanInvocationRecords`. */
+const RECORDS_PER_CHUNK = 2048;
 
 /** Deliveries from one partition's outbox to one target partition. */
 interface OutboxLane {
@@ -55,6 +66,7 @@ export class Worker implements Effects {
   private cleaner: NodeJS.Timeout | undefined;
   private cleaning = false;
   private db: Db | undefined;
+  private readonly invocationListeners = new Set<InvocationListener>();
   /** Outbox deliveries per source and target partition (`source>target`). */
   private readonly lanes = new Map<string, OutboxLane>();
 
@@ -67,12 +79,14 @@ export class Worker implements Effects {
   async open(db: Db): Promise<void> {
     this.db = db;
     const writer = new GroupWriter(db);
+    const observe = (partition: number, writes: readonly StateWrite[]) => this.observeBatch(partition, writes);
     const options = {
       fsync: this.config.worker.storage_db.fsync,
       log_retained_records: this.config.worker.storage_db.log_retained_records,
       effects: this,
       logger: this.logger,
       metrics: this.telemetry.metrics,
+      observe,
     };
     const opened = await Promise.all(
       Array.from({ length: this.config.worker.partitions }, (_, p) =>
@@ -166,6 +180,40 @@ export class Worker implements Effects {
         yield s;
       }
       yield* invocationsTable.scanExcept(this.db!, p.partition, inMemory);
+    }
+  }
+
+  /**
+   * Calls `listener` with the statuses every durable batch wrote, from now on; returns the
+   * function that stops it. Together with `scanInvocationRecords` started after it, a copy of
+   * every status can be kept without reading the store again.
+   */
+  watchInvocations(listener: InvocationListener): () => void {
+    this.invocationListeners.add(listener);
+    return () => this.invocationListeners.delete(listener);
+  }
+
+  private observeBatch(partition: number, writes: readonly StateWrite[]): void {
+    if (this.invocationListeners.size === 0) return;
+    const prefix = tablePrefix(partition, INVOCATIONS_TABLE);
+    const changes: InvocationChanges = [];
+    for (const [key, value] of writes) if (key.startsWith(prefix)) changes.push([key.slice(prefix.length), value]);
+    if (changes.length === 0) return;
+    for (const l of this.invocationListeners) l(changes);
+  }
+
+  /** Every stored status of every partition as stored (JSON), in chunks; nothing is decoded. */
+  async *scanInvocationRecords(): AsyncGenerator<Buffer[]> {
+    for (const p of this.processors) {
+      let chunk: Buffer[] = [];
+      for await (const raw of invocationsTable.records(this.db!, p.partition)) {
+        chunk.push(raw);
+        if (chunk.length >= RECORDS_PER_CHUNK) {
+          yield chunk;
+          chunk = [];
+        }
+      }
+      if (chunk.length > 0) yield chunk;
     }
   }
 

@@ -35,10 +35,13 @@ export function tempDir(t, prefix = 'keel-test-') {
 export async function startKeel(t, { env = {}, dir = tempDir(t), nodePath = process.execPath, args = [] } = {}) {
   const ingressPort = await freePort();
   const adminPort = await freePort();
+  const pgsqlPort = await freePort();
   const keel = {
     dir,
     ingress: `http://127.0.0.1:${ingressPort}`,
     admin: `http://127.0.0.1:${adminPort}`,
+    /** The PostgreSQL wire protocol (psql, pg). */
+    pgsql: { host: '127.0.0.1', port: pgsqlPort },
     output: '',
     proc: undefined,
     logs() {
@@ -67,6 +70,7 @@ export async function startKeel(t, { env = {}, dir = tempDir(t), nodePath = proc
           KEEL_BASE_DIR: path.join(dir, 'data'),
           KEEL_INGRESS__BIND_ADDRESS: `127.0.0.1:${ingressPort}`,
           KEEL_ADMIN__BIND_ADDRESS: `127.0.0.1:${adminPort}`,
+          KEEL_ADMIN__QUERY_ENGINE__PGSQL_BIND_ADDRESS: `127.0.0.1:${pgsqlPort}`,
           KEEL_LOG__FORMAT: 'json',
           ...env,
         },

@@ -4,6 +4,7 @@ import { InvocationId, randomPartitionKey } from '../../dist/common/ids.js';
 import { Registry } from '../../dist/metadata/registry.js';
 import { createAdminServer } from '../../dist/admin/server.js';
 import { silentLogger } from '../../dist/common/logger.js';
+import { MessageType, encode, pb } from '../../dist/protocol/messages.js';
 import { tempDir, testConfig, serveH2, greeter, counter } from './meta-helpers.mjs';
 
 export const newId = () => InvocationId.random(randomPartitionKey()).text;
@@ -24,17 +25,35 @@ export function fakeSource(deploymentId) {
   add({ id: ids.counterRunning, service: 'Counter', handler: 'add', key: 'c2', service_type: 'VirtualObject', status: 'running', created_at_ms: t0 + 35, deployment_id: deploymentId });
   const state = new Map([['Counter/c1', new Map([['count', Buffer.from('5')], ['label', Buffer.from('"hello"')]])]]);
   const calls = [];
+  // The query engine keeps a copy of the statuses: it starts from invocationRecords and follows changes.
+  const listeners = new Set();
+  const record = (s) => Buffer.from(JSON.stringify(s));
+  const changed = (id) => {
+    const s = invocations.get(id);
+    for (const l of listeners) l([[id, s ? record(s) : null]]);
+  };
   const source = {
     ids,
     calls,
     stateMap: state,
-    invocations: () => invocations.values(),
-    journal: async (id) => {
-      const s = invocations.get(id);
-      if (!s) return [];
+    /** Adds or replaces a status and tells the engine, as a durable batch would. */
+    put: (s) => {
+      add(s);
+      changed(s.id);
+    },
+    invocationRecords: async function* () {
+      yield [...invocations.values()].map(record);
+    },
+    watchInvocations: (listener) => {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
+    unfinishedPinnedTo: (deploymentId) => [...invocations.values()].filter((s) => s.deployment_id === deploymentId && s.status !== 'completed').length,
+    journalEntries: async (id) => {
+      if (!invocations.has(id)) return [];
       return [
-        { index: 0, entry_type: 'Command: Input', name: '', completed: true, appended_at_ms: s.created_at_ms, entry_json: '{"Command":{"Input":{}}}' },
-        { index: 1, entry_type: 'Command: Sleep', name: '', completed: false, sleep_wakeup_at_ms: t0 + 100000, appended_at_ms: s.created_at_ms + 1 },
+        { type: MessageType.InputCommand, payload: encode(pb.Input, { headers: [], value: { content: Buffer.from('{}') } }) },
+        { type: MessageType.SleepCommand, payload: encode(pb.Sleep, { wake_up_time: t0 + 100000, result_completion_id: 1, name: '' }) },
       ];
     },
     state: async function* () {
@@ -51,9 +70,9 @@ export function fakeSource(deploymentId) {
       const s = invocations.get(id);
       if (!s) return { status: 404 };
       if ((action === 'kill' || action === 'cancel') && s.status === 'completed') return { status: 409 };
-      if (action === 'kill') { s.status = 'completed'; s.result = { failure: { code: 409, message: 'killed' } }; return { status: 200 }; }
+      if (action === 'kill') { s.status = 'completed'; s.result = { failure: { code: 409, message: 'killed' } }; changed(id); return { status: 200 }; }
       if (action === 'cancel') return { status: 202 };
-      if (action === 'purge') { invocations.delete(id); return { status: 200 }; }
+      if (action === 'purge') { invocations.delete(id); changed(id); return { status: 200 }; }
       if (action === 'pause') return { status: 202 };
       if (action === 'resume') return { status: 200 };
       return { status: 200, body: { new_invocation_id: newId() } };
@@ -66,8 +85,10 @@ export function fakeSource(deploymentId) {
   return source;
 }
 
-export async function startAdmin(t) {
+/** An admin server over the fake source; `queryEngine` overrides admin.query_engine settings. */
+export async function startAdmin(t, { queryEngine = {} } = {}) {
   const config = testConfig(tempDir(t));
+  Object.assign(config.admin.query_engine, queryEngine);
   const registry = await Registry.open(config, silentLogger);
   const uri = await serveH2(t, [greeter, counter]);
   const { deployment } = await registry.register({ uri });

@@ -1,6 +1,6 @@
+import { Readable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import type { AdminContext } from '../context.js';
-import { toArrow, toJson } from '../sql.js';
 
 interface QueryBody {
   query: string;
@@ -8,15 +8,24 @@ interface QueryBody {
 
 const queryBody = { type: 'object', required: ['query'], properties: { query: { type: 'string' } } } as const;
 
-/** `POST /query`: SQL over the introspection tables, answered as JSON or an Arrow IPC stream. */
+const bytes = (u: Uint8Array): Buffer => Buffer.from(u.buffer, u.byteOffset, u.byteLength);
+
+/**
+ * `POST /query`: SQL over the introspection tables, answered as JSON (`accept:
+ * application/json`) or an Arrow IPC stream (anything else, as the restate CLI expects). The
+ * query runs in the query engine's process; a large answer streams out chunk by chunk.
+ */
 export function queryRoutes(ctx: AdminContext) {
   return async (r: FastifyInstance) => {
     r.post<{ Body: QueryBody }>('/query', { schema: { body: queryBody } }, async (req, reply) => {
       const json = String(req.headers.accept ?? '').includes('application/json');
-      const result = await ctx.engine.run(req.body.query);
+      const gone = new AbortController();
+      reply.raw.once('close', () => reply.raw.writableFinished || gone.abort());
+      const answer = await ctx.engine.query(req.body.query, json ? 'json' : 'arrow', { signal: gone.signal });
+      const body = answer.whole !== undefined ? bytes(answer.whole) : Readable.from(answer.body, { objectMode: false });
       // exactly `application/json`: with `; charset=utf-8` the CLI says the server "lacks JSON /query support"
-      if (json) return reply.status(200).header('content-type', 'application/json').send(Buffer.from(JSON.stringify(toJson(result))));
-      return reply.status(200).type('application/vnd.apache.arrow.stream').send(Buffer.from(await toArrow(result)));
+      if (json) return reply.status(200).header('content-type', 'application/json').send(body);
+      return reply.status(200).type('application/vnd.apache.arrow.stream').send(body);
     });
   };
 }

@@ -70,6 +70,8 @@ export interface InvocationStatus {
 }
 
 const TABLE = 'inv';
+/** The table's name in keys (the worker tells its writes apart from others' by it). */
+export const INVOCATIONS_TABLE = TABLE;
 
 export const invocationsTable = {
   key: (partition: number, id: string): string => `${tablePrefix(partition, TABLE)}${id}`,
@@ -79,6 +81,11 @@ export const invocationsTable = {
   /** Every stored status of the partition, in id order. */
   async *scan(db: Db, partition: number): AsyncGenerator<InvocationStatus> {
     for await (const value of db.values(tableRange(partition, TABLE))) yield invocationsTable.decode(value);
+  },
+
+  /** Every stored status of the partition as stored (JSON), undecoded, in id order. */
+  async *records(db: Db, partition: number): AsyncGenerator<Buffer> {
+    yield* db.values(tableRange(partition, TABLE));
   },
 
   /** Stored statuses whose id is not in `skip` (those the caller already has in memory). */

@@ -1,0 +1,322 @@
+// The PostgreSQL wire protocol on admin.query_engine.pgsql_bind_address (9071): psql, the `pg`
+// driver and BI tools query the same tables as `POST /query`, read-only, with the same limits.
+// pg-gateway does startup, SSL refusal and authentication (SCRAM-SHA-256 when a password is
+// configured); Keel answers the simple and the extended query protocols. Session commands
+// clients send on their own (SET, BEGIN, COMMIT, …) are acknowledged without running.
+
+import net from 'node:net';
+import type { ScramSha256Data } from 'pg-gateway';
+import type { Logger } from '../common/logger.js';
+import { splitAddress, type QueryEngineConfig } from '../config/index.js';
+import { KeelError } from '../errors/index.js';
+import { SERVER_VERSION } from './routes/meta.js';
+import type { QueryEngine } from './query/engine.js';
+import {
+  PG_TYPE, bindComplete, closeComplete, commandComplete, cstring, dataRow, emptyQueryResponse, errorResponse, message, noData, parameterDescription,
+  parseComplete, readyForQuery, rowDescription,
+} from './query/pg-messages.js';
+
+/** What clients see as the server's PostgreSQL version (psql picks its catalogue queries by it). */
+const SERVER_PG_VERSION = `14.0 (Keel, Restate ${SERVER_VERSION} compatible)`;
+
+/** Connections at once; more are closed at once (each holds little, but there is a bound). */
+const MAX_CONNECTIONS = 256;
+/** Prepared statements and portals one connection may keep. */
+const MAX_NAMED = 1024;
+
+/** SQLSTATE of each error code (https://www.postgresql.org/docs/current/errcodes-appendix.html). */
+const SQLSTATE: Record<string, string> = {
+  KEEL0010: '42601', // syntax_error (also planning and unknown names)
+  KEEL0020: '42501', // insufficient_privilege
+  KEEL0021: '57014', // query_canceled
+  KEEL0022: '54000', // program_limit_exceeded
+  KEEL0023: '57P03', // cannot_connect_now
+};
+
+/** What a session command answers as its tag; such commands are not run (there is nothing to set). */
+const SESSION_COMMAND = /^\s*(SET|RESET|BEGIN|START\s+TRANSACTION|COMMIT|END|ROLLBACK|ABORT|DISCARD|DEALLOCATE|SAVEPOINT|RELEASE|UNLISTEN|LISTEN)\b/i;
+
+function sessionTag(sql: string): string | undefined {
+  const m = SESSION_COMMAND.exec(sql);
+  if (m === undefined || m === null) return undefined;
+  const word = m[1]!.toUpperCase().replace(/\s+/g, ' ');
+  if (word === 'START TRANSACTION') return 'START TRANSACTION';
+  if (word === 'END' || word === 'ABORT') return word === 'END' ? 'COMMIT' : 'ROLLBACK';
+  return word;
+}
+
+/**
+ * psql's describe commands spell operators and collations the PostgreSQL way, which DuckDB's
+ * parser does not read: `OPERATOR(pg_catalog.~)` is `~`, `COLLATE pg_catalog.default` is nothing.
+ */
+function psqlDialect(sql: string): string {
+  return sql.replace(/OPERATOR\(pg_catalog\.([~!<>=]+)\)/g, '$1').replace(/\s+COLLATE\s+pg_catalog\.default\b/g, '');
+}
+
+/** ParameterStatus messages clients read to decode text: sent before the first answer. */
+const PARAMETERS: Array<[string, string]> = [
+  ['client_encoding', 'UTF8'], ['server_encoding', 'UTF8'], ['DateStyle', 'ISO, MDY'], ['TimeZone', 'UTC'],
+  ['integer_datetimes', 'on'], ['standard_conforming_strings', 'on'], ['application_name', ''],
+];
+
+class Reader {
+  private at = 5;
+  constructor(private readonly buf: Buffer) {}
+  cstring(): string {
+    const end = this.buf.indexOf(0, this.at);
+    const s = this.buf.toString('utf8', this.at, end < 0 ? this.buf.length : end);
+    this.at = end < 0 ? this.buf.length : end + 1;
+    return s;
+  }
+  int16(): number {
+    const v = this.buf.readInt16BE(this.at);
+    this.at += 2;
+    return v;
+  }
+  int32(): number {
+    const v = this.buf.readInt32BE(this.at);
+    this.at += 4;
+    return v;
+  }
+  bytes(n: number): Buffer {
+    const b = this.buf.subarray(this.at, this.at + n);
+    this.at += n;
+    return b;
+  }
+  byte(): string {
+    return String.fromCharCode(this.buf[this.at++] ?? 0);
+  }
+}
+
+interface Statement {
+  sql: string;
+  paramTypes: number[];
+}
+
+interface Portal {
+  sql: string;
+  params: Array<string | null>;
+  /** The answer, once Describe ran it (Execute then sends its rows). */
+  answer?: { rows: number; head?: Uint8Array; body: Uint8Array[] };
+}
+
+const countParams = (sql: string): number => Math.max(0, ...[...sql.matchAll(/\$(\d+)/g)].map((m) => Number(m[1])));
+
+/** One client connection's protocol state. */
+class Session {
+  private readonly statements = new Map<string, Statement>();
+  private readonly portals = new Map<string, Portal>();
+  private skipToSync = false;
+  private greeted = false;
+
+  constructor(private readonly engine: QueryEngine, private readonly logger: Logger) {}
+
+  async *handle(data: Uint8Array): AsyncGenerator<Uint8Array> {
+    if (!this.greeted) {
+      this.greeted = true;
+      for (const [k, v] of PARAMETERS) yield message('S', Buffer.concat([cstring(k), cstring(v)]));
+    }
+    const buf = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    const type = String.fromCharCode(buf[0]!);
+    const r = new Reader(buf);
+    if (type === 'S') {
+      this.skipToSync = false;
+      yield readyForQuery();
+      return;
+    }
+    if (type === 'Q') {
+      yield* this.simple(r.cstring());
+      return;
+    }
+    if (this.skipToSync) return;
+    try {
+      yield* this.extended(type, r);
+    } catch (err) {
+      this.skipToSync = true;
+      yield this.error(err);
+    }
+  }
+
+  private error(err: unknown): Buffer {
+    if (err instanceof KeelError) return errorResponse(SQLSTATE[err.code] ?? 'XX000', err.display);
+    this.logger.error({ err, code: 'RT0006' }, 'pgsql: a query failed unexpectedly');
+    return errorResponse('XX000', `[RT0006] internal error: ${(err as Error)?.message ?? String(err)}`);
+  }
+
+  private async run(sql: string, params: Array<string | null> | undefined): Promise<{ rows: number; head?: Uint8Array; body: Uint8Array[] }> {
+    const show = /^\s*SHOW\s+([A-Za-z_]+)\s*;?\s*$/i.exec(sql)?.[1]?.toLowerCase();
+    if (show !== undefined) return this.show(show);
+    const answer = await this.engine.query(psqlDialect(sql), 'pg', params ? { params } : {});
+    const body: Uint8Array[] = [];
+    for await (const chunk of answer.body) body.push(chunk);
+    return { rows: answer.rows, ...(answer.head ? { head: answer.head } : {}), body };
+  }
+
+  /** `SHOW name` of a parameter the server reports (server_version, client_encoding, …). */
+  private show(name: string): { rows: number; head: Uint8Array; body: Uint8Array[] } {
+    const value = name === 'server_version' ? SERVER_PG_VERSION : PARAMETERS.find(([k]) => k.toLowerCase() === name)?.[1];
+    if (value === undefined) throw new KeelError('KEEL0010', `unrecognized configuration parameter "${name}"`, 400);
+    return { rows: 1, head: rowDescription([{ name, oid: PG_TYPE.text }]), body: [dataRow([value])] };
+  }
+
+  /** Simple query: one statement (the engine refuses more), its rows, then ReadyForQuery. */
+  private async *simple(sql: string): AsyncGenerator<Uint8Array> {
+    try {
+      const tag = sessionTag(sql);
+      if (sql.trim().replace(/;+$/, '').trim() === '') yield emptyQueryResponse();
+      else if (tag !== undefined) yield commandComplete(tag);
+      else {
+        const a = await this.run(sql, undefined);
+        if (a.head) yield a.head;
+        yield* a.body;
+        yield commandComplete(`SELECT ${a.rows}`);
+      }
+    } catch (err) {
+      yield this.error(err);
+    }
+    yield readyForQuery();
+  }
+
+  private async *extended(type: string, r: Reader): AsyncGenerator<Uint8Array> {
+    switch (type) {
+      case 'P': {
+        const name = r.cstring();
+        const sql = r.cstring();
+        const n = r.int16();
+        const paramTypes = Array.from({ length: n }, () => r.int32());
+        if (this.statements.size >= MAX_NAMED && !this.statements.has(name)) throw new KeelError('KEEL0022', `more than ${MAX_NAMED} prepared statements on one connection`, 422);
+        this.statements.set(name, { sql, paramTypes });
+        yield parseComplete();
+        return;
+      }
+      case 'B': {
+        const portal = r.cstring();
+        const statement = this.statements.get(r.cstring());
+        if (statement === undefined) throw new KeelError('KEEL0010', 'unknown prepared statement', 400);
+        const formats = Array.from({ length: r.int16() }, () => r.int16());
+        const params = Array.from({ length: r.int16() }, (_, i) => {
+          const len = r.int32();
+          if (len < 0) return null;
+          const raw = r.bytes(len);
+          if ((formats[i] ?? formats[0] ?? 0) === 1) throw new KeelError('KEEL0010', 'binary parameters are not supported: send them as text', 400);
+          return raw.toString('utf8');
+        });
+        if (this.portals.size >= MAX_NAMED && !this.portals.has(portal)) throw new KeelError('KEEL0022', `more than ${MAX_NAMED} portals on one connection`, 422);
+        this.portals.set(portal, { sql: statement.sql, params });
+        yield bindComplete();
+        return;
+      }
+      case 'D': {
+        const kind = r.byte();
+        const name = r.cstring();
+        if (kind === 'S') {
+          const s = this.statements.get(name);
+          if (s === undefined) throw new KeelError('KEEL0010', 'unknown prepared statement', 400);
+          const n = Math.max(s.paramTypes.length, countParams(s.sql));
+          yield parameterDescription(Array.from({ length: n }, (_, i) => s.paramTypes[i] || 25));
+          if (sessionTag(s.sql) !== undefined) yield noData();
+          else {
+            const a = await this.run(s.sql, n > 0 ? Array.from({ length: n }, () => null) : undefined);
+            yield a.head ?? noData();
+          }
+          return;
+        }
+        const p = this.portals.get(name);
+        if (p === undefined) throw new KeelError('KEEL0010', 'unknown portal', 400);
+        if (sessionTag(p.sql) !== undefined || p.sql.trim() === '') {
+          yield noData();
+          return;
+        }
+        p.answer = await this.run(p.sql, p.params);
+        yield p.answer.head ?? noData();
+        return;
+      }
+      case 'E': {
+        const p = this.portals.get(r.cstring());
+        if (p === undefined) throw new KeelError('KEEL0010', 'unknown portal', 400);
+        const tag = sessionTag(p.sql);
+        if (tag !== undefined) yield commandComplete(tag);
+        else if (p.sql.trim() === '') yield emptyQueryResponse();
+        else {
+          const a = p.answer ?? (await this.run(p.sql, p.params));
+          p.answer = undefined;
+          yield* a.body;
+          yield commandComplete(`SELECT ${a.rows}`);
+        }
+        return;
+      }
+      case 'C': {
+        const kind = r.byte();
+        const name = r.cstring();
+        if (kind === 'S') this.statements.delete(name);
+        else this.portals.delete(name);
+        yield closeComplete();
+        return;
+      }
+      case 'H':
+        return;
+      default:
+        throw new KeelError('KEEL0020', `the protocol message '${type}' is not supported (COPY and function calls are not)`, 400);
+    }
+  }
+}
+
+/** pg-gateway loads on the first connection: a server no PostgreSQL client talks to starts without it. */
+let gateway: Promise<[typeof import('pg-gateway'), typeof import('pg-gateway/node')]> | undefined;
+const loadGateway = () => (gateway ??= Promise.all([import('pg-gateway'), import('pg-gateway/node')]));
+
+export interface PgServer {
+  address: string;
+  close(): Promise<void>;
+}
+
+/** Listens on pgsql_bind_address; RT0004 when it cannot bind. */
+export async function startPgServer(config: QueryEngineConfig, engine: QueryEngine, logger: Logger): Promise<PgServer> {
+  const log = logger.child({ component: 'pgsql' });
+  const password = config.pgsql_password;
+  let scram: Promise<ScramSha256Data> | undefined;
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((socket) => {
+    if (sockets.size >= MAX_CONNECTIONS) {
+      socket.destroy();
+      return;
+    }
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+    socket.on('error', () => socket.destroy());
+    const session = new Session(engine, log);
+    loadGateway()
+      .then(([{ createScramSha256Data }, { fromNodeSocket }]) =>
+        fromNodeSocket(socket, {
+          serverVersion: SERVER_PG_VERSION,
+          auth: password === undefined ? { method: 'trust' } : { method: 'scram-sha-256', getScramSha256Data: () => (scram ??= createScramSha256Data(password)) },
+          onMessage(data, state) {
+            if (!state.isAuthenticated || data[0] === 0x58 /* Terminate: pg-gateway closes */) return undefined;
+            return session.handle(data);
+          },
+        }),
+      )
+      .catch((err) => {
+        log.warn({ err, code: 'KEEL0001' }, 'pgsql connection failed');
+        socket.destroy();
+      });
+  });
+  const { host, port } = splitAddress(config.pgsql_bind_address);
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (err: NodeJS.ErrnoException) => {
+      const code = err.code;
+      const why = code === 'EADDRINUSE' ? 'address in use' : code === 'EADDRNOTAVAIL' ? 'address not available' : code === 'EACCES' || code === 'EPERM' ? 'permission denied' : err.message;
+      reject(new KeelError('RT0004', `cannot bind the pgsql address ${config.pgsql_bind_address}: ${why}`, 500, { cause: err }));
+    });
+    server.listen({ host, port }, () => resolve());
+  });
+  const bound = server.address() as net.AddressInfo;
+  return {
+    address: `${bound.address}:${bound.port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}

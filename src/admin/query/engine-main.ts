@@ -1,0 +1,471 @@
+// The query engine process: DuckDB, a copy of every invocation status kept up to date from the
+// server, and the queries, each on a connection of its own with a time limit and row and byte
+// limits. A separate process (not a worker thread) so that nothing a query does — CPU, memory,
+// the libuv thread pool DuckDB's async calls run on, a crash — reaches the event loop or the
+// thread pool that serve ingress, admin and the partitions' store. Started by engine.ts.
+
+import { readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { setPriority } from 'node:os';
+import { join } from 'node:path';
+import { DuckDBInstance, type DuckDBConnection, type DuckDBResult } from '@duckdb/node-api';
+import { PER_QUERY_TABLES, type RawJournalEntry, type Row, type TableFilter } from '../introspection.js';
+import { analyze, treeText, type Ast } from './analyze.js';
+import { cell, encoder, kindOf, loadArrow, rechunk, type Cell, type Column } from './encode.js';
+import { journalRows } from './journal-rows.js';
+import type { EngineOptions, Format, FromEngine, QueryError, ToEngine } from './protocol.js';
+import { COPY_TABLE, COPY_VIEWS, PER_QUERY, copyRowsFrom, literal, perQueryTableSql, schemaSql } from './schema.js';
+
+/** Below every thread of the server: under CPU contention, ingress and admin go first. */
+const NICE = 10;
+/** Bytes of an answer per IPC message: the server streams them out one at a time. */
+const CHUNK_BYTES = 1 << 20;
+/** Journals asked of the server per message when a query reads many. */
+const JOURNALS_PER_REQUEST = 256;
+/** The largest JSON document a file the engine loads may hold (DuckDB's reader buffers twice that). */
+const MAX_OBJECT_BYTES = 4 * 1024 * 1024;
+/**
+ * Statuses longer than this are slimmed before they are loaded: the output value and the lists
+ * of callers and children are not shown by any column, and can be as large as a message.
+ */
+const SLIM_STATUS_BYTES = 64 * 1024;
+const LONG_TEXT_CHARS = 16 * 1024;
+
+let options: EngineOptions;
+let db: DuckDBInstance;
+let copy: DuckDBConnection;
+/** Every change message received so far has been applied when this resolves (they apply in order). */
+let applied: Promise<void> = Promise.resolve();
+let loaded: Promise<void> = new Promise(() => {});
+let markLoaded: () => void = () => {};
+let loading = false;
+let loadStarted = 0;
+const queries = new Map<number, Query>();
+
+const send = (m: FromEngine): void => {
+  process.send?.(m);
+};
+const log = (level: 'info' | 'warn' | 'error', msg: string, fields?: Record<string, unknown>, code?: string): void =>
+  send({ t: 'log', level, msg, ...(fields ? { fields } : {}), ...(code ? { code } : {}) });
+
+class QueryFailure extends Error {
+  constructor(readonly error: QueryError) {
+    super(error.message);
+  }
+}
+const refused = (message: string) => new QueryFailure({ code: 'KEEL0020', status: 400, message });
+const tooLarge = (message: string) => new QueryFailure({ code: 'KEEL0022', status: 422, message });
+
+// ------------------------------------------------------------------------------- start
+
+/** Every thread of this process below the server's (Linux: the nice value is per thread). */
+function lowerPriority(): void {
+  try {
+    for (const tid of readdirSync('/proc/self/task')) setPriority(Number(tid), NICE);
+  } catch {
+    try {
+      setPriority(NICE);
+    } catch {
+      // not permitted here: run at normal priority
+    }
+  }
+}
+
+async function start(o: EngineOptions): Promise<void> {
+  options = o;
+  // In memory: the copy is rebuilt at every start, so it needs no file, no WAL and no fsync;
+  // past memory_limit DuckDB moves its blocks to temp_directory (memory stays bounded).
+  db = await DuckDBInstance.create(':memory:', {
+    threads: String(o.threads),
+    memory_limit: `${Math.floor(o.memory_limit_bytes / (1024 * 1024))}MiB`,
+    temp_directory: join(o.dir, 'spill'),
+    max_temp_directory_size: `${Math.max(1024, Math.floor((4 * o.memory_limit_bytes) / (1024 * 1024)))}MiB`,
+    autoinstall_known_extensions: 'false',
+    autoload_known_extensions: 'false',
+    preserve_insertion_order: 'false',
+  });
+  copy = await db.connect();
+  for (const sql of schemaSql()) await copy.run(sql);
+  // From here on nothing reads or writes a file outside the engine's directory: not the
+  // queries (refused before they run, and DuckDB refuses too), not extensions.
+  await copy.run(`SET allowed_directories = [${literal(o.dir + '/')}]`);
+  await copy.run('SET enable_external_access = false');
+  lowerPriority();
+  send({ t: 'ready' });
+  void loadArrow();
+}
+
+// ------------------------------------------------------------------------------- the copy
+
+function writeLines(file: string, lines: readonly Uint8Array[]): void {
+  const nl = Buffer.from('\n');
+  writeFileSync(file, Buffer.concat(lines.flatMap((l) => [l, nl])));
+}
+
+/** A status without what no column shows, and long texts cut: every status fits the reader. */
+function slim(record: Uint8Array): Uint8Array {
+  if (record.length <= SLIM_STATUS_BYTES) return record;
+  try {
+    const s = JSON.parse(Buffer.from(record.buffer, record.byteOffset, record.byteLength).toString('utf8')) as Record<string, unknown>;
+    for (const k of ['output', 'attachers', 'children', 'waiting']) delete s[k];
+    const result = s.result as { value?: string; failure?: { message?: string } } | undefined;
+    if (result) {
+      delete result.value;
+      if (result.failure?.message) result.failure.message = result.failure.message.slice(0, LONG_TEXT_CHARS);
+    }
+    const lf = s.last_failure as { message?: string } | undefined;
+    if (lf?.message) lf.message = lf.message.slice(0, LONG_TEXT_CHARS);
+    return Buffer.from(JSON.stringify(s));
+  } catch {
+    return record; // staged one by one below, and skipped if unreadable
+  }
+}
+
+/** The changed statuses in temp.staging, in the copy's columns. */
+async function stage(file: string, raw: readonly Uint8Array[]): Promise<number> {
+  const records = raw.map(slim);
+  writeLines(file, records);
+  try {
+    await copy.run(`CREATE OR REPLACE TEMP TABLE staging AS ${copyRowsFrom(file, MAX_OBJECT_BYTES)}`);
+  } catch (err) {
+    // One record DuckDB cannot read must not cost the others: stage them one by one.
+    log('warn', 'a batch of invocation statuses could not be read at once; reading them one by one', { err: (err as Error).message }, 'KEEL0023');
+    await copy.run(`CREATE OR REPLACE TEMP TABLE staging AS SELECT * FROM ${COPY_TABLE} LIMIT 0`);
+    let skipped = 0;
+    for (const r of records) {
+      writeLines(file, [r]);
+      try {
+        await copy.run(`INSERT INTO temp.staging ${copyRowsFrom(file, MAX_OBJECT_BYTES)}`);
+      } catch {
+        skipped++;
+      }
+    }
+    if (skipped > 0) log('warn', `${skipped} invocation statuses cannot be shown by queries (unreadable records)`, { skipped }, 'KEEL0023');
+  }
+  return records.length;
+}
+
+/** A batch of the initial scan: statuses no change has touched since load-begin, read straight into the copy. */
+async function applyLoad(m: Extract<ToEngine, { t: 'changes' }>, file: string): Promise<void> {
+  writeLines(file, m.records.map(slim));
+  try {
+    await copy.run(`INSERT INTO ${COPY_TABLE} SELECT r.* FROM (${copyRowsFrom(file, MAX_OBJECT_BYTES)}) r ANTI JOIN temp.seen USING (id)`);
+  } catch {
+    await stage(file, m.records); // one by one: an unreadable status costs only itself
+    await copy.run(`INSERT INTO ${COPY_TABLE} SELECT s.* FROM temp.staging s ANTI JOIN temp.seen USING (id)`);
+  }
+}
+
+/** Changes of durable batches: each status replaces the copy's, purged ones leave it. */
+async function applyUpdates(m: Extract<ToEngine, { t: 'changes' }>, file: string): Promise<void> {
+  if (m.records.length > 0) await stage(file, m.records);
+  const deleted = m.deleted.map(literal).join(', ');
+  await copy.run('BEGIN TRANSACTION');
+  try {
+    if (m.records.length > 0) await copy.run(`DELETE FROM ${COPY_TABLE} WHERE id IN (SELECT id FROM temp.staging)`);
+    if (deleted !== '') await copy.run(`DELETE FROM ${COPY_TABLE} WHERE id IN (${deleted})`);
+    if (loading) {
+      if (m.records.length > 0) await copy.run('INSERT INTO temp.seen SELECT id FROM temp.staging');
+      if (deleted !== '') await copy.run(`INSERT INTO temp.seen VALUES ${m.deleted.map((id) => `(${literal(id)})`).join(', ')}`);
+    }
+    if (m.records.length > 0) await copy.run(`INSERT INTO ${COPY_TABLE} SELECT * FROM temp.staging`);
+    await copy.run('COMMIT');
+  } catch (err) {
+    await copy.run('ROLLBACK').catch(() => {});
+    throw err;
+  }
+}
+
+async function applyChanges(m: Extract<ToEngine, { t: 'changes' }>): Promise<void> {
+  const file = join(options.dir, `copy-${m.seq}.json`);
+  try {
+    if (m.load) {
+      if (m.records.length > 0) await applyLoad(m, file);
+    } else await applyUpdates(m, file);
+  } finally {
+    rmSync(file, { force: true });
+  }
+  send({ t: 'applied', seq: m.seq });
+}
+
+async function beginLoad(): Promise<void> {
+  loading = true;
+  loadStarted = Date.now();
+  loaded = new Promise((resolve) => (markLoaded = resolve));
+  await copy.run(`DELETE FROM ${COPY_TABLE}`);
+  await copy.run('CREATE OR REPLACE TEMP TABLE seen (id VARCHAR)');
+}
+
+async function endLoad(seq: number): Promise<void> {
+  await copy.run('DROP TABLE IF EXISTS temp.seen');
+  await copy.run('DROP TABLE IF EXISTS temp.staging');
+  loading = false;
+  const count = await copy.runAndReadAll(`SELECT count(*) FROM ${COPY_TABLE}`);
+  log('info', 'query engine: copy of the invocation statuses loaded', { invocations: Number(count.getRows()[0]![0]), load_ms: Date.now() - loadStarted });
+  markLoaded();
+  send({ t: 'applied', seq });
+}
+
+/** Changes apply one after the other; a copy that cannot follow them is rebuilt by a restart. */
+function chain(step: () => Promise<void>): void {
+  applied = applied.then(step).catch((err) => {
+    log('error', `query engine: the copy of the invocation statuses could not be updated: restarting (${(err as Error).message})`, {}, 'KEEL0023');
+    process.exit(70);
+  });
+}
+
+// ------------------------------------------------------------------------------- queries
+
+type Stop = 'timeout' | 'rows' | 'bytes' | 'client';
+
+class Query {
+  conn: DuckDBConnection | undefined;
+  stop: Stop | undefined;
+  timer: NodeJS.Timeout | undefined;
+  rest: Uint8Array[] = [];
+  rows = new Map<string, (m: Extract<ToEngine, { t: 'rows' }>) => void>();
+  journals: ((m: Extract<ToEngine, { t: 'journals' }>) => void) | undefined;
+  readonly files: string[] = [];
+
+  constructor(readonly qid: number, readonly limit_ms: number) {}
+
+  halt(why: Stop): void {
+    this.stop ??= why;
+    this.conn?.interrupt();
+  }
+
+  check(): void {
+    if (this.stop !== undefined) throw new Error('INTERRUPT Error: Interrupted!');
+  }
+}
+
+function need(q: Query, table: string, filter: TableFilter): Promise<Row[]> {
+  return new Promise((resolve, reject) => {
+    q.rows.set(table, (m) => (m.error ? reject(new QueryFailure(m.error)) : resolve(m.rows)));
+    send({ t: 'need', qid: q.qid, table, filter });
+  });
+}
+
+function needJournals(q: Query, ids: string[]): Promise<Array<[string, RawJournalEntry[]]>> {
+  return new Promise((resolve) => {
+    q.journals = (m) => resolve(m.journals);
+    send({ t: 'need-journals', qid: q.qid, ids });
+  });
+}
+
+const bytesAsBase64 = (row: Row): Record<string, unknown> => {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(row)) out[k] = v instanceof Uint8Array ? Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('base64') : v;
+  return out;
+};
+
+/** Rows as lines of JSON, counted against the byte limit of what one query reads. */
+class RowFile {
+  private readonly lines: Buffer[] = [];
+  bytes = 0;
+  /** The longest line: DuckDB's reader is told to expect documents that large. */
+  longest = 0;
+
+  constructor(private readonly table: string) {}
+
+  add(rows: readonly Row[]): void {
+    for (const r of rows) {
+      const line = Buffer.from(JSON.stringify(bytesAsBase64(r)), 'utf8');
+      this.bytes += line.length + 1;
+      this.longest = Math.max(this.longest, line.length);
+      this.lines.push(line);
+    }
+    if (this.bytes > options.max_result_bytes) {
+      throw tooLarge(`the query reads more than ${options.max_result_bytes} bytes of ${this.table} (admin.query_engine.max_result_bytes): filter it${this.table === 'sys_journal' ? ' by id' : this.table === 'state' ? ' by service_name and service_key' : ''}`);
+    }
+  }
+
+  write(file: string): boolean {
+    if (this.lines.length === 0) return false;
+    writeLines(file, this.lines);
+    return true;
+  }
+}
+
+async function journalIds(q: Query, filter: TableFilter): Promise<string[]> {
+  if (filter.id !== undefined) return [...filter.id];
+  await waitLoaded(q);
+  const r = await q.conn!.runAndReadAll(`SELECT id FROM ${COPY_TABLE} WHERE coalesce(journal_size, 0) > 0 ORDER BY id`);
+  return r.getRows().map((row) => String(row[0]));
+}
+
+async function loadJournal(q: Query, filter: TableFilter, rows: RowFile): Promise<void> {
+  const ids = await journalIds(q, filter);
+  for (let i = 0; i < ids.length; i += JOURNALS_PER_REQUEST) {
+    q.check();
+    for (const [id, entries] of await needJournals(q, ids.slice(i, i + JOURNALS_PER_REQUEST))) rows.add(journalRows(id, entries));
+  }
+}
+
+/** Fills the temp tables of this query's connection for the per-query tables it names. */
+async function loadTables(q: Query, tables: Map<string, TableFilter>): Promise<void> {
+  for (const [table, filter] of tables) {
+    if (COPY_VIEWS.has(table)) continue;
+    const rows = new RowFile(table);
+    if (table === 'sys_journal') await loadJournal(q, filter, rows);
+    else if (PER_QUERY_TABLES[table] !== undefined) rows.add(await need(q, table, filter));
+    else continue; // declared, always empty here (vqueues, rules)
+    q.check();
+    const file = join(options.dir, `q${q.qid}-${table}.json`);
+    q.files.push(file);
+    for (const sql of perQueryTableSql(table, rows.write(file) ? file : undefined, Math.max(MAX_OBJECT_BYTES, rows.longest + 1))) await q.conn!.run(sql);
+  }
+}
+
+async function waitLoaded(q: Query): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const stopped = new Promise<void>((resolve) => (timer = setInterval(() => q.stop !== undefined && resolve(), 50)));
+  await Promise.race([loaded, stopped]).finally(() => clearInterval(timer));
+  q.check();
+}
+
+async function parse(q: Query, sql: string): Promise<{ text: string; tables: Map<string, TableFilter> }> {
+  const conn = q.conn!;
+  // DuckDB's parser reads the query once: a parse error, a statement that is not a SELECT, or
+  // several statements all show in this one answer.
+  const serialized = await conn.runAndReadAll('SELECT json_serialize_sql($1::VARCHAR)', [sql]);
+  const tree = JSON.parse(String(serialized.getRows()[0]![0])) as { error?: boolean; error_message?: string; statements?: Ast[] };
+  if (tree.error) {
+    const first = /^\s*\(*\s*([A-Za-z]+)/.exec(sql)?.[1]?.toUpperCase() ?? '';
+    if (/Only SELECT statements/i.test(tree.error_message ?? '')) throw refused(`${first} is not allowed: queries are read-only, one SELECT over the introspection tables`);
+    const message = tree.error_message ?? 'the query cannot be read';
+    throw new QueryFailure({ code: 'KEEL0010', status: 400, message: /^[A-Za-z ]+ Error: /.test(message) ? message : `Parser Error: ${message}` });
+  }
+  const count = tree.statements?.length ?? 0;
+  if (count === 0) throw new QueryFailure({ code: 'KEEL0010', status: 400, message: 'the query is empty' });
+  if (count > 1) throw refused(`the query holds ${count} statements: send one SELECT per query`);
+  const wanted = new Set([...PER_QUERY, ...COPY_VIEWS]);
+  const analysis = analyze(tree as Ast, wanted);
+  if (analysis.refusal !== undefined) throw refused(analysis.refusal);
+  if (!analysis.rewritten) return { text: sql, tables: analysis.tables };
+  const back = await conn.runAndReadAll('SELECT json_deserialize_sql($1::JSON)', [treeText(tree as Ast)]);
+  return { text: String(back.getRows()[0]![0]), tables: analysis.tables };
+}
+
+async function encodeAnswer(q: Query, result: DuckDBResult, format: Format): Promise<{ rows: number; head?: Uint8Array; body: Uint8Array[] }> {
+  const columns: Column[] = result.columnNames().map((name, i) => ({ name, kind: kindOf(result.columnTypeId(i)), type: result.columnTypeId(i) }));
+  const enc = await encoder(format, columns);
+  let rows = 0;
+  let bytes = 0;
+  for (;;) {
+    const chunk = await result.fetchChunk();
+    if (chunk === null || chunk.rowCount === 0) break;
+    rows += chunk.rowCount;
+    if (rows > options.max_result_rows) {
+      q.halt('rows');
+      q.check();
+    }
+    const cells: Cell[][] = chunk.getColumns().map((values, i) => values.map((v) => cell(columns[i]!.kind, v)));
+    bytes += enc.add(cells, chunk.rowCount);
+    if (bytes > options.max_result_bytes) {
+      q.halt('bytes');
+      q.check();
+    }
+  }
+  return { rows, ...enc.finish() };
+}
+
+function failureOf(q: Query, err: unknown): QueryError {
+  if (err instanceof QueryFailure) return err.error;
+  const message = (err as Error)?.message ?? String(err);
+  switch (q.stop) {
+    case 'timeout':
+      return { code: 'KEEL0021', status: 408, message: `the query ran longer than ${q.limit_ms} ms (admin.query_engine.query_timeout) and was cancelled` };
+    case 'rows':
+      return { code: 'KEEL0022', status: 422, message: `the answer has more than ${options.max_result_rows} rows (admin.query_engine.max_result_rows): the query was cancelled; add a LIMIT or filter more` };
+    case 'bytes':
+      return { code: 'KEEL0022', status: 422, message: `the answer is larger than ${options.max_result_bytes} bytes (admin.query_engine.max_result_bytes): the query was cancelled; add a LIMIT, select fewer columns or filter more` };
+    case 'client':
+      return { code: 'KEEL0023', status: 503, message: 'the query was cancelled: its client went away' };
+    default:
+      break;
+  }
+  if (/^Permission Error/.test(message)) return { code: 'KEEL0020', status: 400, message: `${message} (queries read the introspection tables only)` };
+  if (/^Out of Memory Error/.test(message)) return { code: 'KEEL0022', status: 422, message: `${message} (admin.query_engine.memory_limit)` };
+  return { code: 'KEEL0010', status: 400, message };
+}
+
+async function run(q: Query, m: Extract<ToEngine, { t: 'query' }>, before: Promise<void>): Promise<void> {
+  q.timer = setTimeout(() => q.halt('timeout'), m.timeout_ms);
+  try {
+    q.conn = await db.connect();
+    await q.conn.run("SET search_path = 'public'");
+    const { text, tables } = await parse(q, m.sql);
+    if ([...tables.keys()].some((t) => COPY_VIEWS.has(t))) await waitLoaded(q);
+    await before;
+    await loadTables(q, tables);
+    q.check();
+    const params = m.params !== undefined && m.params.length > 0 ? m.params : undefined;
+    const answer = await encodeAnswer(q, await q.conn.stream(text, params), m.format);
+    const chunks = rechunk(answer.body, CHUNK_BYTES);
+    const first = chunks.shift() ?? new Uint8Array(0);
+    q.rest = chunks;
+    send({ t: 'answer', qid: q.qid, rows: answer.rows, ...(answer.head ? { head: answer.head } : {}), chunk: first, more: chunks.length > 0 });
+    if (chunks.length === 0) queries.delete(q.qid);
+  } catch (err) {
+    queries.delete(q.qid);
+    send({ t: 'failed', qid: q.qid, error: failureOf(q, err) });
+  } finally {
+    clearTimeout(q.timer);
+    q.conn?.closeSync();
+    q.conn = undefined;
+    for (const f of q.files) rmSync(f, { force: true });
+  }
+}
+
+function more(qid: number): void {
+  const q = queries.get(qid);
+  if (q === undefined) return;
+  const chunk = q.rest.shift();
+  if (chunk === undefined) return;
+  send({ t: 'chunk', qid, chunk, more: q.rest.length > 0 });
+  if (q.rest.length === 0) queries.delete(qid);
+}
+
+// ------------------------------------------------------------------------------- messages
+
+function onMessage(m: ToEngine): void {
+  switch (m.t) {
+    case 'init':
+      start(m.options).catch((err) => {
+        log('error', `query engine cannot start: ${(err as Error).message}`, {}, 'KEEL0023');
+        process.exit(71);
+      });
+      break;
+    case 'load-begin':
+      chain(beginLoad);
+      break;
+    case 'changes':
+      chain(() => applyChanges(m));
+      break;
+    case 'load-end':
+      chain(() => endLoad(m.seq));
+      break;
+    case 'query': {
+      const q = new Query(m.qid, m.limit_ms);
+      queries.set(m.qid, q);
+      void run(q, m, applied);
+      break;
+    }
+    case 'rows':
+      queries.get(m.qid)?.rows.get(m.table)?.(m);
+      break;
+    case 'journals':
+      queries.get(m.qid)?.journals?.(m);
+      break;
+    case 'more':
+      more(m.qid);
+      break;
+    case 'cancel':
+      queries.get(m.qid)?.halt('client');
+      queries.delete(m.qid);
+      break;
+  }
+}
+
+process.on('message', (m) => onMessage(m as ToEngine));
+process.on('disconnect', () => process.exit(0));

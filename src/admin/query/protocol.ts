@@ -1,0 +1,58 @@
+// Messages between the server and its query engine process (child_process IPC, "advanced"
+// serialization: Uint8Arrays cross as bytes). The server owns the data; the engine owns DuckDB.
+
+import type { RawJournalEntry, Row, TableFilter } from '../introspection.js';
+
+/** How an answer is encoded: `{"rows":[…]}`, an Arrow IPC stream, or PostgreSQL wire messages. */
+export type Format = 'json' | 'arrow' | 'pg';
+
+export interface EngineOptions {
+  /** A directory of the engine's own: its DuckDB file, spill files, files it loads. */
+  dir: string;
+  memory_limit_bytes: number;
+  threads: number;
+  max_result_rows: number;
+  max_result_bytes: number;
+}
+
+/** The error a query ends with: a catalogue code, its HTTP status, the message. */
+export interface QueryError {
+  code: 'KEEL0010' | 'KEEL0020' | 'KEEL0021' | 'KEEL0022' | 'KEEL0023';
+  status: number;
+  message: string;
+}
+
+export type ToEngine =
+  | { t: 'init'; options: EngineOptions }
+  /** The copy of the invocation statuses is rebuilt from here on (it starts empty). */
+  | { t: 'load-begin' }
+  /**
+   * Statuses as stored (JSON) and purged ids. `load`: records of the initial scan, taken only for
+   * ids no change has touched since load-begin (changes are newer). Answered by `applied`.
+   */
+  | { t: 'changes'; seq: number; load: boolean; records: Uint8Array[]; deleted: string[] }
+  | { t: 'load-end'; seq: number }
+  /** `timeout_ms`: what is left of the query's time (`limit_ms`, as configured) after it waited here. */
+  | { t: 'query'; qid: number; sql: string; format: Format; params: Array<string | null> | undefined; timeout_ms: number; limit_ms: number }
+  /** The rows of a table filled per query (answer to `need`); `error` when it could not be read. */
+  | { t: 'rows'; qid: number; table: string; rows: Row[]; error?: QueryError }
+  /** Stored journals (answer to `need-journals`), in the order asked. */
+  | { t: 'journals'; qid: number; journals: Array<[id: string, entries: RawJournalEntry[]]> }
+  /** The server wants the next chunk of an answer. */
+  | { t: 'more'; qid: number }
+  /** The client went away: stop the query. */
+  | { t: 'cancel'; qid: number };
+
+export type FromEngine =
+  | { t: 'ready' }
+  | { t: 'applied'; seq: number }
+  | { t: 'need'; qid: number; table: string; filter: TableFilter }
+  | { t: 'need-journals'; qid: number; ids: string[] }
+  /**
+   * An answer: its first chunk and whether more follow (each asked for with `more`). For `pg`,
+   * `head` is the RowDescription message and the chunks are DataRow messages.
+   */
+  | { t: 'answer'; qid: number; rows: number; head?: Uint8Array; chunk: Uint8Array; more: boolean }
+  | { t: 'chunk'; qid: number; chunk: Uint8Array; more: boolean }
+  | { t: 'failed'; qid: number; error: QueryError }
+  | { t: 'log'; level: 'info' | 'warn' | 'error'; code?: string; msg: string; fields?: Record<string, unknown> };

@@ -1,0 +1,307 @@
+// The query engine on a real Keel: the restate CLI's queries over live invocations, the limits
+// (time, rows, bytes) and what past them answers, hostile SQL refused with a code, a status no
+// timestamp can hold (a huge ?delay=), ingress answering while a heavy query runs, the engine
+// coming back after it dies, and the PostgreSQL wire protocol (psql, pg) with and without a
+// password.
+import t from 'tap';
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import * as restate from '@restatedev/restate-sdk';
+import pg from 'pg';
+import { tableFromIPC } from 'apache-arrow';
+import { eventually, ingress, query, register, serveServices, startKeel, tempDir } from './helpers/keel.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const CLI = path.join(here, '..', 'node_modules', '.bin', 'restate');
+
+const Echo = restate.service({
+  name: 'Echo',
+  handlers: {
+    echo: async (ctx, v) => ctx.run('step', () => v),
+    nap: async (ctx) => {
+      await ctx.sleep(3_600_000);
+      return 'rested';
+    },
+    // A delayed send from a handler: the service protocol carries any u64 time, and a delay of
+    // 1e16 ms lands past what a JavaScript Date or a timestamp column holds.
+    poison: async (ctx) => {
+      const handle = ctx.genericSend({ service: 'Echo', method: 'echo', parameter: Buffer.from(JSON.stringify('later')), delay: 1e16 });
+      return await handle.invocationId;
+    },
+  },
+});
+
+async function post(keel, sql, { json = true } = {}) {
+  const res = await fetch(`${keel.admin}/v4/query`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: json ? 'application/json' : '*/*' },
+    body: JSON.stringify({ query: sql }),
+  });
+  const buf = Buffer.from(await res.arrayBuffer());
+  const ct = res.headers.get('content-type') ?? '';
+  if (ct.includes('arrow')) return { status: res.status, table: tableFromIPC(buf) };
+  return { status: res.status, body: JSON.parse(buf.toString()) };
+}
+
+function restateCli(t, keel) {
+  const home = tempDir(t, 'keel-cli-home-');
+  return (...args) =>
+    new Promise((resolve) => {
+      execFile(CLI, args, {
+        env: { PATH: process.env.PATH, HOME: home, RESTATE_ADMIN_URL: keel.admin, RESTATE_CLI_CONFIG_HOME: home, CI: '1', NO_COLOR: '1', TERM: 'dumb' },
+        timeout: 60_000,
+      }, (err, stdout, stderr) => resolve({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, out: String(stdout) + String(stderr) }));
+    });
+}
+
+function psql(keel, args, env = {}) {
+  return new Promise((resolve) => {
+    execFile('psql', ['-h', keel.pgsql.host, '-p', String(keel.pgsql.port), '-U', 'keel', '-d', 'keel', '-X', '-v', 'ON_ERROR_STOP=1', ...args], {
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, PGCONNECT_TIMEOUT: '10', PGSSLMODE: 'prefer', ...env },
+      timeout: 60_000,
+    }, (err, stdout, stderr) => resolve({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, out: String(stdout), err: String(stderr) }));
+  });
+}
+
+/** The query engine's process: the child of Keel running engine-main.js. */
+function enginePid(keel) {
+  for (const pid of fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    try {
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === keel.proc.pid && fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('engine-main.js')) return Number(pid);
+    } catch {}
+  }
+  return undefined;
+}
+
+t.test('the restate CLI over live invocations: ls, describe, sql, services status, kill', async (t) => {
+  const keel = await startKeel(t, { env: { KEEL_WORKER__INVOKER__INACTIVITY_TIMEOUT: '200ms' } });
+  await register(keel, await serveServices(t, [Echo]));
+  for (const v of ['a', 'b', 'c']) t.equal((await ingress(keel, '/Echo/echo', v)).body, v);
+  const sent = await ingress(keel, '/Echo/nap/send', null);
+  t.equal(sent.status, 202);
+  const napping = sent.body.invocationId;
+  await eventually(async () => (await query(keel, `SELECT status FROM sys_invocation WHERE id = '${napping}'`))[0]?.status === 'suspended');
+  const cli = restateCli(t, keel);
+
+  const ls = await cli('invocations', 'list');
+  t.equal(ls.code, 0, ls.out);
+  t.match(ls.out, napping);
+  t.match(ls.out, /Showing 1\/1 invocations/);
+  const all = await cli('invocations', 'list', '--all');
+  t.equal(all.code, 0, all.out);
+  t.match(all.out, /Showing 4\/4 invocations/);
+  const byService = await cli('invocations', 'list', '--all', '--service', 'Echo', '--handler', 'echo');
+  t.equal(byService.code, 0, byService.out);
+  t.match(byService.out, /Showing 3\/3 invocations/);
+
+  const desc = await cli('invocations', 'describe', napping);
+  t.equal(desc.code, 0, desc.out);
+  t.match(desc.out, /Echo\/nap/);
+  t.match(desc.out, /Sleep/);
+
+  const count = await cli('sql', 'select count(*) from sys_invocation');
+  t.equal(count.code, 0, count.out);
+  t.match(count.out, /\b4\b/);
+  t.match(count.out, /1 rows/);
+  const status = await cli('services', 'status', 'Echo');
+  t.equal(status.code, 0, status.out);
+  t.match(status.out, napping);
+
+  const kill = await cli('invocations', 'kill', napping, '--yes');
+  t.equal(kill.code, 0, kill.out);
+  t.match(kill.out, /Killed 1 invocations/);
+  // a query after the kill answered sees it: the copy follows every durable batch
+  t.same(await query(keel, `SELECT status, completion_result FROM sys_invocation WHERE id = '${napping}'`), [{ status: 'completed', completion_result: 'failure' }]);
+  const journal = await query(keel, `SELECT index, entry_type FROM sys_journal WHERE id = '${napping}' ORDER BY index`);
+  t.match(journal, [{ index: 0, entry_type: 'Command: Input' }, { index: 1, entry_type: 'Command: Sleep' }]);
+});
+
+t.test('limits: a query past its time, rows or bytes is cancelled with a code; the engine goes on', async (t) => {
+  const keel = await startKeel(t, {
+    env: {
+      KEEL_ADMIN__QUERY_ENGINE__QUERY_TIMEOUT: '2s',
+      KEEL_ADMIN__QUERY_ENGINE__MAX_RESULT_ROWS: '1000',
+      KEEL_ADMIN__QUERY_ENGINE__MAX_RESULT_BYTES: '64KiB',
+    },
+  });
+  const slow = await post(keel, 'SELECT sum(hash(range)) FROM range(10000000000000)');
+  t.equal(slow.status, 408, JSON.stringify(slow.body));
+  t.equal(slow.body.restate_code, 'KEEL0021');
+  t.match(slow.body.message, /query_timeout/);
+  const rows = await post(keel, 'SELECT * FROM range(5000)');
+  t.equal(rows.status, 422, JSON.stringify(rows.body));
+  t.equal(rows.body.restate_code, 'KEEL0022');
+  t.match(rows.body.message, /max_result_rows/);
+  const bytes = await post(keel, "SELECT repeat('x', 1000) AS s FROM range(500)", { json: false });
+  t.equal(bytes.status, 422);
+  t.equal(bytes.body.restate_code, 'KEEL0022');
+  t.match(bytes.body.message, /max_result_bytes/);
+  // the recursion no one stops: cut by the row limit as it streams
+  const forever = await post(keel, 'WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT n FROM r');
+  t.ok([408, 422].includes(forever.status), String(forever.status));
+  t.match(forever.body.restate_code, /KEEL002[12]/);
+  // within the limits everything answers, in both shapes
+  t.same((await post(keel, 'SELECT count(*) AS n FROM range(999)')).body.rows, [{ n: 999 }]);
+  const arrow = await post(keel, 'SELECT * FROM range(1000)', { json: false });
+  t.equal(arrow.table.numRows, 1000);
+});
+
+t.test('hostile SQL is refused with KEEL0020, bad SQL is a 400 with the engine\'s message', async (t) => {
+  const keel = await startKeel(t);
+  const hostile = [
+    'CREATE TABLE x (a INT)',
+    'DROP TABLE sys_journal',
+    'ALTER TABLE state ADD COLUMN x INT',
+    "INSERT INTO sys_rules (pattern) VALUES ('x')",
+    'UPDATE sys_service SET name = 1',
+    'DELETE FROM state',
+    'SELECT 1; SELECT 2',
+    'SELECT 1; DROP TABLE state',
+    'INSTALL httpfs',
+    'LOAD httpfs',
+    "ATTACH '/tmp/x.duckdb' AS x",
+    "COPY (SELECT 1) TO '/tmp/keel-copy.csv'",
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "SELECT * FROM read_json_auto('/etc/hosts')",
+    "SELECT * FROM read_text('/etc/passwd')",
+    "SELECT * FROM '/etc/passwd.csv'",
+    "SELECT * FROM glob('/*')",
+    "SET enable_external_access = true",
+    "PRAGMA database_list",
+    'CALL checkpoint()',
+    "EXPORT DATABASE '/tmp/keel-export'",
+    "SELECT * FROM query('SELECT 1')",
+  ];
+  for (const sql of hostile) {
+    const r = await post(keel, sql);
+    t.equal(r.status, 400, `${sql}: ${JSON.stringify(r.body)}`);
+    t.equal(r.body.restate_code, 'KEEL0020', sql);
+  }
+  t.notOk(fs.existsSync('/tmp/keel-copy.csv'), 'nothing was written');
+
+  const syntax = await post(keel, 'SELEC 1');
+  t.equal(syntax.status, 400);
+  t.equal(syntax.body.restate_code, 'KEEL0010');
+  t.match(syntax.body.message, /syntax error/);
+  const table = await post(keel, 'SELECT * FROM no_such_table');
+  t.equal(table.status, 400);
+  t.match(table.body.message, /no_such_table/);
+  const column = await post(keel, 'SELECT nope FROM sys_invocation', { json: false });
+  t.equal(column.status, 400, 'errors are JSON in both shapes');
+  t.match(column.body.message, /nope/);
+});
+
+t.test('a status no timestamp can hold (a delayed send past year 275,000) renders, and so does every other', async (t) => {
+  const keel = await startKeel(t);
+  await register(keel, await serveServices(t, [Echo]));
+  const sender = await ingress(keel, '/Echo/poison', null);
+  t.equal(sender.status, 200, JSON.stringify(sender.body));
+  const id = sender.body;
+  t.match(id, /^inv_/);
+  t.equal((await ingress(keel, '/Echo/echo', 'now')).body, 'now');
+  const rows = await query(keel, 'SELECT id, status, scheduled_start_at, created_at FROM sys_invocation ORDER BY created_at');
+  t.equal(rows.length, 3);
+  const poisoned = rows.find((r) => r.id === id);
+  t.equal(poisoned.status, 'scheduled');
+  t.notOk('scheduled_start_at' in poisoned, 'a time past what a timestamp holds is NULL');
+  t.same((await query(keel, 'SELECT count(*) AS n FROM sys_invocation_status')), [{ n: 3 }]);
+  const cli = restateCli(t, keel);
+  const ls = await cli('invocations', 'list');
+  t.equal(ls.code, 0, ls.out);
+  t.match(ls.out, id);
+});
+
+t.test('ingress and admin answer while a heavy query runs', async (t) => {
+  const keel = await startKeel(t, { env: { KEEL_ADMIN__QUERY_ENGINE__QUERY_TIMEOUT: '10s' } });
+  await register(keel, await serveServices(t, [Echo]));
+  let heavyDone = 0;
+  const heavy = post(keel, 'SELECT sum(hash(range)) FROM range(10000000000000)').then((r) => {
+    heavyDone = Date.now();
+    return r;
+  });
+  await new Promise((r) => setTimeout(r, 500)); // it is running
+  const answered = [];
+  for (let i = 0; i < 5; i++) {
+    const r = await ingress(keel, '/Echo/echo', `v${i}`);
+    t.equal(r.body, `v${i}`);
+    answered.push(Date.now());
+  }
+  t.equal((await fetch(`${keel.admin}/health`)).status, 200);
+  t.same(await query(keel, 'SELECT count(*) AS n FROM sys_invocation'), [{ n: 5 }], 'other queries run beside it');
+  answered.push(Date.now());
+  const r = await heavy;
+  t.equal(r.status, 408);
+  t.equal(r.body.restate_code, 'KEEL0021');
+  t.ok(answered.every((at) => at <= heavyDone), 'every call was answered while the heavy query was still running');
+});
+
+t.test('the engine comes back after it dies, with every status', async (t) => {
+  const keel = await startKeel(t);
+  await register(keel, await serveServices(t, [Echo]));
+  for (const v of ['a', 'b']) await ingress(keel, '/Echo/echo', v);
+  t.same(await query(keel, 'SELECT count(*) AS n FROM sys_invocation'), [{ n: 2 }]);
+  const pid = enginePid(keel);
+  t.ok(pid, 'the engine runs in a process of its own');
+  process.kill(pid, 'SIGKILL');
+  await ingress(keel, '/Echo/echo', 'c'); // while it is down
+  const n = await eventually(async () => (await query(keel, 'SELECT count(*) AS n FROM sys_invocation'))[0].n === 3, { timeout_ms: 30_000 });
+  t.ok(n);
+  t.match(keel.logLines('KEEL0023').map((l) => l.msg).join('\n'), /query engine exited/);
+  t.not(enginePid(keel), pid);
+});
+
+t.test('PostgreSQL wire protocol on 9071: psql and the pg driver', async (t) => {
+  const keel = await startKeel(t, { env: { KEEL_ADMIN__QUERY_ENGINE__MAX_RESULT_ROWS: '1000' } });
+  await register(keel, await serveServices(t, [Echo]));
+  for (const v of ['a', 'b', 'c']) await ingress(keel, '/Echo/echo', v);
+
+  const count = await psql(keel, ['-At', '-c', 'SELECT count(*) FROM sys_invocation']);
+  t.equal(count.code, 0, count.err);
+  t.equal(count.out.trim(), '3');
+  const dt = await psql(keel, ['-c', '\\dt']);
+  t.equal(dt.code, 0, dt.err);
+  t.match(dt.out, /sys_journal/);
+  const dv = await psql(keel, ['-c', '\\dv']);
+  t.match(dv.out, /sys_invocation/);
+  const refused = await psql(keel, ['-c', 'DROP TABLE state']);
+  t.not(refused.code, 0);
+  t.match(refused.err, /KEEL0020/);
+
+  const client = new pg.Client({ host: keel.pgsql.host, port: keel.pgsql.port, user: 'keel', database: 'keel' });
+  await client.connect();
+  t.teardown(() => client.end());
+  const byParam = await client.query('SELECT target, status, created_at FROM sys_invocation WHERE target_service_name = $1 ORDER BY created_at', ['Echo']);
+  t.equal(byParam.rows.length, 3);
+  t.match(byParam.rows[0], { target: 'Echo/echo', status: 'completed' });
+  t.ok(byParam.rows[0].created_at instanceof Date, 'timestamps arrive as timestamptz');
+  const n = await client.query('SELECT count(*)::BIGINT AS n, true AS b, 1.5::DOUBLE AS f FROM sys_invocation');
+  t.same(n.rows, [{ n: '3', b: true, f: 1.5 }]);
+  const bad = await client.query('SELECT * FROM nope').catch((e) => e);
+  t.equal(bad.code, '42601');
+  t.match(bad.message, /KEEL0010/);
+  const limit = await client.query('SELECT * FROM range(5000)').catch((e) => e);
+  t.equal(limit.code, '54000', 'the same limits apply');
+  const hostile = await client.query("SELECT * FROM read_csv('/etc/passwd')").catch((e) => e);
+  t.equal(hostile.code, '42501');
+  t.same((await client.query('SELECT 1 AS one')).rows, [{ one: 1 }], 'the connection goes on after errors');
+});
+
+t.test('a password on 9071', async (t) => {
+  const keel = await startKeel(t, { env: { KEEL_ADMIN__QUERY_ENGINE__PGSQL_PASSWORD: 's3cret' } });
+  const wrong = await psql(keel, ['-c', 'SELECT 1'], { PGPASSWORD: 'nope' });
+  t.not(wrong.code, 0);
+  t.match(wrong.err, /password authentication failed/);
+  const right = await psql(keel, ['-At', '-c', 'SELECT 41 + 1'], { PGPASSWORD: 's3cret' });
+  t.equal(right.code, 0, right.err);
+  t.equal(right.out.trim(), '42');
+  const client = new pg.Client({ host: keel.pgsql.host, port: keel.pgsql.port, user: 'keel', database: 'keel', password: 's3cret' });
+  await client.connect();
+  t.same((await client.query('SELECT count(*)::INT AS n FROM sys_invocation')).rows, [{ n: 0 }]);
+  await client.end();
+  const anon = new pg.Client({ host: keel.pgsql.host, port: keel.pgsql.port, user: 'keel', database: 'keel', password: 'wrong' });
+  t.rejects(anon.connect(), /password authentication failed/);
+});
