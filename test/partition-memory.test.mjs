@@ -77,3 +77,22 @@ t.test('running invocations are never evicted', async (t) => {
   t.equal(state.invocations.get(running.text)?.status, 'running');
   t.ok(state.journals.has(running.text), 'its journal stays in memory too');
 });
+
+t.test('a status read while its batch is being written sees the batch, not the store', async (t) => {
+  const { state, store, apply } = partition();
+  const id = idempotentInvocationId('Svc', '', 'h', 'k');
+  apply({ kind: 'invoke', invoke: { invocation_id: id.bytes, service: 'Svc', handler: 'h', idempotency_key: 'k', service_type: 'Service' } });
+  complete(apply, id, 1);
+  t.equal(state.status(id.text)?.status, 'completed');
+
+  // The purge is folded and its writes taken; the store has not received them yet.
+  fold({ state, actions: [], now_ms: 5e9 }, { timestamp_ms: 5e9, kind: 'purge', purge: { invocation_id: id.bytes } });
+  const inFlight = state.takeWrites();
+  t.ok(store.has(invocationsTable.key(0, id.text)), 'the store still holds the status');
+  t.equal(state.status(id.text), undefined, 'a read in between sees the purge');
+  t.notOk(state.invocations.has(id.text), 'and caches nothing from the store');
+
+  for (const [k, v] of inFlight) v === null ? store.delete(k) : store.set(k, v);
+  state.writesDurable();
+  t.equal(state.status(id.text), undefined, 'gone once written');
+});

@@ -218,6 +218,7 @@ export class PartitionProcessor implements AttemptHost {
         this.halt(err, 'the partition log could not be written', batch);
         break;
       }
+      this.state.writesDurable();
       this.observeBatch(records.length, bytes, performance.now() - writeStart, this.state.entries_appended - entriesBefore);
       try {
         this.observe?.(this.partition, writes);

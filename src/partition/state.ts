@@ -79,6 +79,12 @@ export class PartitionState {
   /** Journal entries appended since this state was loaded (for metrics; not part of the state). */
   entries_appended = 0;
   private writes = new Map<string, Buffer | null>();
+  /**
+   * The writes of the batch being written. Until it is durable the store still holds what it
+   * replaces, so a status read through to the store (a request between the fold and the write)
+   * must see these first, or it would cache what the batch deleted or changed.
+   */
+  private unflushed = new Map<string, Buffer | null>();
 
   constructor(readonly partition: number) {}
 
@@ -93,7 +99,7 @@ export class PartitionState {
       return cached;
     }
     const key = invocationsTable.key(this.partition, id);
-    const raw = this.writes.has(key) ? this.writes.get(key) : this.loader?.(key);
+    const raw = this.writes.has(key) ? this.writes.get(key) : this.unflushed.has(key) ? this.unflushed.get(key) : this.loader?.(key);
     if (raw === undefined || raw === null) return undefined;
     const s = invocationsTable.decode(raw);
     assert(s.id === id, () => `partition ${this.partition}: status stored under ${id} is for ${s.id}`);
@@ -307,14 +313,21 @@ export class PartitionState {
   }
 
   /** Hands over the writes of the current batch and starts a new one. */
+  /** The writes of the current batch, to be written; reads see them until `writesDurable`. */
   takeWrites(): StateWrite[] {
-    const out = [...this.writes];
+    this.unflushed = this.writes;
     this.writes = new Map();
-    return out;
+    return [...this.unflushed];
+  }
+
+  /** The batch taken last is in the store: reads may go to the store again. */
+  writesDurable(): void {
+    this.unflushed = new Map();
   }
 
   /** Drops the writes of the current batch (the batch is abandoned: the partition stops). */
   discardWrites(): void {
     this.writes = new Map();
+    this.unflushed = new Map();
   }
 }
