@@ -26,6 +26,14 @@ try {
 } catch {
   cachedData = undefined;
 }
+// Dynamic imports in the bundle (packages loaded when first needed) go through the main context's
+// loader; Node flags that option as experimental once per process, a warning for the operator
+// about Keel's internals. Only that warning is dropped.
+const emitWarning = process.emitWarning.bind(process);
+process.emitWarning = ((warning: string | Error, ...rest: unknown[]) => {
+  if (String(warning).includes('USE_MAIN_CONTEXT_DEFAULT_LOADER')) return;
+  (emitWarning as (...args: unknown[]) => void)(warning, ...rest);
+}) as typeof process.emitWarning;
 const script = new vm.Script(Module.wrap(source), {
   filename: file,
   ...(cachedData !== undefined ? { cachedData } : {}),

@@ -38,7 +38,7 @@ export function edgeServerOptions(o: EdgeOptions): Partial<FastifyServerOptions>
   const { limits } = o;
   return {
     // Route parameters (keys, names, ids) may be as long as the URL allows: 414 is decided here.
-    maxParamLength: MAX_URL_BYTES,
+    routerOptions: { maxParamLength: MAX_URL_BYTES },
     requestTimeout: limits.request_timeout_ms,
     keepAliveTimeout: Math.max(1, limits.idle_timeout_ms),
     // Node's own socket timeout stays off: idleness is judged per connection below.

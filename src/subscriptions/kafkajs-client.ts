@@ -9,7 +9,9 @@
 // every `heartbeat.interval.ms`. A crash kafkajs does not restart itself is restarted here, with
 // a fresh consumer and backoff, until `stop`.
 
-import { Kafka, logLevel, type Admin, type Batch, type Consumer, type KafkaConfig, type SASLOptions } from 'kafkajs';
+import { createRequire } from 'node:module';
+import type * as Kafkajs from 'kafkajs';
+import type { Admin, Batch, Consumer, Kafka, KafkaConfig, SASLOptions } from 'kafkajs';
 import type { KafkaConsumerSettings } from '../metadata/kafka-options.js';
 import {
   backoff,
@@ -19,6 +21,10 @@ import {
   type KafkaRecord,
   type PartitionLag,
 } from './kafka-client.js';
+
+/** kafkajs takes ~100 ms of CPU to load: a server without subscriptions never loads it. */
+let kafkajs: typeof Kafkajs | undefined;
+const loadKafkajs = (): typeof Kafkajs => (kafkajs ??= createRequire(import.meta.url)('kafkajs') as typeof Kafkajs);
 
 /** How long `stop` waits for kafkajs to leave the group and close its connections. */
 const STOP_WAIT_MS = 5_000;
@@ -48,6 +54,7 @@ export class KafkajsConsumer implements KafkaConsumer {
     private readonly handlers: KafkaConsumerHandlers,
   ) {
     this.warn = throttledWarnings(handlers.onWarning);
+    const { Kafka, logLevel } = loadKafkajs();
     const s = settings;
     const config: KafkaConfig = {
       clientId: s.clientId,
