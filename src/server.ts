@@ -18,6 +18,7 @@ import { directorySize_bytes } from './telemetry/disk.js';
 import { createTracing, KeelMetrics, type Telemetry } from './telemetry/index.js';
 
 const METRICS_LOAD_DELAY_MS = 1_000;
+const ENGINE_START_DELAY_MS = 500;
 
 /** A running Keel node: store, registry, partitions, invoker, ingress, admin and SQL servers. */
 export class KeelServer {
@@ -82,9 +83,11 @@ export class KeelServer {
       worker.start(invoker);
       // Consumers start once the partitions have recovered: positions are read from them.
       subscriptions.start();
-      // The query engine boots in a process of its own once the server answers, and its copy of
-      // the statuses loads in the background.
-      engine.start();
+      // The query engine boots in a process of its own a moment after the server answers (its
+      // boot would take CPU from the first requests and from recovery on a small machine), and
+      // its copy of the statuses loads in the background; a query before that starts it at once.
+      const started = engine;
+      setTimeout(() => started.start(), ENGINE_START_DELAY_MS).unref();
       // prom-client loads a second after the start, in the background, out of the way of the first
       // requests; a scrape before that loads it itself.
       setTimeout(() => metrics.load().catch((err) => logger.error({ err, code: 'RT0006' }, 'cannot load the metrics registry')), METRICS_LOAD_DELAY_MS).unref();

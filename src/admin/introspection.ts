@@ -77,7 +77,7 @@ export const emptySource: IntrospectionSource = {
 export { stateVersion } from '../partition/state-version.js';
 
 // ---------------------------------------------------------------------------------------------
-// Table schemas. Kinds drive both the SQLite declaration and the output encoding.
+// Table schemas. Kinds drive both the DuckDB declaration and the output encoding.
 
 export type ColumnKind = 'utf8' | 'int64' | 'uint64' | 'float64' | 'bool' | 'ts' | 'binary';
 
