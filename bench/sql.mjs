@@ -245,7 +245,7 @@ async function storeBuilder(dir, n) {
   const partitionOf = (pk) => Number((pk * BigInt(PARTITIONS)) >> 64n);
   const procs = await Promise.all(
     Array.from({ length: PARTITIONS }, (_, p) =>
-      processor.PartitionProcessor.open(db, writer, p, { fsync: false, effects: { execute() {} }, logger: logger.silentLogger, owns: (id) => partitionOf(id.partitionKey) === p }),
+      processor.PartitionProcessor.open(db, writer, p, { fsync: false, effects: { execute() {} }, logger: logger.silentLogger, owns: (key) => partitionOf(key) === p }),
     ),
   );
   const input = Buffer.from(JSON.stringify({ name: 'sql' }));

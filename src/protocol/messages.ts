@@ -68,7 +68,10 @@ export function entryTypeName(type: number): string {
   return name;
 }
 
-const root = protobuf.Root.fromJSON(descriptor as unknown as protobuf.INamespace);
+// Built on first use (see `codec`): reading the descriptor and resolving its types costs tens of
+// ms of CPU, which a start that decodes no message does not pay.
+let root: protobuf.Root | undefined;
+const protocolRoot = (): protobuf.Root => (root ??= protobuf.Root.fromJSON(descriptor as unknown as protobuf.INamespace));
 
 /** Decoding as Keel reads messages: uint64 as number, bytes as Buffer, oneof names set. */
 const plain: protobuf.IConversionOptions = { longs: Number, bytes: Buffer, defaults: false, oneofs: true };
@@ -81,12 +84,16 @@ export interface Codec<T> {
 }
 
 function codec<T>(name: string): Codec<T> {
-  const type = root.lookupType(`${PACKAGE}.${name}`);
+  let type: protobuf.Type | undefined;
+  const resolved = (): protobuf.Type => (type ??= protocolRoot().lookupType(`${PACKAGE}.${name}`));
   return {
     name,
     // Values are built to the generated types: no fromObject copy before encoding.
-    encode: (value) => type.encode(value as { [k: string]: unknown }).finish(),
-    decode: (bytes) => type.toObject(type.decode(bytes), plain) as T,
+    encode: (value) => resolved().encode(value as { [k: string]: unknown }).finish(),
+    decode: (bytes) => {
+      const t = resolved();
+      return t.toObject(t.decode(bytes), plain) as T;
+    },
   };
 }
 
