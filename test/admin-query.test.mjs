@@ -4,6 +4,7 @@ import t from 'tap';
 import { tableFromIPC } from 'apache-arrow';
 import { DuckDBInstance } from '@duckdb/node-api';
 import { analyze, treeText } from '../dist/admin/query/analyze.js';
+import { TABLES } from '../dist/admin/introspection.js';
 import { startAdmin } from './services/introspection-fake.mjs';
 
 async function query(base, sql, { json = true, path = '/v4/query' } = {}) {
@@ -182,6 +183,12 @@ t.test('invocations describe (4.10): lookup, probes, journal in both shapes', as
                 table_name = 'sys_journal'
                 AND column_name IN ('version', 'entry_json', 'appended_at')`, { json: false });
   t.equal(Number(p2.table.getChildAt(0).get(0)), 3);
+  // information_schema is read from a copy made at the engine's start: the introspection tables
+  // only (not the engine's own), and a reference qualified by the view's name still resolves.
+  const listed = await query(base, 'SELECT table_name FROM information_schema.tables ORDER BY table_name');
+  t.same(listed.body.rows.map((r) => r.table_name), Object.keys(TABLES).sort());
+  const qualified = await query(base, "SELECT DISTINCT columns.table_name FROM information_schema.columns WHERE columns.column_name = 'entry_json'");
+  t.same(qualified.body.rows, [{ table_name: 'sys_journal' }]);
   const j = await query(base, `SELECT
             sj.index,
             sj.entry_type,

@@ -25,6 +25,13 @@ const TABLE_NAME = /^[A-Za-z_][A-Za-z0-9_$]*$/;
  */
 export const PG_COMPAT_FUNCTIONS = new Set(['pg_get_userbyid', 'pg_encoding_to_char']);
 
+/**
+ * information_schema views read from a copy made when the engine starts (schema.ts): the schema
+ * never changes at run time, and DuckDB's views walk its whole catalogue on every query (~5 ms,
+ * twice in every `restate invocations describe`).
+ */
+export const INFORMATION_SCHEMA_COPIES: Record<string, string> = { columns: 'keel_information_schema_columns', tables: 'keel_information_schema_tables' };
+
 /** Aggregates DataFusion spells as its window functions' names. */
 const AGGREGATE_NAMES: Record<string, string> = { first_value: 'first', last_value: 'last' };
 
@@ -162,6 +169,14 @@ export function analyze(root: Ast, wanted: ReadonlySet<string>): Analysis {
       const name = str(n.table_name);
       if (!TABLE_NAME.test(name)) return { tables, rewritten, refusal: `'${name}' is not a table name: reading files is not allowed, queries read the introspection tables only` };
       const lower = name.toLowerCase();
+      const copied = INFORMATION_SCHEMA_COPIES[lower];
+      if (copied !== undefined && str(n.schema_name).toLowerCase() === 'information_schema') {
+        if (str(n.alias) === '') n.alias = name; // `columns.table_name` still names it
+        n.schema_name = 'main';
+        n.table_name = copied;
+        rewritten = true;
+        continue;
+      }
       if (!wanted.has(lower) || ctes.has(lower)) continue;
       if (str(n.schema_name).toLowerCase() === 'public') {
         n.schema_name = ''; // the table filled for this query, not its empty declaration

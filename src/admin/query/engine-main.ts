@@ -40,12 +40,6 @@ let markLoaded: () => void = () => {};
 let loading = false;
 let loadStarted = 0;
 const queries = new Map<number, Query>();
-/**
- * Connections of queries that ended cleanly and made no temp tables, for the next queries: a
- * fresh connection and its search_path cost two trips to DuckDB's threads per query.
- */
-const idleConnections: DuckDBConnection[] = [];
-const MAX_IDLE_CONNECTIONS = 4;
 /** What the parser said of recent query texts (the CLI sends the same ones again and again). */
 const parsed = new Map<string, { text: string; tables: Map<string, TableFilter> }>();
 const MAX_PARSED = 256;
@@ -235,9 +229,6 @@ class Query {
   rows = new Map<string, (m: Extract<ToEngine, { t: 'rows' }>) => void>();
   journals: ((m: Extract<ToEngine, { t: 'journals' }>) => void) | undefined;
   readonly files: string[] = [];
-  /** Temp tables made on this query's connection: it is not reused after them. */
-  tempTables = 0;
-  failed = false;
 
   constructor(readonly qid: number, readonly limit_ms: number) {}
 
@@ -325,7 +316,6 @@ async function loadTables(q: Query, tables: Map<string, TableFilter>): Promise<v
     q.check();
     const file = join(options.dir, `q${q.qid}-${table}.json`);
     q.files.push(file);
-    q.tempTables += 1;
     for (const sql of perQueryTableSql(table, rows.write(file) ? file : undefined, Math.max(MAX_OBJECT_BYTES, rows.longest + 1))) await q.conn!.run(sql);
   }
 }
@@ -427,7 +417,7 @@ async function newConnection(): Promise<DuckDBConnection> {
 async function run(q: Query, m: Extract<ToEngine, { t: 'query' }>, before: Promise<void>): Promise<void> {
   q.timer = setTimeout(() => q.halt('timeout'), m.timeout_ms);
   try {
-    q.conn = idleConnections.pop() ?? (await newConnection());
+    q.conn = await newConnection();
     const { text, tables } = await parse(q, m.sql);
     if ([...tables.keys()].some((t) => COPY_VIEWS.has(t))) await waitLoaded(q);
     await before;
@@ -441,14 +431,11 @@ async function run(q: Query, m: Extract<ToEngine, { t: 'query' }>, before: Promi
     send({ t: 'answer', qid: q.qid, rows: answer.rows, ...(answer.head ? { head: answer.head } : {}), chunk: first, more: chunks.length > 0 });
     if (chunks.length === 0) queries.delete(q.qid);
   } catch (err) {
-    q.failed = true;
     queries.delete(q.qid);
     send({ t: 'failed', qid: q.qid, error: failureOf(q, err) });
   } finally {
     clearTimeout(q.timer);
-    const reusable = !q.failed && q.stop === undefined && q.tempTables === 0 && idleConnections.length < MAX_IDLE_CONNECTIONS;
-    if (q.conn !== undefined && reusable) idleConnections.push(q.conn);
-    else q.conn?.closeSync();
+    q.conn?.closeSync();
     q.conn = undefined;
     for (const f of q.files) rmSync(f, { force: true });
   }

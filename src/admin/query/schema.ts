@@ -5,6 +5,7 @@
 
 import { MessageType, entryTypeName } from '../../protocol/messages.js';
 import { TABLES, type ColumnKind, type TableSchema } from '../introspection.js';
+import { INFORMATION_SCHEMA_COPIES } from './analyze.js';
 
 export const SERVER_RESTATE_VERSION = '1.7.12';
 
@@ -121,6 +122,8 @@ export function schemaSql(): string[] {
     view('sys_invocation', derivedStatus),
     view('sys_invocation_status', rawStatus),
     ...Object.entries(TABLES).filter(([name]) => !COPY_VIEWS.has(name)).map(([name, schema]) => createTableSql(name, schema)),
+    // Copies of the catalogue's views over the tables declared above (INFORMATION_SCHEMA_COPIES).
+    ...Object.entries(INFORMATION_SCHEMA_COPIES).map(([view, copy]) => `CREATE TABLE main.${copy} AS SELECT * FROM information_schema.${view} WHERE table_schema = 'public'`),
     // psql's \dt, \dn and \l (see PG_COMPAT_FUNCTIONS)
     `CREATE MACRO public.pg_get_userbyid(oid) AS 'keel'`,
     `CREATE MACRO public.pg_encoding_to_char(encoding) AS 'UTF8'`,
