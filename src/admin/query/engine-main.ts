@@ -8,7 +8,8 @@ import { readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import { join } from 'node:path';
 import { DuckDBInstance, type DuckDBConnection, type DuckDBResult } from '@duckdb/node-api';
-import { PER_QUERY_TABLES, type RawJournalEntry, type Row, type TableFilter } from '../introspection.js';
+import { PER_QUERY_TABLES, TABLES, type RawJournalEntry, type Row, type TableFilter } from '../introspection.js';
+import { appendRows } from './append.js';
 import { analyze, treeText, type Ast } from './analyze.js';
 import { cell, encoder, kindOf, loadArrow, rechunk, type Cell, type Column } from './encode.js';
 import { journalRows } from './journal-rows.js';
@@ -228,7 +229,6 @@ class Query {
   rest: Uint8Array[] = [];
   rows = new Map<string, (m: Extract<ToEngine, { t: 'rows' }>) => void>();
   journals: ((m: Extract<ToEngine, { t: 'journals' }>) => void) | undefined;
-  readonly files: string[] = [];
 
   constructor(readonly qid: number, readonly limit_ms: number) {}
 
@@ -262,31 +262,21 @@ const bytesAsBase64 = (row: Row): Record<string, unknown> => {
   return out;
 };
 
-/** Rows as lines of JSON, counted against the byte limit of what one query reads. */
-class RowFile {
-  private readonly lines: Buffer[] = [];
+/** The rows of one per-query table, counted (as JSON) against the byte limit of what one query reads. */
+class RowSet {
+  readonly rows: Row[] = [];
   bytes = 0;
-  /** The longest line: DuckDB's reader is told to expect documents that large. */
-  longest = 0;
 
   constructor(private readonly table: string) {}
 
   add(rows: readonly Row[]): void {
     for (const r of rows) {
-      const line = Buffer.from(JSON.stringify(bytesAsBase64(r)), 'utf8');
-      this.bytes += line.length + 1;
-      this.longest = Math.max(this.longest, line.length);
-      this.lines.push(line);
+      this.bytes += Buffer.byteLength(JSON.stringify(bytesAsBase64(r)), 'utf8') + 1;
+      this.rows.push(r);
     }
     if (this.bytes > options.max_result_bytes) {
       throw tooLarge(`the query reads more than ${options.max_result_bytes} bytes of ${this.table} (admin.query_engine.max_result_bytes): filter it${this.table === 'sys_journal' ? ' by id' : this.table === 'state' ? ' by service_name and service_key' : ''}`);
     }
-  }
-
-  write(file: string): boolean {
-    if (this.lines.length === 0) return false;
-    writeLines(file, this.lines);
-    return true;
   }
 }
 
@@ -297,7 +287,7 @@ async function journalIds(q: Query, filter: TableFilter): Promise<string[]> {
   return r.getRows().map((row) => String(row[0]));
 }
 
-async function loadJournal(q: Query, filter: TableFilter, rows: RowFile): Promise<void> {
+async function loadJournal(q: Query, filter: TableFilter, rows: RowSet): Promise<void> {
   const ids = await journalIds(q, filter);
   for (let i = 0; i < ids.length; i += JOURNALS_PER_REQUEST) {
     q.check();
@@ -309,14 +299,13 @@ async function loadJournal(q: Query, filter: TableFilter, rows: RowFile): Promis
 async function loadTables(q: Query, tables: Map<string, TableFilter>): Promise<void> {
   for (const [table, filter] of tables) {
     if (COPY_VIEWS.has(table)) continue;
-    const rows = new RowFile(table);
+    const rows = new RowSet(table);
     if (table === 'sys_journal') await loadJournal(q, filter, rows);
     else if (PER_QUERY_TABLES[table] !== undefined) rows.add(await need(q, table, filter));
     else continue; // declared, always empty here (vqueues, rules)
     q.check();
-    const file = join(options.dir, `q${q.qid}-${table}.json`);
-    q.files.push(file);
-    for (const sql of perQueryTableSql(table, rows.write(file) ? file : undefined, Math.max(MAX_OBJECT_BYTES, rows.longest + 1))) await q.conn!.run(sql);
+    await q.conn!.run(perQueryTableSql(table));
+    await appendRows(q.conn!, table, TABLES[table]!, rows.rows);
   }
 }
 
@@ -437,7 +426,6 @@ async function run(q: Query, m: Extract<ToEngine, { t: 'query' }>, before: Promi
     clearTimeout(q.timer);
     q.conn?.closeSync();
     q.conn = undefined;
-    for (const f of q.files) rmSync(f, { force: true });
   }
 }
 

@@ -130,19 +130,9 @@ export function schemaSql(): string[] {
   ];
 }
 
-/**
- * A temp table of this query's connection, shadowing the empty declaration in `public`, filled
- * from a file of rows (one JSON object a line, every value as text or number; binary as base64).
- */
-export function perQueryTableSql(name: string, file: string | undefined, maxObjectBytes: number): string[] {
-  const schema = TABLES[name]!;
-  const out = [createTableSql(name, schema, '', true)];
-  if (file === undefined) return out;
-  const columns = schema.map(([c]) => `${quote(c)}: 'VARCHAR'`).join(', ');
-  const cast = schema.map(([c, k]) => (k === 'binary' ? `from_base64(${quote(c)})` : `TRY_CAST(${quote(c)} AS ${DUCK_TYPE[k]})`));
-  out.push(`INSERT INTO temp.main.${name} SELECT ${cast.join(', ')} FROM read_json(${literal(file)}, format = 'newline_delimited',
-    maximum_object_size = ${maxObjectBytes}, columns = {${columns}})`);
-  return out;
+/** A temp table of this query's connection, shadowing the empty declaration in `public` (filled by append.ts). */
+export function perQueryTableSql(name: string): string {
+  return createTableSql(name, TABLES[name]!, '', true);
 }
 
 /** Tables a query may name whose rows come from outside the copy. */
