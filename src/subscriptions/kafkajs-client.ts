@@ -167,8 +167,11 @@ export class KafkajsConsumer implements KafkaConsumer {
   private async run(): Promise<void> {
     if (this.stopped) return;
     const s = this.settings;
-    const consumer = this.kafka.consumer({
+    const consumer: Consumer = this.kafka.consumer({
       groupId: s.groupId,
+      // kafkajs restarts a consumer that crashed on a retriable error by itself, also one that
+      // was stopped or replaced in the meantime: that one would reconnect forever.
+      retry: { restartOnFailure: async () => !this.stopped && this.consumer === consumer },
       sessionTimeout: s.sessionTimeoutMs,
       heartbeatInterval: s.heartbeatIntervalMs,
       rebalanceTimeout: s.rebalanceTimeoutMs,
