@@ -351,7 +351,7 @@ t.test('state (4.12), vqueues and rules (4.14), sql (4.13)', async (t) => {
 });
 
 t.test('a table filled per query is read only as far as max_result_bytes: filter it', async (t) => {
-  const { base, source } = await startAdmin(t, { queryEngine: { max_result_bytes: 600 } });
+  const { base, source } = await startAdmin(t, { queryEngine: { max_result_bytes: 400 } });
   const all = await query(base, 'SELECT id, index, entry_json FROM sys_journal');
   t.equal(all.status, 422, JSON.stringify(all.body));
   t.equal(all.body.restate_code, 'KEEL0022');

@@ -386,6 +386,16 @@ export interface RowContext {
 /** Rows of one table filled per query, for the columns of TABLES[name]. */
 export type RowSource = (ctx: RowContext, filter: TableFilter) => AsyncIterable<Row> | Iterable<Row>;
 
+/**
+ * Cheap size of a row for max_result_bytes (strings and bytes dominate): the server counts the
+ * rows it sends for a per-query table, the engine the journal rows it decodes.
+ */
+export function rowBytes(r: Row): number {
+  let n = 16;
+  for (const v of Object.values(r)) n += typeof v === 'string' ? v.length : v instanceof Uint8Array ? v.length : 8;
+  return n;
+}
+
 const pinned = (filter: TableFilter, column: string, value: string): boolean => filter[column] === undefined || filter[column].includes(value);
 const keyed = (filter: TableFilter, service: string, key: string) => pinned(filter, 'service_name', service) && pinned(filter, 'service_key', key);
 

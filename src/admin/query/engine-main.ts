@@ -8,7 +8,7 @@ import { readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import { join } from 'node:path';
 import { DuckDBInstance, type DuckDBConnection, type DuckDBResult } from '@duckdb/node-api';
-import { PER_QUERY_TABLES, TABLES, type RawJournalEntry, type Row, type TableFilter } from '../introspection.js';
+import { PER_QUERY_TABLES, TABLES, rowBytes, type RawJournalEntry, type Row, type TableFilter } from '../introspection.js';
 import { appendRows } from './append.js';
 import { analyze, treeText, type Ast } from './analyze.js';
 import { cell, encoder, kindOf, loadArrow, rechunk, type Cell, type Column } from './encode.js';
@@ -256,13 +256,7 @@ function needJournals(q: Query, ids: string[]): Promise<Array<[string, RawJourna
   });
 }
 
-const bytesAsBase64 = (row: Row): Record<string, unknown> => {
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(row)) out[k] = v instanceof Uint8Array ? Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('base64') : v;
-  return out;
-};
-
-/** The rows of one per-query table, counted (as JSON) against the byte limit of what one query reads. */
+/** The rows of one per-query table, counted against the byte limit of what one query reads. */
 class RowSet {
   readonly rows: Row[] = [];
   bytes = 0;
@@ -271,7 +265,7 @@ class RowSet {
 
   add(rows: readonly Row[]): void {
     for (const r of rows) {
-      this.bytes += Buffer.byteLength(JSON.stringify(bytesAsBase64(r)), 'utf8') + 1;
+      this.bytes += rowBytes(r);
       this.rows.push(r);
     }
     if (this.bytes > options.max_result_bytes) {

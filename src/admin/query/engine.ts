@@ -12,7 +12,7 @@ import type { QueryEngineConfig } from '../../config/index.js';
 import type { Logger } from '../../common/logger.js';
 import { KeelError } from '../../errors/index.js';
 import type { Registry } from '../../metadata/registry.js';
-import { PER_QUERY_TABLES, type IntrospectionSource, type InvocationChanges, type Row, type TableFilter } from '../introspection.js';
+import { PER_QUERY_TABLES, rowBytes, type IntrospectionSource, type InvocationChanges, type Row, type TableFilter } from '../introspection.js';
 import type { Format, FromEngine, QueryError, ToEngine } from './protocol.js';
 
 /** Queries the engine runs at once; more wait here, up to MAX_WAITING, then are refused. */
@@ -73,12 +73,6 @@ interface Pending {
 const failure = (e: QueryError) => new KeelError(e.code, e.message, e.status);
 const unavailable = (why: string) => new KeelError('KEEL0023', `the query engine is unavailable: ${why}`, 503);
 
-/** Cheap size of a row for the per-query byte limit (strings and bytes dominate). */
-function rowBytes(r: Row): number {
-  let n = 16;
-  for (const v of Object.values(r)) n += typeof v === 'string' ? v.length : v instanceof Uint8Array ? v.length : 8;
-  return n;
-}
 
 /**
  * The engine's entry point in `dist/`: beside this module in the compiled tree, or, when this
