@@ -452,6 +452,8 @@ t.test('admin UI', async (t) => {
     t.equal(sub.status, 201, sub.text);
     await page.goto(ui('/subscriptions'));
     await page.locator('#subscriptions').waitFor();
+    // The row comes from the list, the consumer's state from its status route a moment later.
+    await page.locator('#subscriptions').getByText('starting').waitFor({ timeout: 15_000 });
     const st = await page.locator('#subscriptions').innerText();
     t.match(st, /kafka:\/\/local\/orders\s+service:\/\/Counter\/add/);
     t.match(st, /starting/, 'its consumer, which cannot reach the cluster');
