@@ -33,9 +33,9 @@ export function tempDir(t, prefix = 'keel-test-') {
  * Returns { ingress, admin, dir, logs(), kill(signal), restart(), stop() }.
  */
 export async function startKeel(t, { env = {}, dir = tempDir(t), nodePath = process.execPath, args = [] } = {}) {
-  const ingressPort = await freePort();
-  const adminPort = await freePort();
-  const pgsqlPort = await freePort();
+  let ingressPort = await freePort();
+  let adminPort = await freePort();
+  let pgsqlPort = await freePort();
   const keel = {
     dir,
     ingress: `http://127.0.0.1:${ingressPort}`,
@@ -102,7 +102,20 @@ export async function startKeel(t, { env = {}, dir = tempDir(t), nodePath = proc
       await keel.kill('SIGTERM');
     },
   };
-  await keel.launch();
+  // A free port can be taken by another test between freePort() and Keel's bind (RT0004): the
+  // first start tries other ports, twice at most.
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await keel.launch();
+      break;
+    } catch (err) {
+      if (attempt >= 2 || !/RT0004[^\n]*address in use/.test(String(err?.message))) throw err;
+      [ingressPort, adminPort, pgsqlPort] = [await freePort(), await freePort(), await freePort()];
+      keel.ingress = `http://127.0.0.1:${ingressPort}`;
+      keel.admin = `http://127.0.0.1:${adminPort}`;
+      keel.pgsql = { host: '127.0.0.1', port: pgsqlPort };
+    }
+  }
   t.teardown(() => {
     // A failing test shows what Keel said: CI has nothing else to go by.
     if (!t.passing()) t.comment(`last lines of Keel's log:\n${keel.output.split('\n').slice(-40).join('\n')}`);
