@@ -9,6 +9,7 @@ import Module, { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import vm from 'node:vm';
+import { ENTRY_IMPORT } from './common/load-package.js';
 
 /** Long enough for the start and the first requests to have compiled what they use. */
 const CACHE_WRITE_DELAY_MS = 5_000;
@@ -26,18 +27,13 @@ try {
 } catch {
   cachedData = undefined;
 }
-// Dynamic imports in the bundle (packages loaded when first needed) go through the main context's
-// loader; Node flags that option as experimental once per process, a warning for the operator
-// about Keel's internals. Only that warning is dropped.
-const emitWarning = process.emitWarning.bind(process);
-process.emitWarning = ((warning: string | Error, ...rest: unknown[]) => {
-  if (String(warning).includes('USE_MAIN_CONTEXT_DEFAULT_LOADER')) return;
-  (emitWarning as (...args: unknown[]) => void)(warning, ...rest);
-}) as typeof process.emitWarning;
+// Packages the bundle loads when first needed come through this module's import(): on Node 20 a
+// script read from the code cache has lost its own dynamic-import callback
+// (ERR_VM_DYNAMIC_IMPORT_CALLBACK_MISSING from the second start on).
+(globalThis as Record<symbol, unknown>)[ENTRY_IMPORT] = (specifier: string) => import(specifier);
 const script = new vm.Script(Module.wrap(source), {
   filename: file,
   ...(cachedData !== undefined ? { cachedData } : {}),
-  importModuleDynamically: vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER,
 });
 // For the "keel is ready" line: whether this start read the cache.
 (globalThis as Record<symbol, unknown>)[Symbol.for('keel.code_cache')] = cachedData === undefined ? 'none' : script.cachedDataRejected === true ? 'rejected' : 'used';

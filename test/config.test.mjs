@@ -2,6 +2,7 @@
 // key; and the real server refusing to start (RT0002, RT0004, RT0005) or starting on Node 20.
 import t from 'tap';
 import { spawn, execFileSync } from 'node:child_process';
+import pg from 'pg';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -278,4 +279,25 @@ t.test('the server runs on the system Node (20) and serves the Greeter', async (
   const r = await ingress(keel, '/Greeter/greet', { name: 'Node20' });
   t.equal(r.status, 200, JSON.stringify(r.body));
   t.same(r.body, { result: 'You said hi to Node20!' });
+
+  // The second start reads the code cache the first one wrote; on Node 20 such a script has lost
+  // its dynamic-import callback, and the packages loaded on first use (prom-client, pg-gateway)
+  // must still load.
+  const bundleDir = path.join(root, 'dist/bundle');
+  const cached = () => fs.readdirSync(bundleDir).some((f) => f.startsWith(`keel.cjs.${version}.`) && f.endsWith('.v8cache'));
+  for (const deadline = Date.now() + 15_000; !cached() && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 200));
+  t.ok(cached(), `a code cache for ${version} was written`);
+  await keel.stop();
+  await keel.launch();
+  const ready = keel.output.split('\n').filter((l) => l.includes('keel is ready')).map((l) => JSON.parse(l)).at(-1);
+  t.equal(ready.code_cache, 'used', 'the second start read the code cache');
+  const metrics = await fetch(`${keel.admin}/metrics`);
+  t.equal(metrics.status, 200, 'prom-client loads');
+  t.match(await metrics.text(), /keel_invocations_completed_total/);
+  const client = new pg.Client({ host: keel.pgsql.host, port: keel.pgsql.port, user: 'keel', database: 'keel' });
+  await client.connect();
+  t.teardown(() => client.end().catch(() => {}));
+  const rows = (await client.query("SELECT count(*)::INT AS n FROM sys_invocation WHERE target_service_name = 'Greeter'")).rows;
+  t.same(rows, [{ n: 1 }], 'pg-gateway loads: the completed Greeter call is there');
+  t.equal(keel.logLines('RT0006').length, 0, 'no internal error logged');
 });

@@ -7,6 +7,7 @@
 import net from 'node:net';
 import type { ScramSha256Data } from 'pg-gateway';
 import type { Logger } from '../common/logger.js';
+import { loadPackage } from '../common/load-package.js';
 import { splitAddress, type QueryEngineConfig } from '../config/index.js';
 import { KeelError } from '../errors/index.js';
 import { SERVER_VERSION } from './routes/meta.js';
@@ -263,7 +264,7 @@ class Session {
 
 /** pg-gateway loads on the first connection: a server no PostgreSQL client talks to starts without it. */
 let gateway: Promise<[typeof import('pg-gateway'), typeof import('pg-gateway/node')]> | undefined;
-const loadGateway = () => (gateway ??= Promise.all([import('pg-gateway'), import('pg-gateway/node')]));
+const loadGateway = () => (gateway ??= Promise.all([loadPackage<typeof import('pg-gateway')>('pg-gateway'), loadPackage<typeof import('pg-gateway/node')>('pg-gateway/node')]));
 
 export interface PgServer {
   address: string;

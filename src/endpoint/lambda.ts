@@ -6,6 +6,7 @@
 // AWS_ENDPOINT_URL_LAMBDA / AWS_ENDPOINT_URL (that is how tests point it at a local emulator).
 
 import type { LambdaClient } from '@aws-sdk/client-lambda';
+import { loadPackage } from '../common/load-package.js';
 import { KeelError, keelError } from '../errors/index.js';
 
 export interface LambdaArn {
@@ -118,10 +119,10 @@ function assumeRoleProvider(region: string, roleArn: string): () => Promise<Cred
     if (cached && (!cached.expiration || cached.expiration.getTime() - Date.now() > 60_000)) return cached;
     // STS comes with the AWS SDK's credential chain (a dependency of @aws-sdk/client-lambda).
     // AWS_ENDPOINT_URL_STS / AWS_ENDPOINT_URL redirect it like Lambda.
-    const sts = (await import('@aws-sdk/nested-clients/sts' as string)) as StsModule;
+    const sts = await loadPackage<StsModule>('@aws-sdk/nested-clients/sts');
     const base = endpointOverridden() && !hasAwsCredentials()
       ? { accessKeyId: 'keel', secretAccessKey: 'keel' }
-      : ((await import('@aws-sdk/credential-provider-node' as string)) as CredentialProviderModule).defaultProvider();
+      : (await loadPackage<CredentialProviderModule>('@aws-sdk/credential-provider-node')).defaultProvider();
     const client = new sts.STSClient({ region, maxAttempts: 1, credentials: base });
     const out = await client.send(new sts.AssumeRoleCommand({ RoleArn: roleArn, RoleSessionName: 'keel' }));
     const c = out.Credentials;
@@ -133,7 +134,7 @@ function assumeRoleProvider(region: string, roleArn: string): () => Promise<Cred
 
 /** The AWS SDK costs ~100 ms to load: only servers with function-platform deployments pay it. */
 let lambdaSdk: Promise<typeof import('@aws-sdk/client-lambda')> | undefined;
-const loadLambdaSdk = () => (lambdaSdk ??= import('@aws-sdk/client-lambda'));
+const loadLambdaSdk = () => (lambdaSdk ??= loadPackage<typeof import('@aws-sdk/client-lambda')>('@aws-sdk/client-lambda'));
 
 async function client(region: string, assumeRole: string | undefined): Promise<LambdaClient> {
   const key = `${region}|${assumeRole ?? ''}`;

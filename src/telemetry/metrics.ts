@@ -1,5 +1,6 @@
 import type { Registry } from 'prom-client';
 import { assert } from '../common/assert.js';
+import { loadPackage } from '../common/load-package.js';
 import { catalogue } from '../errors/index.js';
 import {
   BATCH_BYTES_BUCKETS,
@@ -98,7 +99,7 @@ export class KeelMetrics {
 
   /** Loads prom-client and registers every metric; the server calls it once it is ready, a scrape at the latest. */
   load(): Promise<Registry> {
-    this.registry ??= import('prom-client').then(({ Registry, collectDefaultMetrics }) => {
+    this.registry ??= loadPackage<typeof import('prom-client')>('prom-client').then(({ Registry, collectDefaultMetrics }) => {
       const registry = new Registry();
       // prom-client reads any object with a name and get(); its own metric classes are not
       // used on the hot path (see cells.ts).
