@@ -14,6 +14,7 @@ import { decodeCommand } from '../dist/log/commands.js';
 import { EmbeddedLog } from '../dist/log/partition-log.js';
 import { InvocationId, randomPartitionKey } from '../dist/common/ids.js';
 import { silentLogger } from '../dist/common/logger.js';
+import { MessageType, Outcome, encode, pb } from './helpers/fold.mjs';
 import { tempDir } from './helpers/keel.mjs';
 
 function invoke(i) {
@@ -241,4 +242,39 @@ t.test('past its bound of live invocations a partition refuses new ones with 503
   await p.append({ ...invoke(5), source_partition: 7, source_seq: 1 });
   t.equal(p.state.live.size, 4);
   await t.rejects(p.append(invoke(6)), { code: 'KEEL0501' }, 'new work still waits');
+});
+
+t.test('fsync: a batch is synced when a caller waits to show it or an action leaves the process, not otherwise', async (t) => {
+  const { db, effects } = await setup(t);
+  const syncs = [];
+  const writer = new GroupWriter(db);
+  const write = writer.write.bind(writer);
+  writer.write = (fill, sync) => {
+    syncs.push(sync);
+    return write(fill, sync);
+  };
+  const p = await PartitionProcessor.open(db, writer, 5, { fsync: true, effects, logger: silentLogger });
+  const cmd = invoke(0);
+  const raw = cmd.invoke.invocation_id;
+  const attempt = { durable: false };
+  const entry = (type, message, fields = {}) => ({ kind: 'journal_append', journal_append: { invocation_id: raw, epoch: 0, entry_type: type, entry: Buffer.from(message), ...fields } });
+
+  await p.append(cmd);
+  t.same(syncs.splice(0), [true], 'an invoke from a client: synced before the client hears of it (and the attempt starts)');
+  await p.append(entry(MessageType.RunCommand, encode(pb.Run, { name: 'r', result_completion_id: 1 })), attempt);
+  t.same(syncs.splice(0), [false], "an attempt's command that nothing outside sees yet: not synced");
+  const wake = BigInt(Date.now() + 60_000);
+  await p.append(entry(MessageType.SleepCommand, encode(pb.Sleep, { wake_up_time: wake, result_completion_id: 2 })), attempt);
+  t.same(syncs.splice(0), [false], 'a sleep only arms a timer: not synced');
+  await p.append(entry(MessageType.RunCompletion, encode(pb.Notification, { completion_id: 1, value: { content: Buffer.from('1') } })), attempt);
+  t.same(syncs.splice(0), [true], 'a run result goes back to the endpoint: synced first');
+  await p.append(entry(MessageType.OutputCommand, encode(pb.Output, { value: { content: Buffer.from('"ok"') } })), attempt);
+  t.same(syncs.splice(0), [false], 'the output alone: not synced');
+  await p.append({ kind: 'attempt_ended', attempt_ended: { invocation_id: raw, epoch: 0, outcome: Outcome.END } }, attempt);
+  t.same(syncs.splice(0), [true], 'the end answers the waiting client: synced first');
+
+  // Without fsync nothing is synced, whatever the batch.
+  const q = await PartitionProcessor.open(db, writer, 6, { fsync: false, effects, logger: silentLogger });
+  await q.append(invoke(1));
+  t.same(syncs.splice(0), [false]);
 });

@@ -212,7 +212,8 @@ export class Invoker implements AttemptRunner {
       inactivity_timeout_ms: handler?.inactivity_timeout_ms ?? service?.inactivity_timeout_ms ?? this.config.worker.invoker.inactivity_timeout_ms,
       abort_timeout_ms: handler?.abort_timeout_ms ?? service?.abort_timeout_ms ?? this.config.worker.invoker.abort_timeout_ms,
       message_size_limit_bytes: this.config.worker.invoker.message_size_limit_bytes,
-      append: (kind) => host.append(kind),
+      // What these messages make visible leaves as actions of their batch (see AppendOptions).
+      append: (kind) => host.append(kind, { durable: false }),
       endpoints: this.endpoints,
       failed,
       onClose: (outcome, failure) => {

@@ -23,7 +23,17 @@ export interface AttemptHost {
   invocation(id: string): InvocationStatus | undefined;
   journal(id: string): readonly JournalEntry[];
   objectState(service: string, key: string): ReadonlyMap<string, Buffer>;
-  append(kind: CommandKind): Promise<void>;
+  append(kind: CommandKind, options?: AppendOptions): Promise<void>;
+}
+
+export interface AppendOptions {
+  /**
+   * Whether the caller makes something visible outside the process once the append resolves (an
+   * answer to a client, a Kafka offset), so it must be on disk first. Default true. An attempt's
+   * own messages pass false: what they make visible (a completion sent to the endpoint, a reply)
+   * leaves as an action of their batch, and `flush` syncs a batch with such actions anyway.
+   */
+  durable?: boolean;
 }
 
 /** Why a partition stopped, for logs and `/health`. */
@@ -35,6 +45,7 @@ export interface PartitionFailure {
 
 interface Pending {
   command: Command;
+  durable: boolean;
   resolve: () => void;
   reject: (err: Error) => void;
 }
@@ -108,14 +119,17 @@ export class PartitionProcessor implements AttemptHost {
     this.effects.execute(this, recoveryActions(this.state));
   }
 
-  /** Appends a command; resolves once it is durable and folded (its actions may still run). */
-  append(kind: CommandKind): Promise<void> {
+  /**
+   * Appends a command; resolves once it is folded and written: fsynced (with fsync on) when
+   * `durable` or when its batch has actions that leave the process. Its actions may still run.
+   */
+  append(kind: CommandKind, options: AppendOptions = {}): Promise<void> {
     const refusal = this.refusal(kind.kind, (kind as Command).source_partition !== undefined);
     if (refusal !== undefined) return Promise.reject(refusal);
     const command = { timestamp_ms: Date.now(), ...kind } as Command;
     this.checkOwnership(command);
     return new Promise((resolve, reject) => {
-      this.queue.push({ command, resolve, reject });
+      this.queue.push({ command, durable: options.durable ?? true, resolve, reject });
       if (!this.writing) this.scheduleFlush();
     });
   }
@@ -212,7 +226,7 @@ export class PartitionProcessor implements AttemptHost {
       const writes = this.state.takeWrites();
       const writeStart = performance.now();
       try {
-        const last = await this.log.append(records, writes, this.fsync);
+        const last = await this.log.append(records, writes, this.fsync && needsSync(batch, actions));
         assert(last === before + records.length, () => `partition ${this.partition}: log at ${last} after appending ${records.length} records at ${before}`);
       } catch (err) {
         this.halt(err, 'the partition log could not be written', batch);
@@ -237,7 +251,7 @@ export class PartitionProcessor implements AttemptHost {
     this.settleIdle?.();
   }
 
-  /** One durable batch: its size, its write time, the journal entries it appended. */
+  /** One written batch: its size, its write time, the journal entries it appended. */
   private observeBatch(commands: number, bytes: number, write_ms: number, entries: number): void {
     this.metrics.batchCommands.observe(commands);
     this.metrics.batchBytes.observe(bytes);
@@ -254,4 +268,17 @@ export class PartitionProcessor implements AttemptHost {
     this.logger.fatal({ err, code: 'KEEL0503', invariant: err instanceof InvariantError }, `partition ${this.partition} stopped: ${reason}`);
     for (const p of [...batch, ...this.queue.splice(0)]) p.reject(refusal);
   }
+}
+
+/**
+ * Whether a batch must be on disk before its appends resolve and its actions run: when a caller
+ * waits to make it visible, or when an action leaves the process (an attempt starts or is
+ * aborted, a message goes to an endpoint, a client gets its answer, a retry is scheduled). A
+ * timer or an outbox entry only leads to another append, whose own batch is synced if it must
+ * be. An unsynced batch is still written to the store's one write-ahead log (it survives a crash
+ * of the process), and the next synced write puts it on disk together with its own, in order:
+ * a machine crash can lose only a tail of batches nothing outside has seen.
+ */
+function needsSync(batch: readonly Pending[], actions: readonly Action[]): boolean {
+  return batch.some((p) => p.durable) || actions.some((a) => a.kind !== 'timer' && a.kind !== 'outbox');
 }
