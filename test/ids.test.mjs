@@ -31,3 +31,17 @@ t.test('random ids and partition keys', async (t) => {
   t.equal(partitionKeyOfIdBytes(Buffer.alloc(3)), undefined);
   t.ok(isDeploymentId(newDeploymentId()));
 });
+
+t.test('parsing text never seen before (not from the memo): the bytes, and values too large refused', async (t) => {
+  const samples = [Buffer.alloc(24, 0xff), Buffer.alloc(24, 0), ...Array.from({ length: 2000 }, () => randomBytes(24))];
+  let same = 0;
+  for (const bytes of samples) if (InvocationId.parse(reference(bytes))?.bytes.equals(bytes)) same++;
+  t.equal(same, samples.length);
+  // 11 base62 digits reach past 2^64 and 22 past 2^128.
+  t.equal(InvocationId.parse(`inv_1${'Z'.repeat(11)}${'0'.repeat(22)}`), undefined, 'partition key past 64 bits');
+  t.equal(InvocationId.parse(`inv_1${'0'.repeat(11)}${'Z'.repeat(22)}`), undefined, 'uuid past 128 bits');
+  t.equal(InvocationId.parse(`inv_1${refBase62((1n << 64n) - 1n, 11)}${refBase62((1n << 128n) - 1n, 22)}`)?.bytes.equals(Buffer.alloc(24, 0xff)), true, 'the largest values fit');
+  t.equal(InvocationId.parse(`inv_1${refBase62(1n << 64n, 11)}${'0'.repeat(22)}`), undefined, '2^64 does not');
+  t.equal(isDeploymentId(`dp_1${'Z'.repeat(22)}`), false);
+  t.equal(isDeploymentId(`dp_1${refBase62((1n << 128n) - 1n, 22)}`), true);
+});
