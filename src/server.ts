@@ -44,13 +44,18 @@ export class KeelServer {
     logger ??= createLogger(config.log.level, config.log.format, (code) => metrics.error(code));
     // A bad key refuses startup (RT0002) before anything is opened.
     const signer = loadSigner(config, logger);
+    // Where a slow start went, for the ready line: ms since the process began, at each step's end.
+    const phases_ms: Record<string, number> = { loaded: Math.round(performance.now()) };
+    const phase = (name: string) => (phases_ms[name] = Math.round(performance.now()));
     const db = await openWorkerStore(config.worker.storage_db.path);
+    phase('store_opened');
     let registry: Registry | undefined;
     const tracing = await createTracing(config.tracing.endpoint, logger.child({ component: 'tracing' }));
     const telemetry: Telemetry = { metrics, tracing };
     let engine: QueryEngine | undefined;
     try {
       registry = await Registry.open(config, logger.child({ component: 'metadata' }), signer !== undefined ? { signer } : {});
+      phase('registry_opened');
       const known = registry;
       metrics.knownTarget = (service, handler) => known.handler(service, handler) !== undefined;
       const worker = new Worker(config, logger.child({ component: 'worker' }), telemetry);
@@ -59,6 +64,7 @@ export class KeelServer {
         // A read that fails its checksum, or state that breaks an invariant: never run on it.
         throw new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(err as Error)?.message ?? String(err)}`, 500, { cause: err });
       });
+      phase('partitions_loaded');
       const endpoints = new EndpointClient({
         ...DEFAULT_ENDPOINT_CLIENT_OPTIONS,
         http2: { ...DEFAULT_ENDPOINT_CLIENT_OPTIONS.http2, connect_timeout_ms: config.worker.invoker.connect_timeout_ms },
@@ -71,6 +77,7 @@ export class KeelServer {
       const introspection = new WorkerIntrospection(worker, subscriptions);
       engine = createQueryEngine(config, registry, () => introspection, logger);
       const admin = await createAdminServer({ config, registry, logger, introspection, engine, failures: () => worker.failures(), metrics });
+      phase('routes_built');
       await listen(ingress, config.ingress.bind_address, 'ingress');
       let pgsql: PgServer;
       try {
@@ -80,6 +87,7 @@ export class KeelServer {
         await Promise.allSettled([ingress.close(), admin.close()]);
         throw err;
       }
+      phase('listening');
       worker.start(invoker);
       // Consumers start once the partitions have recovered: positions are read from them.
       subscriptions.start();
@@ -96,6 +104,7 @@ export class KeelServer {
         {
           startup_ms: Math.round(performance.now()),
           startup_cpu_ms: Math.round((cpu.user + cpu.system) / 1000),
+          startup_phases_ms: phases_ms,
           code_cache: (globalThis as Record<symbol, unknown>)[Symbol.for('keel.code_cache')] ?? 'none',
           ingress: config.ingress.bind_address,
           admin: config.admin.bind_address,

@@ -76,6 +76,7 @@ t.test('running invocations are never evicted', async (t) => {
   }
   t.equal(state.invocations.get(running.text)?.status, 'running');
   t.ok(state.journals.has(running.text), 'its journal stays in memory too');
+  t.equal(state.journal(running.text).length, 1);
 });
 
 t.test('a status read while its batch is being written sees the batch, not the store', async (t) => {

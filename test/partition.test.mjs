@@ -8,6 +8,7 @@ import { PartitionProcessor } from '../dist/partition/processor.js';
 import { recoveryActions } from '../dist/partition/recovery.js';
 import { verifyPartition } from '../dist/partition/verify.js';
 import { invocationsTable } from '../dist/storage/tables/invocations.js';
+import { journalTable } from '../dist/storage/tables/journal.js';
 import { PartitionState } from '../dist/partition/state.js';
 import { fold } from '../dist/partition/fold/index.js';
 import { decodeCommand } from '../dist/log/commands.js';
@@ -126,11 +127,20 @@ t.test('reopening a partition restores its state and the attempts to restart', a
   const cmds = [...Array(20).keys()].map(invoke);
   await Promise.all(cmds.map((c) => p.append(c)));
   const snapshot = JSON.stringify([...p.state.invocations.entries()].sort());
+  const journals = JSON.stringify([...p.state.invocations.keys()].sort().map((id) => p.journal(id)));
   await p.close();
   await t.rejects(p.append(invoke(99)), /closed/, 'a closed partition refuses commands');
 
   const again = await PartitionProcessor.open(db, new GroupWriter(db), 1, { fsync: true, effects, logger: silentLogger });
   t.equal(JSON.stringify([...again.state.invocations.entries()].sort()), snapshot, 'same invocations after reopening');
+  t.equal(again.state.journals.size, 0, 'no journal is read up front');
+  t.equal(JSON.stringify([...again.state.invocations.keys()].sort().map((id) => again.journal(id))), journals, 'each is read on first use, the same');
+  // A journal longer than its status says is broken: reading it fails loudly.
+  const [first] = [...again.state.invocations.values()];
+  again.state.journals.delete(first.id);
+  await db.put(journalTable.key(1, first.id, first.journal_length), Buffer.from([0, 1]));
+  t.throws(() => again.journal(first.id), /has 2 entries, its status says 1/);
+  await db.del(journalTable.key(1, first.id, first.journal_length));
   const starts = recoveryActions(again.state).filter((a) => a.kind === 'start').map((a) => a.id).sort();
   t.same(starts, cmds.map((c) => InvocationId.fromBytes(c.invoke.invocation_id).text).sort(), 'every running invocation restarts');
   // New appends continue the log after the recovered position.

@@ -4,7 +4,6 @@ import { dedupTable } from '../storage/tables/dedup.js';
 import { fsmTable } from '../storage/tables/fsm.js';
 import { inboxTable } from '../storage/tables/inbox.js';
 import { invocationsTable } from '../storage/tables/invocations.js';
-import { journalTable } from '../storage/tables/journal.js';
 import { liveTable } from '../storage/tables/live.js';
 import { locksTable } from '../storage/tables/locks.js';
 import { outboxTable } from '../storage/tables/outbox.js';
@@ -16,7 +15,8 @@ import { PartitionState, type Action } from './state.js';
 
 /**
  * Loads a partition's materialised state from the store: everything but completed invocations
- * (the fold reads those back when it needs one). Checks what it reads against itself.
+ * (the fold reads those back when it needs one) and journals (read when first used). Checks what
+ * it reads against itself.
  */
 export async function loadState(db: Db, partition: number): Promise<PartitionState> {
   const state = new PartitionState(partition);
@@ -30,12 +30,7 @@ export async function loadState(db: Db, partition: number): Promise<PartitionSta
     state.live.add(id);
   }
   for (const s of state.invocations.values()) if (s.invoked_by_subscription_id) state.countSubscriptionInvocation(s.invoked_by_subscription_id, 1);
-  for (const s of state.invocations.values()) {
-    // One more than the status says: a journal longer than its status is as broken as a shorter one.
-    const journal = journalTable.readSync(db, partition, s.id, s.journal_length + 1);
-    assert(journal.length === s.journal_length, () => `partition ${partition}: journal of ${s.id} has ${journal.length} entries, its status says ${s.journal_length}`);
-    state.journals.set(s.id, journal);
-  }
+  // Journals load on first use (PartitionState.journal).
   for await (const [key, timer] of timersTable.scan(db, partition)) state.timers.set(key, timer);
   for await (const [objectKey, id] of locksTable.scan(db, partition)) state.locks.set(objectKey, id);
   for await (const [objectKey, entry] of inboxTable.scan(db, partition)) {

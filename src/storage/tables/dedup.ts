@@ -1,5 +1,5 @@
 // Table `dedup`: per source partition, the last outbox sequence applied from it.
-import type { Db } from '../store.js';
+import { entriesIn, type Db } from '../store.js';
 import { tablePrefix, tableRange } from '../keys.js';
 
 const TABLE = 'dedup';
@@ -10,6 +10,6 @@ export const dedupTable = {
 
   async *scan(db: Db, partition: number): AsyncGenerator<[source: number, seq: number]> {
     const prefix = tablePrefix(partition, TABLE);
-    for await (const [key, value] of db.iterator(tableRange(partition, TABLE))) yield [Number(key.slice(prefix.length)), Number(value.toString('utf8'))];
+    for await (const [key, value] of entriesIn(db, tableRange(partition, TABLE))) yield [Number(key.slice(prefix.length)), Number(value.toString('utf8'))];
   },
 };

@@ -1,5 +1,5 @@
 // Table `inbox`: invocations waiting for a key's lock, by object key and arrival sequence.
-import type { Db } from '../store.js';
+import { entriesIn, type Db } from '../store.js';
 import { pad, tablePrefix, tableRange } from '../keys.js';
 
 export interface InboxEntry {
@@ -15,7 +15,7 @@ export const inboxTable = {
 
   async *scan(db: Db, partition: number): AsyncGenerator<[objectKey: string, entry: InboxEntry]> {
     const prefix = tablePrefix(partition, TABLE);
-    for await (const [key, value] of db.iterator(tableRange(partition, TABLE))) {
+    for await (const [key, value] of entriesIn(db, tableRange(partition, TABLE))) {
       const rest = key.slice(prefix.length);
       const cut = rest.lastIndexOf('/');
       yield [rest.slice(0, cut), { id: value.toString('utf8'), seq: Number(rest.slice(cut + 1)) }];

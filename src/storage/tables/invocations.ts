@@ -1,5 +1,5 @@
 // Table `inv`: the status of every invocation of a partition, by id (JSON).
-import type { Db } from '../store.js';
+import { entriesIn, valuesIn, type Db } from '../store.js';
 import { tablePrefix, tableRange } from '../keys.js';
 
 export type Status = 'scheduled' | 'inboxed' | 'running' | 'backing-off' | 'suspended' | 'paused' | 'completed';
@@ -80,18 +80,18 @@ export const invocationsTable = {
 
   /** Every stored status of the partition, in id order. */
   async *scan(db: Db, partition: number): AsyncGenerator<InvocationStatus> {
-    for await (const value of db.values(tableRange(partition, TABLE))) yield invocationsTable.decode(value);
+    for await (const value of valuesIn(db, tableRange(partition, TABLE))) yield invocationsTable.decode(value);
   },
 
   /** Every stored status of the partition as stored (JSON), undecoded, in id order. */
   async *records(db: Db, partition: number): AsyncGenerator<Buffer> {
-    yield* db.values(tableRange(partition, TABLE));
+    yield* valuesIn(db, tableRange(partition, TABLE));
   },
 
   /** Stored statuses whose id is not in `skip` (those the caller already has in memory). */
   async *scanExcept(db: Db, partition: number, skip: ReadonlySet<string>): AsyncGenerator<InvocationStatus> {
     const prefix = tablePrefix(partition, TABLE);
-    for await (const [key, value] of db.iterator(tableRange(partition, TABLE))) {
+    for await (const [key, value] of entriesIn(db, tableRange(partition, TABLE))) {
       if (!skip.has(key.slice(prefix.length))) yield invocationsTable.decode(value);
     }
   },

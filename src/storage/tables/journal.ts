@@ -1,5 +1,5 @@
 // Table `j`: journal entries by invocation id and index; value = u16 message type + payload.
-import type { Db } from '../store.js';
+import { valuesIn, type Db } from '../store.js';
 import { pad, tablePrefix } from '../keys.js';
 
 export interface JournalEntry {
@@ -32,21 +32,7 @@ export const journalTable = {
   /** The whole stored journal of one invocation, in order. */
   async read(db: Db, partition: number, id: string): Promise<JournalEntry[]> {
     const out: JournalEntry[] = [];
-    for await (const value of db.values(range(partition, id))) out.push(journalTable.decode(value));
-    return out;
-  },
-
-  /**
-   * The first `length` entries of one journal, read synchronously: recovery loads the journal of
-   * every live invocation, and a point read (~5 µs) is far cheaper than an iterator's round trips.
-   */
-  readSync(db: Db, partition: number, id: string, length: number): JournalEntry[] {
-    const out: JournalEntry[] = [];
-    for (let i = 0; i < length; i++) {
-      const raw = db.getSync(journalTable.key(partition, id, i));
-      if (raw === undefined) break;
-      out.push(journalTable.decode(raw));
-    }
+    for await (const value of valuesIn(db, range(partition, id))) out.push(journalTable.decode(value));
     return out;
   },
 

@@ -1,5 +1,5 @@
 // Table `lock`: which invocation holds the exclusive lock of a virtual object or workflow key.
-import type { Db } from '../store.js';
+import { entriesIn, type Db } from '../store.js';
 import { tablePrefix, tableRange } from '../keys.js';
 
 const TABLE = 'lock';
@@ -10,6 +10,6 @@ export const locksTable = {
 
   async *scan(db: Db, partition: number): AsyncGenerator<[objectKey: string, id: string]> {
     const prefix = tablePrefix(partition, TABLE);
-    for await (const [key, value] of db.iterator(tableRange(partition, TABLE))) yield [key.slice(prefix.length), value.toString('utf8')];
+    for await (const [key, value] of entriesIn(db, tableRange(partition, TABLE))) yield [key.slice(prefix.length), value.toString('utf8')];
   },
 };

@@ -1,5 +1,5 @@
 // Table `log`: a partition's log records by position (from 1), and the last applied position.
-import type { Db } from '../store.js';
+import { entriesIn, keysIn, type Db } from '../store.js';
 import { pad, partitionPrefix } from '../keys.js';
 
 const logPrefix = (partition: number) => `${partitionPrefix(partition)}log/`;
@@ -17,7 +17,7 @@ export const logTable = {
   /** The position of the oldest record held, if any. */
   async firstPosition(db: Db, partition: number): Promise<number | undefined> {
     const prefix = logPrefix(partition);
-    for await (const key of db.keys({ gte: prefix, lt: `${prefix}~`, limit: 1 })) return Number(key.slice(prefix.length));
+    for await (const key of keysIn(db, { gte: prefix, lt: `${prefix}~`, limit: 1 })) return Number(key.slice(prefix.length));
     return undefined;
   },
 
@@ -27,6 +27,6 @@ export const logTable = {
   /** Records from `from` (inclusive) on, in order. */
   async *scan(db: Db, partition: number, from: number): AsyncGenerator<[position: number, record: Buffer]> {
     const prefix = logPrefix(partition);
-    for await (const [key, value] of db.iterator({ gte: prefix + pad(from), lt: `${prefix}~` })) yield [Number(key.slice(prefix.length)), value];
+    for await (const [key, value] of entriesIn(db, { gte: prefix + pad(from), lt: `${prefix}~` })) yield [Number(key.slice(prefix.length)), value];
   },
 };

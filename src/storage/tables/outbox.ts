@@ -1,5 +1,5 @@
 // Table `outbox`: commands for other partitions, by sequence, until their delivery is recorded.
-import type { Db } from '../store.js';
+import { entriesIn, type Db } from '../store.js';
 import { pad, tablePrefix, tableRange } from '../keys.js';
 
 export interface OutboxEntry {
@@ -19,7 +19,7 @@ export const outboxTable = {
   /** Every pending entry, in sequence order. */
   async *scan(db: Db, partition: number): AsyncGenerator<OutboxEntry> {
     const prefix = tablePrefix(partition, TABLE);
-    for await (const [key, value] of db.iterator(tableRange(partition, TABLE))) {
+    for await (const [key, value] of entriesIn(db, tableRange(partition, TABLE))) {
       const e = JSON.parse(value.toString('utf8')) as { target: string; command: string };
       yield { seq: Number(key.slice(prefix.length)), target: e.target, command: Buffer.from(e.command, 'base64') };
     }

@@ -1,5 +1,5 @@
 // Table `promise`: durable promises of workflows, by `objectKey/name` (JSON).
-import type { Db } from '../store.js';
+import { entriesIn, type Db } from '../store.js';
 import { objectKeyOf, tablePrefix, tableRange } from '../keys.js';
 
 export interface PromiseState {
@@ -26,7 +26,7 @@ export const promisesTable = {
 
   async *scan(db: Db, partition: number): AsyncGenerator<[promiseKey: string, promise: PromiseState]> {
     const prefix = tablePrefix(partition, TABLE);
-    for await (const [key, value] of db.iterator(tableRange(partition, TABLE))) {
+    for await (const [key, value] of entriesIn(db, tableRange(partition, TABLE))) {
       yield [key.slice(prefix.length), JSON.parse(value.toString('utf8')) as PromiseState];
     }
   },

@@ -1,7 +1,7 @@
 // Table `subpos`: per (subscription, topic, Kafka partition), where Keel's consumption stands —
 // the offset of the next record to deliver — with counters. It changes in the same batch as the
 // invocations the records made, so after a crash consumption resumes exactly there.
-import type { Db } from '../store.js';
+import { valuesIn, type Db } from '../store.js';
 import { pad, tablePrefix, tableRange } from '../keys.js';
 
 export interface SubscriptionPosition {
@@ -31,6 +31,6 @@ export const subscriptionPositionsTable = {
   encode: (p: SubscriptionPosition): Buffer => Buffer.from(JSON.stringify(p)),
 
   async *scan(db: Db, partition: number): AsyncGenerator<SubscriptionPosition> {
-    for await (const value of db.values(tableRange(partition, TABLE))) yield JSON.parse(value.toString('utf8')) as SubscriptionPosition;
+    for await (const value of valuesIn(db, tableRange(partition, TABLE))) yield JSON.parse(value.toString('utf8')) as SubscriptionPosition;
   },
 };

@@ -1,5 +1,5 @@
 // Table `timer`: durable timers ordered by due time; the key holds everything, the value is empty.
-import type { Db } from '../store.js';
+import { keysIn, type Db } from '../store.js';
 import { pad, tablePrefix, tableRange } from '../keys.js';
 
 export interface Timer {
@@ -22,6 +22,6 @@ export const timersTable = {
   },
 
   async *scan(db: Db, partition: number): AsyncGenerator<[key: string, timer: Timer]> {
-    for await (const key of db.keys(tableRange(partition, TABLE))) yield [key, timersTable.parse(partition, key)];
+    for await (const key of keysIn(db, tableRange(partition, TABLE))) yield [key, timersTable.parse(partition, key)];
   },
 };
