@@ -47,8 +47,11 @@ export class KeelServer {
     // Where a slow start went, for the ready line: ms since the process began, at each step's end.
     const phases_ms: Record<string, number> = { loaded: Math.round(performance.now()) };
     const phase = (name: string) => (phases_ms[name] = Math.round(performance.now()));
-    const db = await openWorkerStore(config.worker.storage_db.path);
-    phase('store_opened');
+    // The store opens (after a crash, LevelDB replays its write-ahead log on the thread pool)
+    // while the registry opens and the routes are built; the partitions load once it is open.
+    const opening = openWorkerStore(config.worker.storage_db.path);
+    opening.catch(() => {}); // awaited below, or closed when the start fails before that
+    let db: Db | undefined;
     let registry: Registry | undefined;
     const tracing = await createTracing(config.tracing.endpoint, logger.child({ component: 'tracing' }));
     const telemetry: Telemetry = { metrics, tracing };
@@ -59,12 +62,6 @@ export class KeelServer {
       const known = registry;
       metrics.knownTarget = (service, handler) => known.handler(service, handler) !== undefined;
       const worker = new Worker(config, logger.child({ component: 'worker' }), telemetry);
-      await worker.open(db).catch((err: unknown) => {
-        if (err instanceof KeelError) throw err;
-        // A read that fails its checksum, or state that breaks an invariant: never run on it.
-        throw new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(err as Error)?.message ?? String(err)}`, 500, { cause: err });
-      });
-      phase('partitions_loaded');
       const endpoints = new EndpointClient({
         ...DEFAULT_ENDPOINT_CLIENT_OPTIONS,
         http2: { ...DEFAULT_ENDPOINT_CLIENT_OPTIONS.http2, connect_timeout_ms: config.worker.invoker.connect_timeout_ms },
@@ -78,6 +75,14 @@ export class KeelServer {
       engine = createQueryEngine(config, registry, () => introspection, logger);
       const admin = await createAdminServer({ config, registry, logger, introspection, engine, failures: () => worker.failures(), metrics });
       phase('routes_built');
+      db = await opening;
+      phase('store_opened');
+      await worker.open(db).catch((err: unknown) => {
+        if (err instanceof KeelError) throw err;
+        // A read that fails its checksum, or state that breaks an invariant: never run on it.
+        throw new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(err as Error)?.message ?? String(err)}`, 500, { cause: err });
+      });
+      phase('partitions_loaded');
       await listen(ingress, config.ingress.bind_address, 'ingress');
       let pgsql: PgServer;
       try {
@@ -120,7 +125,7 @@ export class KeelServer {
       await engine?.close().catch(() => {});
       await tracing.shutdown().catch(() => {});
       await registry?.close().catch(() => {});
-      await db.close().catch(() => {});
+      await (db ?? (await opening.catch(() => undefined)))?.close().catch(() => {});
       throw err;
     }
   }
