@@ -146,6 +146,11 @@ t.test('admin UI', async (t) => {
     t.equal(index.headers.get('cache-control'), 'no-cache');
     const html = await index.text();
     t.notMatch(html, /(?:src|href)="(?:https?:)?\/\//, 'index.html loads nothing from another origin');
+    const etag = index.headers.get('etag');
+    t.ok(etag, 'index.html has an ETag');
+    // cache: 'no-cache' (max-age=0): by default fetch sends Cache-Control: no-cache with a conditional header, which forces a 200.
+    const again = await fetch(ui('/'), { headers: { 'if-none-match': etag }, cache: 'no-cache' });
+    t.equal(again.status, 304, 'revalidation of an unchanged index.html: 304');
     const deep = await fetch(ui('/invocations/inv_1dcwB4tQlhzX5e0v0pkD4VnH0rGE0Y3ReG'));
     t.equal(deep.status, 200, 'a deep link serves the app');
     t.equal(await deep.text(), html);

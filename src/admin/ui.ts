@@ -7,8 +7,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import fastifyStatic from '@fastify/static';
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { SendOptions } from '@fastify/send';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 
 export interface UiRoutesOptions {
   /** The built app; by default dist/ui beside this module's dist/admin. */
@@ -34,22 +34,33 @@ export async function uiRoutes(app: FastifyInstance, opts: UiRoutesOptions): Pro
     return;
   }
 
-  await app.register(fastifyStatic, { root, serve: false });
-
-  const sendIndex = (reply: FastifyReply) => reply.header('cache-control', 'no-cache').sendFile('index.html', { cacheControl: false });
+  const revalidated: SendOptions = { root, cacheControl: false };
+  const sendIndex = (req: FastifyRequest, reply: FastifyReply) => sendFile(req, reply, 'index.html', revalidated);
 
   app.get<{ Params: { '*': string } }>('/ui/*', async (req, reply) => {
     const rel = req.params['*'] ?? '';
-    if (rel === '' || rel === 'index.html') return sendIndex(reply);
+    if (rel === '' || rel === 'index.html') return sendIndex(req, reply);
     const file = path.resolve(root, rel);
     const inside = file.startsWith(root + path.sep);
     if (inside && rel.startsWith('assets/')) {
       // Hashed names: a changed file gets a new name, so this one never changes.
-      return reply.sendFile(rel, { maxAge: YEAR_MS, immutable: true });
+      return sendFile(req, reply, rel, { root, maxAge: YEAR_MS, immutable: true });
     }
-    if (inside && isFile(file)) return reply.header('cache-control', 'no-cache').sendFile(rel, { cacheControl: false });
-    return sendIndex(reply);
+    if (inside && isFile(file)) return sendFile(req, reply, rel, revalidated);
+    return sendIndex(req, reply);
   });
+}
+
+/**
+ * One file through @fastify/send (ranges, conditional requests, ETag, content type), which
+ * loads on the first request for the UI: ~10 ms of module setup a server nobody opens the UI
+ * of does not pay at startup.
+ */
+async function sendFile(req: FastifyRequest, reply: FastifyReply, rel: string, options: SendOptions): Promise<FastifyReply> {
+  const { default: send } = await import('@fastify/send');
+  const { statusCode, headers, stream } = await send(req.raw, encodeURI(rel), options);
+  if (options.cacheControl === false) headers['cache-control'] = 'no-cache';
+  return reply.status(statusCode).headers(headers).send(stream);
 }
 
 function isFile(p: string): boolean {
