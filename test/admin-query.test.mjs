@@ -98,6 +98,15 @@ t.test('the rewrites the CLI needs, and what a query reads, from DuckDB\'s parse
   a = analyze(await tree('WITH sys_journal AS (SELECT 1) SELECT * FROM sys_journal'), wanted);
   t.notOk(a.tables.has('sys_journal'), 'a CTE of that name is not the table');
 
+  // what may be kept: catalogue reads, and the functions they call
+  a = analyze(await tree("SELECT COUNT(*) FROM information_schema.columns WHERE table_name = 'sys_journal' AND column_name IN ('promise_name')"), wanted);
+  t.ok(a.catalog, 'information_schema is the catalogue');
+  t.same([...a.functions], ['count_star']);
+  a = analyze(await tree("SELECT now() FROM information_schema.tables JOIN sys_journal ON true"), wanted);
+  t.ok(a.catalog && a.tables.has('sys_journal') && a.functions.has('now'), 'with an introspection table and now(): both seen');
+  a = analyze(await tree('SELECT 1'), wanted);
+  t.notOk(a.catalog, 'no table: not the catalogue');
+
   // refused before they run
   t.match(analyze(await tree("SELECT * FROM read_csv('/etc/passwd')"), wanted).refusal, /read_csv/);
   t.match(analyze(await tree("SELECT * FROM '/etc/passwd.csv'"), wanted).refusal, /reading files/);
@@ -183,6 +192,21 @@ t.test('invocations describe (4.10): lookup, probes, journal in both shapes', as
                 table_name = 'sys_journal'
                 AND column_name IN ('version', 'entry_json', 'appended_at')`, { json: false });
   t.equal(Number(p2.table.getChildAt(0).get(0)), 3);
+  // Catalogue-only answers are kept until the engine restarts: the same query again (served from
+  // what was kept) gives the same answer, in both encodings; one that calls a volatile function
+  // is run each time.
+  for (let i = 0; i < 2; i++) {
+    const again = await query(base, `SELECT COUNT(*) FROM information_schema.columns
+            WHERE
+                table_name = 'sys_journal'
+                AND column_name IN ('version', 'entry_json', 'appended_at')`, { json: false });
+    t.equal(Number(again.table.getChildAt(0).get(0)), 3, `probe again (${i + 1})`);
+    const json = await query(base, "SELECT COUNT(*) AS n FROM information_schema.columns WHERE table_name = 'sys_journal' AND column_name = 'promise_name'");
+    t.same(json.body.rows, [{ n: 1 }], `as JSON (${i + 1})`);
+  }
+  const draws = new Set();
+  for (let i = 0; i < 3; i++) draws.add((await query(base, "SELECT random() AS r, COUNT(*) AS n FROM information_schema.tables")).body.rows[0].r);
+  t.equal(draws.size, 3, 'random() over information_schema is not frozen');
   // information_schema is read from a copy made at the engine's start: the introspection tables
   // only (not the engine's own), and a reference qualified by the view's name still resolves.
   const listed = await query(base, 'SELECT table_name FROM information_schema.tables ORDER BY table_name');

@@ -42,6 +42,12 @@ export interface Analysis {
   rewritten: boolean;
   /** Why the query may not run (KEEL0020), when it may not. */
   refusal?: string;
+  /** It reads an information_schema copy (which never changes while the engine runs). */
+  catalog: boolean;
+  /** It calls a table function. */
+  tableFunctions: boolean;
+  /** The functions it calls (lower case): whether its answer can change between runs depends on them. */
+  functions: Set<string>;
 }
 
 const isNode = (a: Ast | undefined): a is Node => typeof a === 'object' && a !== null && !Array.isArray(a);
@@ -154,7 +160,10 @@ export function analyze(root: Ast, wanted: ReadonlySet<string>): Analysis {
   const ctes = cteNames(root);
   const tables = new Map<string, TableFilter>();
   const direct = new Map<Node, Record<string, string[]>>();
+  const functions = new Set<string>();
   let rewritten = false;
+  let catalog = false;
+  let tableFunctions = false;
   for (const n of nodes(root)) {
     if (n.type === 'SELECT_NODE') {
       if (aliasSubquery(n)) rewritten = true;
@@ -164,10 +173,11 @@ export function analyze(root: Ast, wanted: ReadonlySet<string>): Analysis {
   for (const n of nodes(root)) {
     if (n.type === 'TABLE_FUNCTION') {
       const fn = isNode(n.function) ? str(n.function.function_name).toLowerCase() : '';
-      if (!ALLOWED_TABLE_FUNCTIONS.has(fn)) return { tables, rewritten, refusal: `the table function '${fn}' is not allowed: queries read the introspection tables only (table functions allowed: ${[...ALLOWED_TABLE_FUNCTIONS].join(', ')})` };
+      if (!ALLOWED_TABLE_FUNCTIONS.has(fn)) return { tables, rewritten, catalog, tableFunctions, functions, refusal: `the table function '${fn}' is not allowed: queries read the introspection tables only (table functions allowed: ${[...ALLOWED_TABLE_FUNCTIONS].join(', ')})` };
+      tableFunctions = true;
     } else if (n.type === 'BASE_TABLE') {
       const name = str(n.table_name);
-      if (!TABLE_NAME.test(name)) return { tables, rewritten, refusal: `'${name}' is not a table name: reading files is not allowed, queries read the introspection tables only` };
+      if (!TABLE_NAME.test(name)) return { tables, rewritten, catalog, tableFunctions, functions, refusal: `'${name}' is not a table name: reading files is not allowed, queries read the introspection tables only` };
       const lower = name.toLowerCase();
       const copied = INFORMATION_SCHEMA_COPIES[lower];
       if (copied !== undefined && str(n.schema_name).toLowerCase() === 'information_schema') {
@@ -175,6 +185,7 @@ export function analyze(root: Ast, wanted: ReadonlySet<string>): Analysis {
         n.schema_name = 'main';
         n.table_name = copied;
         rewritten = true;
+        catalog = true;
         continue;
       }
       if (!wanted.has(lower) || ctes.has(lower)) continue;
@@ -187,6 +198,7 @@ export function analyze(root: Ast, wanted: ReadonlySet<string>): Analysis {
       tables.set(lower, before === undefined ? filter : merge(before, filter));
     } else if (n.class === 'FUNCTION') {
       const name = str(n.function_name).toLowerCase();
+      functions.add(name);
       const rename = AGGREGATE_NAMES[name];
       if (rename !== undefined) {
         n.function_name = rename;
@@ -198,7 +210,7 @@ export function analyze(root: Ast, wanted: ReadonlySet<string>): Analysis {
       }
     }
   }
-  return { tables, rewritten };
+  return { tables, rewritten, catalog, tableFunctions, functions };
 }
 
 /**

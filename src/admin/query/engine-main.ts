@@ -41,10 +41,26 @@ let markLoaded: () => void = () => {};
 let loading = false;
 let loadStarted = 0;
 const queries = new Map<number, Query>();
+/** What the parser said of a query text: the text to run, the tables to fill, whether its answer can be kept. */
+interface Parsed {
+  text: string;
+  tables: Map<string, TableFilter>;
+  cacheable: boolean;
+}
 /** What the parser said of recent query texts (the CLI sends the same ones again and again). */
-const parsed = new Map<string, { text: string; tables: Map<string, TableFilter> }>();
+const parsed = new Map<string, Parsed>();
 const MAX_PARSED = 256;
 const MAX_PARSED_CHARS = 16 * 1024;
+/**
+ * Answers of queries that read only the information_schema copies and call only functions
+ * DuckDB marks CONSISTENT: the same until the engine restarts. `restate invocations describe`
+ * sends two such probes each time; kept, each costs no connection and no run.
+ */
+const answers = new Map<string, { rows: number; head?: Uint8Array; chunk: Uint8Array }>();
+const MAX_ANSWERS = 64;
+const MAX_ANSWER_BYTES = 64 * 1024;
+/** Functions whose every overload DuckDB marks CONSISTENT (same arguments, same result, always). */
+let consistentFunctions = new Set<string>();
 
 const send = (m: FromEngine): void => {
   process.send?.(m);
@@ -90,6 +106,10 @@ async function start(o: EngineOptions): Promise<void> {
   });
   copy = await db.connect();
   for (const sql of schemaSql()) await copy.run(sql);
+  const consistent = await copy.runAndReadAll(
+    "SELECT function_name FROM duckdb_functions() GROUP BY function_name HAVING bool_and(coalesce(stability, '') = 'CONSISTENT')",
+  );
+  consistentFunctions = new Set(consistent.getRows().map((r) => String(r[0]).toLowerCase()));
   // From here on nothing reads or writes a file outside the engine's directory: not the
   // queries (refused before they run, and DuckDB refuses too), not extensions.
   await copy.run(`SET allowed_directories = [${literal(o.dir + '/')}]`);
@@ -310,7 +330,7 @@ async function waitLoaded(q: Query): Promise<void> {
   q.check();
 }
 
-async function parse(q: Query, sql: string): Promise<{ text: string; tables: Map<string, TableFilter> }> {
+async function parse(q: Query, sql: string): Promise<Parsed> {
   const known = parsed.get(sql);
   if (known !== undefined) {
     parsed.delete(sql);
@@ -325,8 +345,8 @@ async function parse(q: Query, sql: string): Promise<{ text: string; tables: Map
   return result;
 }
 
-async function parseAnew(q: Query, sql: string): Promise<{ text: string; tables: Map<string, TableFilter> }> {
-  const conn = q.conn!;
+async function parseAnew(q: Query, sql: string): Promise<Parsed> {
+  const conn = (q.conn ??= await newConnection());
   // DuckDB's parser reads the query once: a parse error, a statement that is not a SELECT, or
   // several statements all show in this one answer.
   const serialized = await conn.runAndReadAll('SELECT json_serialize_sql($1::VARCHAR)', [sql]);
@@ -343,9 +363,10 @@ async function parseAnew(q: Query, sql: string): Promise<{ text: string; tables:
   const wanted = new Set([...PER_QUERY, ...COPY_VIEWS]);
   const analysis = analyze(tree as Ast, wanted);
   if (analysis.refusal !== undefined) throw refused(analysis.refusal);
-  if (!analysis.rewritten) return { text: sql, tables: analysis.tables };
+  const cacheable = analysis.catalog && analysis.tables.size === 0 && !analysis.tableFunctions && [...analysis.functions].every((f) => consistentFunctions.has(f));
+  if (!analysis.rewritten) return { text: sql, tables: analysis.tables, cacheable };
   const back = await conn.runAndReadAll('SELECT json_deserialize_sql($1::JSON)', [treeText(tree as Ast)]);
-  return { text: String(back.getRows()[0]![0]), tables: analysis.tables };
+  return { text: String(back.getRows()[0]![0]), tables: analysis.tables, cacheable };
 }
 
 async function encodeAnswer(q: Query, result: DuckDBResult, format: Format): Promise<{ rows: number; head?: Uint8Array; body: Uint8Array[] }> {
@@ -400,16 +421,27 @@ async function newConnection(): Promise<DuckDBConnection> {
 async function run(q: Query, m: Extract<ToEngine, { t: 'query' }>, before: Promise<void>): Promise<void> {
   q.timer = setTimeout(() => q.halt('timeout'), m.timeout_ms);
   try {
-    q.conn = await newConnection();
-    const { text, tables } = await parse(q, m.sql);
+    const { text, tables, cacheable } = await parse(q, m.sql);
+    const params = m.params !== undefined && m.params.length > 0 ? m.params : undefined;
+    const key = cacheable ? `${m.format}\0${JSON.stringify(params ?? null)}\0${m.sql}` : undefined;
+    const kept = key === undefined ? undefined : answers.get(key);
+    if (kept !== undefined) {
+      queries.delete(q.qid);
+      send({ t: 'answer', qid: q.qid, ...kept, more: false });
+      return;
+    }
+    q.conn ??= await newConnection();
     if ([...tables.keys()].some((t) => COPY_VIEWS.has(t))) await waitLoaded(q);
     await before;
     await loadTables(q, tables);
     q.check();
-    const params = m.params !== undefined && m.params.length > 0 ? m.params : undefined;
     const answer = await encodeAnswer(q, await q.conn.stream(text, params), m.format);
     const chunks = rechunk(answer.body, CHUNK_BYTES);
     const first = chunks.shift() ?? new Uint8Array(0);
+    if (key !== undefined && chunks.length === 0 && first.length + (answer.head?.length ?? 0) <= MAX_ANSWER_BYTES) {
+      answers.set(key, { rows: answer.rows, ...(answer.head ? { head: answer.head } : {}), chunk: first });
+      if (answers.size > MAX_ANSWERS) answers.delete(answers.keys().next().value as string);
+    }
     q.rest = chunks;
     send({ t: 'answer', qid: q.qid, rows: answer.rows, ...(answer.head ? { head: answer.head } : {}), chunk: first, more: chunks.length > 0 });
     if (chunks.length === 0) queries.delete(q.qid);
