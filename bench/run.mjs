@@ -35,6 +35,8 @@ const meta = {
 };
 try {
   meta.loadNodeVersion = execFileSync(node, ['--version'], { encoding: 'utf8' }).trim();
+  // Keel runs on the `node` first on PATH (targets.mjs): the pinned Node 24 under npm scripts.
+  meta.keelNodeVersion = execFileSync('node', ['--version'], { encoding: 'utf8' }).trim();
   meta.gitCommit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
 } catch {
   /* optional */
@@ -275,7 +277,7 @@ meta.elapsedS = (Date.now() - startedAt) / 1000;
 const tables = buildTables(res);
 const headline =
   `Keel vs Restate — ${meta.host.cpus} CPUs (${meta.host.cpuModel ?? '?'}), load avg at start ${meta.host.loadavg.map((v) => v.toFixed(2)).join(' ')}; ` +
-  `${opts.durationMs / 1000} s per cell after ${opts.runWarmupMs / 1000} s warmup, closed loop; service and load on ${meta.loadNodeVersion ?? node}; ` +
+  `${opts.durationMs / 1000} s per cell after ${opts.runWarmupMs / 1000} s warmup, closed loop; Keel on ${meta.keelNodeVersion ?? 'node'}, service and load on ${meta.loadNodeVersion ?? node}; ` +
   `data dirs in ${meta.dataRoot}; took ${fmt(meta.elapsedS, 0)} s`;
 const targetLines = opts.targets.map((t) => {
   const i = res.targets[t];
