@@ -6,13 +6,19 @@ import type { EndpointClient } from '../endpoint/client.js';
 import { Outcome, Then, type AttemptEnded } from '../log/commands.js';
 import { resolveTarget } from '../metadata/targets.js';
 import type { HandlerSchema, ServiceSchema } from '../metadata/types.js';
-import { MAX_LIVE_INVOCATIONS_PER_PARTITION, type AttemptHost } from '../partition/processor.js';
+import { MAX_LIVE_INVOCATIONS_PER_PARTITION, type AppendOptions, type AttemptHost } from '../partition/processor.js';
 import type { Action } from '../partition/state.js';
 import type { AttemptRunner } from '../partition/worker.js';
 import { MAX_SERVICE_PROTOCOL_VERSION, MIN_SERVICE_PROTOCOL_VERSION } from '../protocol/versions.js';
 import { standaloneTelemetry, type Telemetry } from '../telemetry/index.js';
 import { Attempt, type AttemptDeployment, type AttemptFailure } from './attempt.js';
 import { decideRetry, retryAfter } from './retry.js';
+
+/**
+ * How an attempt's messages are appended: what they make visible leaves as actions of their
+ * batch, which sync it when they must (see AppendOptions). One object for every message.
+ */
+const ATTEMPT_MESSAGE: AppendOptions = Object.freeze({ durable: false });
 
 /** What the invoker needs of the schema registry. */
 export interface DeploymentLookup {
@@ -212,8 +218,7 @@ export class Invoker implements AttemptRunner {
       inactivity_timeout_ms: handler?.inactivity_timeout_ms ?? service?.inactivity_timeout_ms ?? this.config.worker.invoker.inactivity_timeout_ms,
       abort_timeout_ms: handler?.abort_timeout_ms ?? service?.abort_timeout_ms ?? this.config.worker.invoker.abort_timeout_ms,
       message_size_limit_bytes: this.config.worker.invoker.message_size_limit_bytes,
-      // What these messages make visible leaves as actions of their batch (see AppendOptions).
-      append: (kind) => host.append(kind, { durable: false }),
+      append: (kind) => host.append(kind, ATTEMPT_MESSAGE),
       endpoints: this.endpoints,
       failed,
       onClose: (outcome, failure) => {
