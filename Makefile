@@ -19,8 +19,11 @@ run: build
 example: install
 	npm exec -- node examples/greeter/greeter.mjs
 
+# On a failure, the failing assertions again at the end, where a log's tail shows them.
 test: build
-	npm test
+	npm test || { echo '== failed (details: .tap/test-results) =='; \
+	  grep -rh -A14 '^ *not ok' .tap/test-results | head -n 120; \
+	  grep -rn '^ *not ok' .tap/test-results | tail -n 20; exit 1; }
 
 bench: build
 	npm run bench

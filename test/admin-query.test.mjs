@@ -5,7 +5,10 @@ import { tableFromIPC } from 'apache-arrow';
 import { DuckDBInstance } from '@duckdb/node-api';
 import { analyze, treeText } from '../dist/admin/query/analyze.js';
 import { TABLES } from '../dist/admin/introspection.js';
-import { startAdmin } from './services/introspection-fake.mjs';
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { newId, startAdmin } from './services/introspection-fake.mjs';
+import { tempDir } from './services/meta-helpers.mjs';
 
 async function query(base, sql, { json = true, path = '/v4/query' } = {}) {
   const res = await fetch(base + path, {
@@ -411,4 +414,25 @@ t.test('errors', async (t) => {
   t.equal(bad.status, 400);
   const empty = await fetch(base + '/query', { method: 'POST' });
   t.equal(empty.status, 400);
+});
+
+t.test('two engines in one process and one directory: the end of one leaves the other\'s files alone', async (t) => {
+  const dir = tempDir(t);
+  const a = await startAdmin(t, { baseDir: dir });
+  t.equal(Number((await query(a.base, 'SELECT count(*) AS n FROM sys_invocation')).body.rows[0].n), 8);
+  const b = await startAdmin(t, { baseDir: dir });
+  t.equal(Number((await query(b.base, 'SELECT count(*) AS n FROM sys_invocation')).body.rows[0].n), 8);
+  const engines = () => readdirSync(join(dir, 'query')).filter((n) => n.startsWith('engine-'));
+  t.equal(engines().length, 2, 'a directory each');
+  await a.close();
+  for (let i = 0; engines().length !== 1; i++) {
+    t.ok(i < 200, 'the closed engine removed its directory, and only its own');
+    if (i >= 200) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  // The engine that goes on writes each change to a file in its directory before it loads it.
+  b.source.put({ id: newId(), service: 'Greeter', handler: 'greet', key: '', service_type: 'Service', status: 'scheduled', created_at_ms: Date.now() });
+  const after = await query(b.base, 'SELECT count(*) AS n FROM sys_invocation');
+  t.equal(after.status, 200, JSON.stringify(after.body));
+  t.equal(Number(after.body.rows[0].n), 9, 'the change was applied');
 });

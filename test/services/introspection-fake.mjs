@@ -85,9 +85,10 @@ export function fakeSource(deploymentId) {
   return source;
 }
 
-/** An admin server over the fake source; `queryEngine` overrides admin.query_engine settings. */
-export async function startAdmin(t, { queryEngine = {} } = {}) {
+/** An admin server over the fake source; `queryEngine` overrides admin.query_engine settings, `baseDir` where its engine's files go. */
+export async function startAdmin(t, { queryEngine = {}, baseDir } = {}) {
   const config = testConfig(tempDir(t));
+  if (baseDir !== undefined) config.base_dir = baseDir;
   Object.assign(config.admin.query_engine, queryEngine);
   const registry = await Registry.open(config, silentLogger);
   const uri = await serveH2(t, [greeter, counter]);
@@ -95,7 +96,9 @@ export async function startAdmin(t, { queryEngine = {} } = {}) {
   const source = fakeSource(deployment.id);
   const app = await createAdminServer({ config, registry, logger: silentLogger, introspection: source });
   await app.listen({ host: '127.0.0.1', port: 0 });
-  t.teardown(async () => { await app.close(); await registry.close(); });
+  let closing;
+  const close = () => (closing ??= (async () => { await app.close(); await registry.close(); })());
+  t.teardown(close);
   const base = `http://127.0.0.1:${app.server.address().port}`;
-  return { base, source, registry, deploymentId: deployment.id };
+  return { base, source, registry, deploymentId: deployment.id, close };
 }

@@ -16,6 +16,7 @@ export function tempDir(t, prefix = 'keel-meta-') {
 
 export function testConfig(storagePath) {
   return loadConfig(undefined, {
+    KEEL_BASE_DIR: storagePath, // the query engine's files too: never the working directory's
     KEEL_META__STORAGE_PATH: storagePath,
     KEEL_INGRESS__BIND_ADDRESS: '127.0.0.1:18080',
     KEEL_ADMIN__BIND_ADDRESS: '127.0.0.1:0',

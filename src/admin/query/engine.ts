@@ -86,6 +86,13 @@ function engineMainPath(): string {
   throw new KeelError('KEEL0023', `the query engine's entry point (engine-main.js) is not next to ${fileURLToPath(import.meta.url)}: run npm run build`, 503);
 }
 
+/**
+ * Engine processes started by this server process. Counted per process, not per engine: two
+ * engines in one process (tests, a restart of the admin server) must never share a directory,
+ * or the exit of one removes the files of the other.
+ */
+let spawned = 0;
+
 export class QueryEngine {
   private child: ChildProcess | undefined;
   private ready = false;
@@ -103,7 +110,6 @@ export class QueryEngine {
   private closed = false;
   private restartDelay = RESTART_INITIAL_MS;
   private restartTimer: NodeJS.Timeout | undefined;
-  private generation = 0;
   private readonly root: string;
 
   constructor(
@@ -150,7 +156,7 @@ export class QueryEngine {
   // ----------------------------------------------------------------------------- process
 
   private spawn(): void {
-    const generation = ++this.generation;
+    const generation = ++spawned;
     mkdirSync(this.root, { recursive: true });
     this.removeStaleDirs();
     const dir = join(this.root, `engine-${process.pid}-${generation}`);
