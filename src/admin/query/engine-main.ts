@@ -115,6 +115,7 @@ async function start(o: EngineOptions): Promise<void> {
   await copy.run(`SET allowed_directories = [${literal(o.dir + '/')}]`);
   await copy.run('SET enable_external_access = false');
   lowerPriority();
+  refillSpares();
   send({ t: 'ready' });
   void loadArrow();
 }
@@ -318,7 +319,8 @@ async function loadTables(q: Query, tables: Map<string, TableFilter>, connecting
   // vqueues and rules are declared and always empty here: nothing to fill.
   const filled = [...tables].filter(([table]) => !COPY_VIEWS.has(table) && (table === 'sys_journal' || PER_QUERY_TABLES[table] !== undefined));
   const created = connecting.then(async (conn) => {
-    for (const [table] of filled) await conn.run(perQueryTableSql(table));
+    const has = tablesOf.get(conn);
+    for (const [table] of filled) if (has?.has(table) !== true) await conn.run(perQueryTableSql(table));
     return conn;
   });
   created.catch(() => {}); // awaited below; a failure there ends the query
@@ -355,7 +357,7 @@ async function parse(q: Query, sql: string): Promise<Parsed> {
 }
 
 async function parseAnew(q: Query, sql: string): Promise<Parsed> {
-  const conn = (q.conn ??= await newConnection());
+  const conn = (q.conn ??= await takeConnection());
   // DuckDB's parser reads the query once: a parse error, a statement that is not a SELECT, or
   // several statements all show in this one answer.
   const serialized = await conn.runAndReadAll('SELECT json_serialize_sql($1::VARCHAR)', [sql]);
@@ -427,6 +429,36 @@ async function newConnection(): Promise<DuckDBConnection> {
   return conn;
 }
 
+/**
+ * Connections made while the engine waits, each then used by one query and closed: never reused,
+ * so nothing a query leaves on its connection reaches the next. Making one, setting its search
+ * path and creating the temp tables `restate invocations describe` fills cost 1–2 ms that the
+ * query would otherwise wait for.
+ */
+const SPARE_CONNECTIONS = 2;
+/** Created on every spare: empty until a query fills them, as the declarations in public they shadow. */
+const SPARE_TABLES = ['sys_journal', 'sys_deployment'];
+/** The per-query temp tables a connection has already. */
+const tablesOf = new WeakMap<DuckDBConnection, Set<string>>();
+/** Each settles to a connection, or to undefined if it could not be made (the taker makes one). */
+const spares: Array<Promise<DuckDBConnection | undefined>> = [];
+
+async function spareConnection(): Promise<DuckDBConnection> {
+  const conn = await newConnection();
+  for (const table of SPARE_TABLES) await conn.run(perQueryTableSql(table));
+  tablesOf.set(conn, new Set(SPARE_TABLES));
+  return conn;
+}
+
+function refillSpares(): void {
+  while (spares.length < SPARE_CONNECTIONS) spares.push(spareConnection().catch(() => undefined));
+}
+
+async function takeConnection(): Promise<DuckDBConnection> {
+  const spare = await spares.shift();
+  return spare ?? (await newConnection());
+}
+
 async function run(q: Query, m: Extract<ToEngine, { t: 'query' }>, before: Promise<void>): Promise<void> {
   q.timer = setTimeout(() => q.halt('timeout'), m.timeout_ms);
   let connecting: Promise<DuckDBConnection> | undefined;
@@ -440,7 +472,7 @@ async function run(q: Query, m: Extract<ToEngine, { t: 'query' }>, before: Promi
       send({ t: 'answer', qid: q.qid, ...kept, more: false });
       return;
     }
-    connecting = q.conn !== undefined ? Promise.resolve(q.conn) : newConnection().then((conn) => (q.conn = conn));
+    connecting = q.conn !== undefined ? Promise.resolve(q.conn) : takeConnection().then((conn) => (q.conn = conn));
     connecting.catch(() => {}); // awaited below, or before the connection is closed
     if ([...tables.keys()].some((t) => COPY_VIEWS.has(t))) await waitLoaded(q);
     await before;
@@ -466,6 +498,7 @@ async function run(q: Query, m: Extract<ToEngine, { t: 'query' }>, before: Promi
     await connecting?.catch(() => undefined);
     q.conn?.closeSync();
     q.conn = undefined;
+    refillSpares();
   }
 }
 
