@@ -258,7 +258,9 @@ async function serveOn(t, services, port = 0) {
   return { uri: `http://127.0.0.1:${p}/`, port: p, close };
 }
 
-const SLEEP_MS = 1500;
+// Long enough that both are still asleep when the code is replaced, on a loaded machine too (the
+// check that they suspended goes through the query engine, whose first query waits for it to start).
+const SLEEP_MS = 4000;
 const v1 = restate.service({
   name: 'Redeploy',
   handlers: {
