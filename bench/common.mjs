@@ -34,16 +34,30 @@ export function pickNode() {
   return process.execPath;
 }
 
-export function freePort() {
-  return new Promise((res, rej) => {
+/**
+ * Ports handed to the servers come from below Linux's ephemeral range (32768–60999 by default):
+ * a port the kernel picks for `listen(0)` is one it may also give, a moment later, to an outgoing
+ * connection of the load generator or a service, and the server's bind then fails (RT0004).
+ */
+const PORT_MIN = 20000;
+const PORT_SPAN = 12000;
+const PORT_TRIES = 100;
+
+function bindable(port) {
+  return new Promise((res) => {
     const s = net.createServer();
     s.unref();
-    s.on('error', rej);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => res(port));
-    });
+    s.once('error', () => res(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => res(true)));
   });
+}
+
+export async function freePort() {
+  for (let i = 0; i < PORT_TRIES; i++) {
+    const port = PORT_MIN + Math.floor(Math.random() * PORT_SPAN);
+    if (await bindable(port)) return port;
+  }
+  throw new Error(`no free port in ${PORT_MIN}–${PORT_MIN + PORT_SPAN - 1} after ${PORT_TRIES} tries`);
 }
 
 // eslint-disable-next-line no-control-regex

@@ -11,15 +11,24 @@ import * as restate from '@restatedev/restate-sdk';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
-export async function freePort() {
-  return new Promise((resolve, reject) => {
+function bindable(port) {
+  return new Promise((resolve) => {
     const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
+    s.once('error', () => resolve(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
   });
+}
+
+/**
+ * A port below Linux's ephemeral range (32768–60999): one the kernel picks for `listen(0)` it may
+ * give a moment later to an outgoing connection, and Keel's bind then fails (RT0004).
+ */
+export async function freePort() {
+  for (let i = 0; i < 100; i++) {
+    const port = 20000 + Math.floor(Math.random() * 12000);
+    if (await bindable(port)) return port;
+  }
+  throw new Error('no free port in 20000–31999 after 100 tries');
 }
 
 export function tempDir(t, prefix = 'keel-test-') {
