@@ -436,3 +436,17 @@ t.test('two engines in one process and one directory: the end of one leaves the 
   t.equal(after.status, 200, JSON.stringify(after.body));
   t.equal(Number(after.body.rows[0].n), 9, 'the change was applied');
 });
+
+t.test('each query starts from empty per-query tables: nothing one query filled reaches the next', async (t) => {
+  const { base, source } = await startAdmin(t);
+  for (const id of [source.ids.running, source.ids.suspended, source.ids.running]) {
+    const j = await query(base, `SELECT DISTINCT id, count(*) OVER () AS n FROM sys_journal WHERE id = '${id}'`);
+    t.same(j.body.rows.map((r) => [r.id, Number(r.n)]), [[id, 2]], `only the journal of ${id}`);
+  }
+  for (let i = 0; i < 3; i++) {
+    const d = await query(base, 'SELECT count(*) AS n FROM sys_deployment');
+    t.equal(Number(d.body.rows[0].n), 1, 'the one deployment, once');
+  }
+  const none = await query(base, "SELECT count(*) AS n FROM sys_journal WHERE id = 'inv_1nope'");
+  t.equal(Number(none.body.rows[0].n), 0, 'a journal nobody has: empty, not the last one read');
+});

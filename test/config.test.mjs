@@ -281,8 +281,8 @@ t.test('the server runs on the system Node (20) and serves the Greeter', async (
   t.same(r.body, { result: 'You said hi to Node20!' });
 
   // The second start reads the code cache the first one wrote; on Node 20 such a script has lost
-  // its dynamic-import callback, and the packages loaded on first use (prom-client, pg-gateway)
-  // must still load.
+  // its dynamic-import callback, and the packages loaded on first use (prom-client, pg-gateway,
+  // @fastify/send) must still load.
   const bundleDir = path.join(root, 'dist/bundle');
   const cached = () => fs.readdirSync(bundleDir).some((f) => f.startsWith(`keel.cjs.${version}.`) && f.endsWith('.v8cache'));
   for (const deadline = Date.now() + 15_000; !cached() && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 200));
@@ -299,5 +299,8 @@ t.test('the server runs on the system Node (20) and serves the Greeter', async (
   t.teardown(() => client.end().catch(() => {}));
   const rows = (await client.query("SELECT count(*)::INT AS n FROM sys_invocation WHERE target_service_name = 'Greeter'")).rows;
   t.same(rows, [{ n: 1 }], 'pg-gateway loads: the completed Greeter call is there');
+  const ui = await fetch(`${keel.admin}/ui/`);
+  t.equal(ui.status, 200, '@fastify/send loads: the admin UI is served');
+  t.match(await ui.text(), /<html/i);
   t.equal(keel.logLines('RT0006').length, 0, 'no internal error logged');
 });

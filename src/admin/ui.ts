@@ -8,6 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { SendOptions } from '@fastify/send';
+import { loadPackage } from '../common/load-package.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 
 export interface UiRoutesOptions {
@@ -53,11 +54,11 @@ export async function uiRoutes(app: FastifyInstance, opts: UiRoutesOptions): Pro
 
 /**
  * One file through @fastify/send (ranges, conditional requests, ETag, content type), which
- * loads on the first request for the UI: ~10 ms of module setup a server nobody opens the UI
- * of does not pay at startup.
+ * loads on the first request for the UI (through loadPackage, as every package loaded on use):
+ * ~10 ms of module setup a server nobody opens the UI of does not pay at startup.
  */
 async function sendFile(req: FastifyRequest, reply: FastifyReply, rel: string, options: SendOptions): Promise<FastifyReply> {
-  const { default: send } = await import('@fastify/send');
+  const { default: send } = await loadPackage<typeof import('@fastify/send')>('@fastify/send');
   const { statusCode, headers, stream } = await send(req.raw, encodeURI(rel), options);
   if (options.cacheControl === false) headers['cache-control'] = 'no-cache';
   return reply.status(statusCode).headers(headers).send(stream);

@@ -167,12 +167,7 @@ export class PartitionState {
    */
   private loadJournal(s: InvocationStatus): JournalEntry[] | undefined {
     if (s.status === 'completed' || s.journal_length === 0 || this.loader === undefined) return undefined;
-    const journal: JournalEntry[] = [];
-    for (let i = 0; i <= s.journal_length; i++) {
-      const raw = this.loader(journalTable.key(this.partition, s.id, i));
-      if (raw === undefined) break;
-      journal.push(journalTable.decode(raw));
-    }
+    const journal = journalTable.readSync(this.loader, this.partition, s.id, s.journal_length + 1);
     assert(journal.length === s.journal_length, () => `partition ${this.partition}: journal of ${s.id} has ${journal.length} entries, its status says ${s.journal_length}`);
     this.journals.set(s.id, journal);
     return journal;

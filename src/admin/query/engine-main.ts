@@ -319,8 +319,7 @@ async function loadTables(q: Query, tables: Map<string, TableFilter>, connecting
   // vqueues and rules are declared and always empty here: nothing to fill.
   const filled = [...tables].filter(([table]) => !COPY_VIEWS.has(table) && (table === 'sys_journal' || PER_QUERY_TABLES[table] !== undefined));
   const created = connecting.then(async (conn) => {
-    const has = tablesOf.get(conn);
-    for (const [table] of filled) if (has?.has(table) !== true) await conn.run(perQueryTableSql(table));
+    for (const [table] of filled) if (!PREMADE_TABLES.has(table)) await conn.run(perQueryTableSql(table));
     return conn;
   });
   created.catch(() => {}); // awaited below; a failure there ends the query
@@ -423,35 +422,30 @@ function failureOf(q: Query, err: unknown): QueryError {
   return { code: 'KEEL0010', status: 400, message };
 }
 
+/**
+ * Per-query temp tables every connection has from the start (those `restate invocations
+ * describe` fills): empty until a query fills them, as the declarations in public they shadow.
+ */
+const PREMADE_TABLES: ReadonlySet<string> = new Set(['sys_journal', 'sys_deployment']);
+
 async function newConnection(): Promise<DuckDBConnection> {
   const conn = await db.connect();
   await conn.run("SET search_path = 'public'");
+  for (const table of PREMADE_TABLES) await conn.run(perQueryTableSql(table));
   return conn;
 }
 
 /**
  * Connections made while the engine waits, each then used by one query and closed: never reused,
- * so nothing a query leaves on its connection reaches the next. Making one, setting its search
- * path and creating the temp tables `restate invocations describe` fills took 0.5–1 ms of the
+ * so nothing a query leaves on its connection reaches the next. Making one took 0.5–1 ms of the
  * query's time (measured in this process).
  */
 const SPARE_CONNECTIONS = 2;
-/** Created on every spare: empty until a query fills them, as the declarations in public they shadow. */
-const SPARE_TABLES = ['sys_journal', 'sys_deployment'];
-/** The per-query temp tables a connection has already. */
-const tablesOf = new WeakMap<DuckDBConnection, Set<string>>();
 /** Each settles to a connection, or to undefined if it could not be made (the taker makes one). */
 const spares: Array<Promise<DuckDBConnection | undefined>> = [];
 
-async function spareConnection(): Promise<DuckDBConnection> {
-  const conn = await newConnection();
-  for (const table of SPARE_TABLES) await conn.run(perQueryTableSql(table));
-  tablesOf.set(conn, new Set(SPARE_TABLES));
-  return conn;
-}
-
 function refillSpares(): void {
-  while (spares.length < SPARE_CONNECTIONS) spares.push(spareConnection().catch(() => undefined));
+  while (spares.length < SPARE_CONNECTIONS) spares.push(newConnection().catch(() => undefined));
 }
 
 async function takeConnection(): Promise<DuckDBConnection> {
