@@ -32,26 +32,30 @@ function cli(admin, args, home) {
   });
 }
 
-/** The restate CLI commands timed, with what their answer must show. */
-const COMMANDS = (id) => [
+/**
+ * The restate CLI commands timed. `ids`: recent invocations; a command about one invocation is
+ * about another one in each run (as a user describes one, then the next: nothing of the last run
+ * can be reused for the text of this one).
+ */
+const COMMANDS = (ids) => [
   { name: 'sql count(*)', args: ['sql', 'select count(*) from sys_invocation'] },
   { name: 'invocations ls', args: ['invocations', 'list'] },
   { name: 'invocations ls --all', args: ['invocations', 'list', '--all'] },
   { name: 'invocations ls --all --service --handler', args: ['invocations', 'list', '--all', '--service', 'Bench', '--handler', 'noop'] },
-  { name: 'invocations describe', args: ['invocations', 'describe', id] },
+  { name: 'invocations describe', args: (run) => ['invocations', 'describe', ids[run % ids.length]] },
   { name: 'services status', args: ['services', 'status'] },
   { name: 'services status Bench', args: ['services', 'status', 'Bench'] },
 ];
 
-/** The CLI's own SQL (reference/restate-cli-admin-api.md), as it sends it. */
-const QUERIES = (id) => [
+/** The CLI's own SQL (reference/restate-cli-admin-api.md), as it sends it; `ids` as for COMMANDS (others than theirs). */
+const QUERIES = (ids) => [
   { name: 'ls: count (Arrow)', arrow: true, sql: "SELECT COUNT(1) FROM (SELECT\n            *\n        FROM sys_invocation inv\n        LIMIT 50000\n        )\n        WHERE status != 'completed'" },
   { name: 'ls --all: count (Arrow)', arrow: true, sql: 'SELECT COUNT(1) FROM (SELECT\n            *\n        FROM sys_invocation inv\n        LIMIT 50000\n        )' },
   { name: 'ls --all: id page', sql: 'SELECT\n            id\n        FROM sys_invocation inv\n        ORDER BY inv.created_at DESC, inv.id\n        LIMIT 100' },
-  { name: 'describe: lookup', sql: `SELECT\n            id\n        FROM sys_invocation inv\n        WHERE inv.id = '${id}'\n        \n        LIMIT 1` },
-  { name: 'describe: detail', sql: `SELECT\n            inv.id,\n            inv.target,\n            inv.target_service_ty,\n            inv.idempotency_key,\n            inv.status,\n            inv.created_at,\n            inv.modified_at as state_modified_at,\n            inv.pinned_deployment_id,\n            inv.retry_count as num_retries,\n            inv.last_failure as last_failure_message,\n            inv.last_failure_related_entry_index as last_failure_entry_index,\n            inv.last_failure_related_entry_name as last_failure_entry_name,\n            inv.last_failure_related_entry_type as last_failure_entry_ty,\n            inv.last_attempt_deployment_id,\n            inv.last_attempt_server,\n            inv.next_retry_at,\n            inv.last_start_at,\n            inv.invoked_by_id,\n            inv.invoked_by_target,\n            inv.trace_id,\n            inv.completion_result,\n            inv.completion_failure,\n            dp.id IS NOT NULL as pinned_deployment_exists\n        FROM sys_invocation inv\n        LEFT JOIN sys_deployment dp ON dp.id = inv.pinned_deployment_id\n        WHERE inv.id = '${id}' AND inv.id in ('${id}')\n        ORDER BY inv.created_at DESC, inv.id` },
+  { name: 'describe: lookup', sql: (run) => `SELECT\n            id\n        FROM sys_invocation inv\n        WHERE inv.id = '${ids[run % ids.length]}'\n        \n        LIMIT 1` },
+  { name: 'describe: detail', sql: (run) => `SELECT\n            inv.id,\n            inv.target,\n            inv.target_service_ty,\n            inv.idempotency_key,\n            inv.status,\n            inv.created_at,\n            inv.modified_at as state_modified_at,\n            inv.pinned_deployment_id,\n            inv.retry_count as num_retries,\n            inv.last_failure as last_failure_message,\n            inv.last_failure_related_entry_index as last_failure_entry_index,\n            inv.last_failure_related_entry_name as last_failure_entry_name,\n            inv.last_failure_related_entry_type as last_failure_entry_ty,\n            inv.last_attempt_deployment_id,\n            inv.last_attempt_server,\n            inv.next_retry_at,\n            inv.last_start_at,\n            inv.invoked_by_id,\n            inv.invoked_by_target,\n            inv.trace_id,\n            inv.completion_result,\n            inv.completion_failure,\n            dp.id IS NOT NULL as pinned_deployment_exists\n        FROM sys_invocation inv\n        LEFT JOIN sys_deployment dp ON dp.id = inv.pinned_deployment_id\n        WHERE inv.id = '${ids[run % ids.length]}' AND inv.id in ('${ids[run % ids.length]}')\n        ORDER BY inv.created_at DESC, inv.id` },
   { name: 'describe: probe (Arrow)', arrow: true, sql: "SELECT COUNT(*) FROM information_schema.columns\n            WHERE\n                table_name = 'sys_journal'\n                AND column_name IN ('version', 'entry_json', 'appended_at')" },
-  { name: 'describe: journal', sql: `SELECT\n            sj.index,\n            sj.entry_type,\n            sj.completed,\n            sj.invoked_id,\n            sj.invoked_target,\n            sj.sleep_wakeup_at,\n            sj.name,\n            sj.promise_name,\n            sj.version, sj.entry_json, sj.appended_at\n        FROM sys_journal sj\n        WHERE\n            sj.id = '${id}'\n        ORDER BY index DESC\n        LIMIT 100` },
+  { name: 'describe: journal', sql: (run) => `SELECT\n            sj.index,\n            sj.entry_type,\n            sj.completed,\n            sj.invoked_id,\n            sj.invoked_target,\n            sj.sleep_wakeup_at,\n            sj.name,\n            sj.promise_name,\n            sj.version, sj.entry_json, sj.appended_at\n        FROM sys_journal sj\n        WHERE\n            sj.id = '${ids[run % ids.length]}'\n        ORDER BY index DESC\n        LIMIT 100` },
   { name: 'services status: summary', sql: "SELECT\n                target_service_name,\n                target_handler_name,\n                status,\n                COUNT(1) as num_invocations,\n                MIN(created_at) as oldest_at,\n                FIRST_VALUE(id ORDER BY created_at ASC) as oldest_invocation\n            FROM sys_invocation\n            WHERE target_service_name IN ('Bench')\n            GROUP BY target_service_name, target_handler_name, status\n            ORDER BY target_handler_name" },
   { name: 'sql count(*) (Arrow)', arrow: true, sql: 'select count(*) from sys_invocation' },
 ];
@@ -61,7 +65,7 @@ async function timeQuery(admin, q, runs) {
   let status;
   for (let i = 0; i < runs; i++) {
     const t0 = nowMs();
-    const r = await httpCall('POST', `${admin}/query`, { body: { query: q.sql }, headers: { accept: q.arrow ? '*/*' : 'application/json' }, timeoutMs: 120_000 });
+    const r = await httpCall('POST', `${admin}/query`, { body: { query: typeof q.sql === 'function' ? q.sql(i) : q.sql }, headers: { accept: q.arrow ? '*/*' : 'application/json' }, timeoutMs: 120_000 });
     times.push(nowMs() - t0);
     status = r.status;
   }
@@ -72,7 +76,7 @@ async function timeCommand(admin, c, runs, home) {
   const times = [];
   let last;
   for (let i = 0; i < runs; i++) {
-    last = await cli(admin, c.args, home);
+    last = await cli(admin, typeof c.args === 'function' ? c.args(i) : c.args, home);
     times.push(last.ms);
   }
   return { name: c.name, medianMs: median(times), runs: times, code: last.code, ...(last.code !== 0 ? { output: last.out.slice(0, 500) } : {}) };
@@ -122,12 +126,12 @@ export async function sqlSideBySide(target, service, opts) {
       out.retained = Number(row.n ?? Object.values(row)[0]);
       return out.retained >= opts.sqlInvocations - out.failedCalls ? { ok: true } : { why: `${out.retained} visible` };
     }, { deadline: Date.now() + 120_000, child: s.child, intervalMs: 500 });
-    const [{ id }] = await sqlRows(s.admin, 'SELECT id FROM sys_invocation ORDER BY created_at DESC LIMIT 1');
+    const ids = (await sqlRows(s.admin, `SELECT id FROM sys_invocation ORDER BY created_at DESC LIMIT ${2 * opts.sqlRuns}`)).map((r) => r.id);
     log(`${target} sql: ${out.retained} invocations retained (filled in ${out.fillS.toFixed(1)} s); timing ${opts.sqlRuns} runs each`);
     out.commands = [];
-    for (const c of COMMANDS(id)) out.commands.push(await timeCommand(s.admin, c, opts.sqlRuns, home));
+    for (const c of COMMANDS(ids.slice(0, opts.sqlRuns))) out.commands.push(await timeCommand(s.admin, c, opts.sqlRuns, home));
     out.queries = [];
-    for (const q of QUERIES(id)) out.queries.push(await timeQuery(s.admin, q, opts.sqlRuns));
+    for (const q of QUERIES(ids.slice(opts.sqlRuns))) out.queries.push(await timeQuery(s.admin, q, opts.sqlRuns));
   } catch (e) {
     out.error = e.message;
   } finally {
@@ -212,13 +216,13 @@ export async function sqlAtScale(node, opts) {
     const engine = enginePid(main);
     out.rssAfterLoadMb = { keel: rssMb(main), engine: engine ? rssMb(engine) : null };
     log(`keel sql at scale: ready ${(out.readyMs / 1000).toFixed(1)} s after spawn; engine copy of ${out.engineCopied} loaded in ${(out.engineLoadMs / 1000).toFixed(1)} s`);
-    const [{ id }] = await sqlRows(s.admin, 'SELECT id FROM sys_invocation ORDER BY created_at DESC LIMIT 1');
+    const ids = (await sqlRows(s.admin, `SELECT id FROM sys_invocation ORDER BY created_at DESC LIMIT ${2 * opts.sqlRuns}`)).map((r) => r.id);
     out.commands = [];
-    for (const c of COMMANDS(id).filter((c) => ['invocations ls', 'invocations ls --all', 'sql count(*)', 'invocations describe'].includes(c.name))) {
+    for (const c of COMMANDS(ids.slice(0, opts.sqlRuns)).filter((c) => ['invocations ls', 'invocations ls --all', 'sql count(*)', 'invocations describe'].includes(c.name))) {
       out.commands.push(await timeCommand(s.admin, c, opts.sqlRuns, home));
     }
     out.queries = [await timeQuery(s.admin, { name: 'count(*) (JSON)', sql: 'SELECT count(*) FROM sys_invocation' }, opts.sqlRuns)];
-    for (const q of QUERIES(id)) out.queries.push(await timeQuery(s.admin, q, opts.sqlRuns));
+    for (const q of QUERIES(ids.slice(opts.sqlRuns))) out.queries.push(await timeQuery(s.admin, q, opts.sqlRuns));
     out.rssAfterQueriesMb = { keel: rssMb(main), engine: engine ? rssMb(engine) : null };
     const engineDir = readdirSync(join(s.dataDir, 'query')).find((d) => d.startsWith('engine-'));
     if (engineDir) out.engineDirMb = dirSizeMb(join(s.dataDir, 'query', engineDir));

@@ -4,6 +4,7 @@ import t from 'tap';
 import { tableFromIPC } from 'apache-arrow';
 import { DuckDBInstance } from '@duckdb/node-api';
 import { analyze, treeText } from '../dist/admin/query/analyze.js';
+import { markedText, markersAreConstants, shapeOf } from '../dist/admin/query/shape.js';
 import { TABLES } from '../dist/admin/introspection.js';
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -114,6 +115,35 @@ t.test('the rewrites the CLI needs, and what a query reads, from DuckDB\'s parse
   t.match(analyze(await tree("SELECT * FROM read_csv('/etc/passwd')"), wanted).refusal, /read_csv/);
   t.match(analyze(await tree("SELECT * FROM '/etc/passwd.csv'"), wanted).refusal, /reading files/);
   t.notOk(analyze(await tree('SELECT * FROM range(3)'), wanted).refusal);
+});
+
+t.test('shapes: texts that differ only in string literals, and when a shape has no template', async (t) => {
+  const a = shapeOf("SELECT id FROM sys_invocation inv WHERE inv.id = 'inv_1' AND target = 'it''s' LIMIT 1");
+  const b = shapeOf("SELECT id FROM sys_invocation inv WHERE inv.id = 'inv_2' AND target = '' LIMIT 1");
+  t.same(a.literals, ['inv_1', "it's"], 'values with the quote undone');
+  t.equal(a.key, b.key, 'same shape');
+  t.same(b.literals, ['inv_2', '']);
+  t.not(shapeOf("SELECT id FROM sys_invocation WHERE id = 'x'").key, a.key, 'other text around the literals: another shape');
+  t.equal(shapeOf('SELECT 1').key, 'SELECT 1');
+  t.same(shapeOf(`SELECT "a'b" FROM t WHERE "c""'" = 'v'`).literals, ['v'], 'quotes inside quoted identifiers are not literals');
+  for (const text of ["SELECT E'a\\n'", "SELECT X'00'", "SELECT U&'d'", "SELECT 'a' -- 'b'", "SELECT /* 'x' */ 1", 'SELECT $$x$$', 'SELECT $1', "SELECT 'open", 'SELECT "open']) {
+    t.equal(shapeOf(text), undefined, `no shape: ${text}`);
+  }
+  t.equal(markedText(a, (i) => `M${i}`), "SELECT id FROM sys_invocation inv WHERE inv.id = 'M0' AND target = 'M1' LIMIT 1");
+
+  const db = await DuckDBInstance.create(':memory:');
+  const c = await db.connect();
+  t.teardown(() => c.closeSync());
+  const tree = async (sql) => JSON.parse(String((await c.runAndReadAll('SELECT json_serialize_sql($1::VARCHAR)', [sql])).getRows()[0][0]));
+  const marks = (n) => Array.from({ length: n }, (_, i) => `tagm${i}z`);
+  const check = async (sql) => {
+    const s = shapeOf(sql);
+    const m = marks(s.literals.length);
+    return markersAreConstants(await tree(markedText(s, (i) => m[i])), m, 'tag');
+  };
+  t.ok(await check("SELECT * FROM sys_journal WHERE id IN ('a', 'b') AND created_at > DATE '2024-01-01'"), 'constants, also under a cast');
+  t.notOk(await check("SELECT * FROM 'file.csv' WHERE x = 'a'"), 'a literal read as a table name');
+  t.notOk(await check("SELECT * FROM t WHERE x = 'a'\n'b'"), 'two literals the parser joins into one');
 });
 
 t.test('invocations list (4.9): count (Arrow Int64), ids, details (JSON)', async (t) => {
@@ -449,4 +479,33 @@ t.test('each query starts from empty per-query tables: nothing one query filled 
   }
   const none = await query(base, "SELECT count(*) AS n FROM sys_journal WHERE id = 'inv_1nope'");
   t.equal(Number(none.body.rows[0].n), 0, 'a journal nobody has: empty, not the last one read');
+});
+
+t.test('texts of one shape, each with its own literals: what it reads, the text it runs, its column names', async (t) => {
+  const { base, source } = await startAdmin(t);
+  const { running, suspended } = source.ids;
+  // the second text of each shape runs from the first one's template
+  for (const id of [running, suspended, 'inv_1nope', running]) {
+    const j = await query(base, `SELECT '${id}' AS asked, count(*) AS n FROM sys_journal sj WHERE sj.id = '${id}' AND sj.index >= 0`);
+    t.same(j.body.rows.map((r) => [r.asked, Number(r.n)]), [[id, id === 'inv_1nope' ? 0 : 2]], `the journal of ${id}, and only it`);
+    const d = await query(base, `SELECT id FROM sys_invocation inv WHERE inv.id = '${id}' LIMIT 1`);
+    t.same(d.body.rows, id === 'inv_1nope' ? [] : [{ id }], `sys_invocation by ${id}`);
+  }
+  // rewritten texts (information_schema is read from a copy): the literals go into DuckDB's text
+  for (const [table, n] of [['sys_journal', 1], ['sys_invocation', 1], ['nope', 0], ["it's", 0]]) {
+    const c = await query(base, `SELECT '${table.replaceAll("'", "''")}', count(*) AS n FROM information_schema.tables WHERE table_name = '${table.replaceAll("'", "''")}'`);
+    t.equal(c.status, 200, JSON.stringify(c.body));
+    t.same(c.body.rows.map((r) => Object.values(r).map(String)), [[table, String(n)]], `information_schema.tables for ${table}`);
+    t.equal(Object.keys(c.body.rows[0])[0], `'${table.replaceAll("'", "''")}'`, 'the column is named after the literal asked for');
+  }
+  // a shape whose literal is not a constant has no template: each text is parsed as it is
+  for (const file of ['/etc/passwd', '/etc/hostname']) {
+    const r = await query(base, `SELECT * FROM '${file}'`);
+    t.equal(r.status, 400);
+    t.equal(r.body.restate_code, 'KEEL0020', `${file}: refused`);
+    t.match(r.body.message, /not a table name/);
+  }
+  // a wrong text of a shape that has a template is still an error of its own
+  const bad = await query(base, `SELECT id FROM sys_invocation inv WHERE inv.id = '${running}' LIMIT 'x'`);
+  t.equal(bad.status, 400);
 });

@@ -4,6 +4,7 @@
 // the libuv thread pool DuckDB's async calls run on, a crash — reaches the event loop or the
 // thread pool that serve ingress, admin and the partitions' store. Started by engine.ts.
 
+import { randomBytes } from 'node:crypto';
 import { readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import { join } from 'node:path';
@@ -15,6 +16,7 @@ import { cell, encoder, kindOf, loadArrow, rechunk, type Cell, type Column } fro
 import { journalRows } from './journal-rows.js';
 import type { EngineOptions, Format, FromEngine, QueryError, ToEngine } from './protocol.js';
 import { COPY_TABLE, COPY_VIEWS, PER_QUERY, copyRowsFrom, literal, perQueryTableSql, schemaSql } from './schema.js';
+import { markedText, markersAreConstants, shapeOf, type Shape } from './shape.js';
 
 /** Below every thread of the server: under CPU contention, ingress and admin go first. */
 const NICE = 10;
@@ -46,9 +48,13 @@ interface Parsed {
   text: string;
   tables: Map<string, TableFilter>;
   cacheable: boolean;
+  /** The text to run is DuckDB's rendering of a rewritten tree, not the query's own. */
+  rewritten: boolean;
 }
-/** What the parser said of recent query texts (the CLI sends the same ones again and again). */
+/** What the parser said of recent query texts that have no shape, or whose shape has no template. */
 const parsed = new Map<string, Parsed>();
+/** Templates of recent shapes (shape.ts), by shape key; null: the shape's texts are parsed one by one. */
+const templates = new Map<string, Parsed | null>();
 const MAX_PARSED = 256;
 const MAX_PARSED_CHARS = 16 * 1024;
 /**
@@ -340,22 +346,83 @@ async function waitLoaded(q: Query): Promise<void> {
   q.check();
 }
 
+/**
+ * What the parser says of `sql`: from the template of its shape when one is kept (shape.ts), else
+ * parsed, the shape's template made on the way when its literals prove to be only constants.
+ */
 async function parse(q: Query, sql: string): Promise<Parsed> {
-  const known = parsed.get(sql);
-  if (known !== undefined) {
-    parsed.delete(sql);
-    parsed.set(sql, known);
-    return known;
+  const shape = sql.length <= MAX_PARSED_CHARS ? shapeOf(sql) : undefined;
+  if (shape !== undefined && !sql.includes(MARK_TAG)) {
+    let template = recall(templates, shape.key);
+    if (template === undefined) {
+      template = await makeTemplate(q, shape);
+      if (q.stop === undefined) keep(templates, shape.key, template);
+    }
+    if (template !== null) return instantiate(template, sql, shape);
   }
-  const result = await parseAnew(q, sql);
-  if (sql.length <= MAX_PARSED_CHARS) {
-    parsed.set(sql, result);
-    if (parsed.size > MAX_PARSED) parsed.delete(parsed.keys().next().value as string);
-  }
+  const known = recall(parsed, sql);
+  if (known !== undefined) return known;
+  const result = (await parseAnew(q, sql))!;
+  if (sql.length <= MAX_PARSED_CHARS) keep(parsed, sql, result);
   return result;
 }
 
-async function parseAnew(q: Query, sql: string): Promise<Parsed> {
+function recall<T>(cache: Map<string, T>, key: string): T | undefined {
+  const value = cache.get(key);
+  if (value !== undefined) {
+    cache.delete(key);
+    cache.set(key, value);
+  }
+  return value;
+}
+
+function keep<T>(cache: Map<string, T>, key: string, value: T): void {
+  cache.set(key, value);
+  if (cache.size > MAX_PARSED) cache.delete(cache.keys().next().value as string);
+}
+
+/** In every marker: no query text holds it (one that does gets no template). */
+const MARK_TAG = `kq${randomBytes(8).toString('hex')}`;
+const mark = (i: number): string => `${MARK_TAG}m${i}z`;
+const MARKED = new RegExp(`'${MARK_TAG}m(\\d+)z'`, 'g');
+
+/**
+ * The parse of `shape` with markers for its literals, or null when that is not the parse of every
+ * text of the shape (the markers are not all plain constants, or the marked text does not parse):
+ * those texts are parsed one by one. A text of the shape that is wrong in itself throws here.
+ */
+async function makeTemplate(q: Query, shape: Shape): Promise<Parsed | null> {
+  if (shape.literals.length === 0) return (await parseAnew(q, markedText(shape, mark)))!;
+  const markers = shape.literals.map((_, i) => mark(i));
+  try {
+    const template = await parseAnew(q, markedText(shape, mark), (tree) => markersAreConstants(tree, markers, MARK_TAG));
+    if (template === undefined || (template.text.match(MARKED)?.length ?? 0) !== markers.length) return null;
+    return template;
+  } catch {
+    return null;
+  }
+}
+
+/** A template with this text's literals in place of its markers. */
+function instantiate(template: Parsed, sql: string, shape: Shape): Parsed {
+  if (shape.literals.length === 0) return template;
+  const value = (v: string): string => {
+    const i = v.startsWith(MARK_TAG) ? Number(/m(\d+)z$/.exec(v)?.[1]) : NaN;
+    return Number.isInteger(i) ? shape.literals[i]! : v;
+  };
+  const tables = new Map<string, TableFilter>();
+  for (const [table, filter] of template.tables) {
+    tables.set(table, Object.fromEntries(Object.entries(filter).map(([column, values]) => [column, values.map(value)])));
+  }
+  const text = template.rewritten ? template.text.replace(MARKED, (_, i: string) => literal(shape.literals[Number(i)]!)) : sql;
+  return { text, tables, cacheable: template.cacheable, rewritten: template.rewritten };
+}
+
+/**
+ * DuckDB's parse of `sql`; undefined when `accept` turns its tree down. Throws the query's
+ * error (KEEL0010, KEEL0020) for a text that is not one SELECT DuckDB can read.
+ */
+async function parseAnew(q: Query, sql: string, accept?: (tree: Ast) => boolean): Promise<Parsed | undefined> {
   const conn = (q.conn ??= await takeConnection());
   // DuckDB's parser reads the query once: a parse error, a statement that is not a SELECT, or
   // several statements all show in this one answer.
@@ -370,13 +437,14 @@ async function parseAnew(q: Query, sql: string): Promise<Parsed> {
   const count = tree.statements?.length ?? 0;
   if (count === 0) throw new QueryFailure({ code: 'KEEL0010', status: 400, message: 'the query is empty' });
   if (count > 1) throw refused(`the query holds ${count} statements: send one SELECT per query`);
+  if (accept !== undefined && !accept(tree as Ast)) return undefined;
   const wanted = new Set([...PER_QUERY, ...COPY_VIEWS]);
   const analysis = analyze(tree as Ast, wanted);
   if (analysis.refusal !== undefined) throw refused(analysis.refusal);
   const cacheable = analysis.catalog && analysis.tables.size === 0 && !analysis.tableFunctions && [...analysis.functions].every((f) => consistentFunctions.has(f));
-  if (!analysis.rewritten) return { text: sql, tables: analysis.tables, cacheable };
+  if (!analysis.rewritten) return { text: sql, tables: analysis.tables, cacheable, rewritten: false };
   const back = await conn.runAndReadAll('SELECT json_deserialize_sql($1::JSON)', [treeText(tree as Ast)]);
-  return { text: String(back.getRows()[0]![0]), tables: analysis.tables, cacheable };
+  return { text: String(back.getRows()[0]![0]), tables: analysis.tables, cacheable, rewritten: true };
 }
 
 async function encodeAnswer(q: Query, result: DuckDBResult, format: Format): Promise<{ rows: number; head?: Uint8Array; body: Uint8Array[] }> {
