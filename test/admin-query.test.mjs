@@ -509,3 +509,17 @@ t.test('texts of one shape, each with its own literals: what it reads, the text 
   const bad = await query(base, `SELECT id FROM sys_invocation inv WHERE inv.id = '${running}' LIMIT 'x'`);
   t.equal(bad.status, 400);
 });
+
+t.test('the registry\'s tables are kept between queries and follow its changes', async (t) => {
+  const { base, registry, deploymentId } = await startAdmin(t);
+  const deployments = async () => (await query(base, 'SELECT id FROM sys_deployment')).body.rows.map((r) => r.id);
+  const services = async () => (await query(base, 'SELECT name FROM public.sys_service ORDER BY name')).body.rows.map((r) => r.name);
+  t.same(await deployments(), [deploymentId]);
+  t.same(await services(), ['Counter', 'Greeter']);
+  t.same(await deployments(), [deploymentId], 'kept: the same rows once');
+  t.ok(await registry.remove(deploymentId));
+  t.same(await deployments(), [], 'the removed deployment is gone from the next query');
+  t.same(await services(), []);
+  const joined = await query(base, DETAIL("WHERE inv.status = 'running'"));
+  t.ok(joined.body.rows.length > 0 && joined.body.rows.every((r) => r.pinned_deployment_exists === false), 'and from joins with it');
+});

@@ -425,3 +425,9 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
     yield* subscriptionPartitionRows((await source.subscriptions?.()) ?? []);
   },
 };
+
+/**
+ * Per-query tables whose rows come from the schema registry alone: the same while its version is
+ * (Registry.version), so the engine keeps them filled between queries instead of per query.
+ */
+export const REGISTRY_TABLES: ReadonlySet<string> = new Set(['sys_deployment', 'sys_service']);

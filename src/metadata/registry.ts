@@ -168,6 +168,7 @@ export class Registry {
   private readonly subscriptionListeners = new Set<(e: SubscriptionEvent) => void>();
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
+  private changes = 0;
 
   private constructor(
     private readonly log: MetaLog,
@@ -221,6 +222,11 @@ export class Registry {
 
   deployment(id: string): DeploymentSchema | undefined {
     return this.byId.get(id);
+  }
+
+  /** Changes committed since the registry opened: while it stays the same, so do the deployments and services. */
+  get version(): number {
+    return this.changes;
   }
 
   deployments(): DeploymentSchema[] {
@@ -315,6 +321,7 @@ export class Registry {
     await this.log.append(rec);
     this.apply(rec);
     this.recompute();
+    this.changes++;
   }
 
   private apply(rec: MetaRecord): void {

@@ -64,10 +64,13 @@ function appendCell(a: DuckDBAppender, kind: ColumnKind, v: unknown): void {
   }
 }
 
-/** Appends `rows` to the temp table `table` of `conn`, in `schema`'s column order. */
-export async function appendRows(conn: DuckDBConnection, table: string, schema: TableSchema, rows: readonly Row[]): Promise<void> {
+/**
+ * Appends `rows` to `table`, in `schema`'s column order: the temp table of `conn`, or the table of
+ * the database schema `into` (then within the caller's transaction, if it has one).
+ */
+export async function appendRows(conn: DuckDBConnection, table: string, schema: TableSchema, rows: readonly Row[], into?: 'public'): Promise<void> {
   if (rows.length === 0) return;
-  const appender = await conn.createAppender(table, 'main', 'temp');
+  const appender = into === undefined ? await conn.createAppender(table, 'main', 'temp') : await conn.createAppender(table, into);
   try {
     for (const row of rows) {
       for (const [column, kind] of schema) appendCell(appender, kind, row[column]);

@@ -9,7 +9,7 @@ import { readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import { join } from 'node:path';
 import { DuckDBInstance, type DuckDBConnection, type DuckDBResult } from '@duckdb/node-api';
-import { PER_QUERY_TABLES, TABLES, rowBytes, type RawJournalEntry, type Row, type TableFilter } from '../introspection.js';
+import { PER_QUERY_TABLES, REGISTRY_TABLES, TABLES, rowBytes, type RawJournalEntry, type Row, type TableFilter } from '../introspection.js';
 import { appendRows } from './append.js';
 import { analyze, treeText, type Ast } from './analyze.js';
 import { cell, encoder, kindOf, loadArrow, rechunk, type Cell, type Column } from './encode.js';
@@ -323,7 +323,7 @@ async function loadJournal(q: Query, filter: TableFilter, rows: RowSet, connecti
  */
 async function loadTables(q: Query, tables: Map<string, TableFilter>, connecting: Promise<DuckDBConnection>): Promise<void> {
   // vqueues and rules are declared and always empty here: nothing to fill.
-  const filled = [...tables].filter(([table]) => !COPY_VIEWS.has(table) && (table === 'sys_journal' || PER_QUERY_TABLES[table] !== undefined));
+  const filled = [...tables].filter(([table]) => !COPY_VIEWS.has(table) && !REGISTRY_TABLES.has(table) && (table === 'sys_journal' || PER_QUERY_TABLES[table] !== undefined));
   const created = connecting.then(async (conn) => {
     for (const [table] of filled) if (!PREMADE_TABLES.has(table)) await conn.run(perQueryTableSql(table));
     return conn;
@@ -337,6 +337,39 @@ async function loadTables(q: Query, tables: Map<string, TableFilter>, connecting
     await appendRows(await created, table, TABLES[table]!, rows.rows);
   }
   await created;
+}
+
+/** The registry's version each REGISTRY_TABLES table in `public` was filled at. */
+const registryFilled = new Map<string, number>();
+/** Refills of the registry tables, one after the other. */
+let registryRefills: Promise<void> = Promise.resolve();
+
+/**
+ * Refills the registry tables the query names that are older than the registry version it was
+ * sent with. Readers on other connections see the old rows or the new ones, never a mix.
+ */
+async function keepRegistryTables(q: Query, tables: Map<string, TableFilter>, version: number, connecting: Promise<DuckDBConnection>): Promise<void> {
+  const stale = (table: string) => REGISTRY_TABLES.has(table) && (registryFilled.get(table) ?? -1) < version;
+  if (![...tables.keys()].some(stale)) return;
+  const refill = registryRefills.then(async () => {
+    for (const table of [...tables.keys()].filter(stale)) {
+      const rows = new RowSet(table);
+      rows.add(await need(q, table, {}));
+      const conn = await connecting;
+      await conn.run('BEGIN TRANSACTION');
+      try {
+        await conn.run(`DELETE FROM public.${table}`);
+        await appendRows(conn, table, TABLES[table]!, rows.rows, 'public');
+        await conn.run('COMMIT');
+      } catch (err) {
+        await conn.run('ROLLBACK').catch(() => {});
+        throw err;
+      }
+      registryFilled.set(table, version);
+    }
+  });
+  registryRefills = refill.catch(() => {});
+  await refill;
 }
 
 async function waitLoaded(q: Query): Promise<void> {
@@ -491,10 +524,10 @@ function failureOf(q: Query, err: unknown): QueryError {
 }
 
 /**
- * Per-query temp tables every connection has from the start (those `restate invocations
- * describe` fills): empty until a query fills them, as the declarations in public they shadow.
+ * Per-query temp tables every connection has from the start (the one `restate invocations
+ * describe` fills): empty until a query fills it, as the declaration in public it shadows.
  */
-const PREMADE_TABLES: ReadonlySet<string> = new Set(['sys_journal', 'sys_deployment']);
+const PREMADE_TABLES: ReadonlySet<string> = new Set(['sys_journal']);
 
 async function newConnection(): Promise<DuckDBConnection> {
   const conn = await db.connect();
@@ -538,6 +571,7 @@ async function run(q: Query, m: Extract<ToEngine, { t: 'query' }>, before: Promi
     connecting.catch(() => {}); // awaited below, or before the connection is closed
     if ([...tables.keys()].some((t) => COPY_VIEWS.has(t))) await waitLoaded(q);
     await before;
+    await keepRegistryTables(q, tables, m.registry_version, connecting);
     await loadTables(q, tables, connecting);
     q.conn = await connecting;
     q.check();

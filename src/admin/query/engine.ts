@@ -375,7 +375,7 @@ export class QueryEngine {
       }
       this.running.set(p.qid, p);
       this.flush(); // the query sees every change made durable before it arrived
-      this.send({ t: 'query', qid: p.qid, sql: p.sql, format: p.format, params: p.params, timeout_ms: left, limit_ms: this.config.query_timeout_ms });
+      this.send({ t: 'query', qid: p.qid, sql: p.sql, format: p.format, params: p.params, timeout_ms: left, limit_ms: this.config.query_timeout_ms, registry_version: this.registry.version });
       p.watchdog = setTimeout(() => this.overdue(p), left + STOP_GRACE_MS);
     }
     this.expireWaiting();

@@ -32,8 +32,11 @@ export type ToEngine =
    */
   | { t: 'changes'; seq: number; load: boolean; records: Uint8Array[]; deleted: string[] }
   | { t: 'load-end'; seq: number }
-  /** `timeout_ms`: what is left of the query's time (`limit_ms`, as configured) after it waited here. */
-  | { t: 'query'; qid: number; sql: string; format: Format; params: Array<string | null> | undefined; timeout_ms: number; limit_ms: number }
+  /**
+   * `timeout_ms`: what is left of the query's time (`limit_ms`, as configured) after it waited
+   * here. `registry_version`: the schema registry's, for the tables kept from it (REGISTRY_TABLES).
+   */
+  | { t: 'query'; qid: number; sql: string; format: Format; params: Array<string | null> | undefined; timeout_ms: number; limit_ms: number; registry_version: number }
   /** The rows of a table filled per query (answer to `need`); `error` when it could not be read. */
   | { t: 'rows'; qid: number; table: string; rows: Row[]; error?: QueryError }
   /** Stored journals (answer to `need-journals`), in the order asked. */

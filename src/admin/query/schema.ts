@@ -1,7 +1,8 @@
 // The engine's DuckDB schema. `public` holds what queries see, under Restate's names and
 // columns (TABLES): the views sys_invocation and sys_invocation_status over the copy of the
-// statuses (main.keel_invocation, kept up to date from the partitions), and empty declarations
-// of the tables filled per query (a query's connection shadows them with temp tables).
+// statuses (main.keel_invocation, kept up to date from the partitions), the tables of the schema
+// registry (REGISTRY_TABLES, refilled when it changes), and empty declarations of the tables
+// filled per query (a query's connection shadows them with temp tables).
 
 import { MessageType, entryTypeName } from '../../protocol/messages.js';
 import { TABLES, type ColumnKind, type TableSchema } from '../introspection.js';
