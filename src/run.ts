@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import { loadConfig } from './config/index.js';
-import { createLogger } from './common/logger.js';
+import { createLogger, logProcessWarnings } from './common/logger.js';
 import { isKeelError } from './errors/index.js';
 import { KeelServer } from './server.js';
 
@@ -15,10 +15,12 @@ function configFile(argv: string[]): string | undefined {
 
 async function main(): Promise<void> {
   const early = createLogger(process.env.KEEL_LOG__LEVEL ?? 'info', 'auto');
+  logProcessWarnings(early);
   let server: KeelServer;
   try {
     const config = loadConfig(configFile(process.argv.slice(2)));
     server = await KeelServer.start(config);
+    logProcessWarnings(server.logger);
   } catch (err) {
     if (isKeelError(err)) {
       early.fatal({ code: err.code }, err.display);

@@ -35,3 +35,19 @@ function codeHook(onCode: (code: string) => void) {
     method.apply(this, args);
   };
 }
+
+/**
+ * Process warnings as log lines of their own (Node writes them to stderr as loose text between
+ * the JSON lines). One is known and harmless, so it is a debug line: kafkajs's idle request queue
+ * sets a timer for a negative delay (`throttledUntil - Date.now()` before any throttling), which
+ * Node ≥ 22 reports as TimeoutNegativeWarning and clamps to 1 ms.
+ */
+export function logProcessWarnings(logger: Logger): void {
+  process.removeAllListeners('warning');
+  process.on('warning', (warning) => {
+    const known = warning.name === 'TimeoutNegativeWarning' && /[\\/]kafkajs[\\/]/.test(warning.stack ?? '');
+    const fields = { warning: warning.name, ...('code' in warning && typeof warning.code === 'string' ? { node_code: warning.code } : {}) };
+    if (known) logger.debug(fields, `kafkajs: ${warning.message}`);
+    else logger.warn({ ...fields, stack: warning.stack }, `node: ${warning.message}`);
+  });
+}

@@ -68,6 +68,10 @@ export async function startKeel(t, { env = {}, dir = tempDir(t), nodePath = proc
       }
       return out;
     },
+    /** What Keel wrote that is not a JSON log line (Node's own warnings would be). */
+    looseLines() {
+      return keel.output.split('\n').filter((line) => line.trim() !== '' && !line.startsWith('{'));
+    },
     async launch() {
       // Only this launch's output counts: after a restart the old "keel is ready" is still there.
       const from = keel.output.length;
