@@ -1,5 +1,6 @@
 // Log health: error- and warn-level lines and lines naming RT0010 in a server's (or the service's) log.
-//   Keel logs JSON lines (pino): level >= 50 is an error, 40 a warning.
+//   Keel logs JSON lines (pino): level >= 50 is an error, 40 a warning; any other line (Node's own
+//   warnings, a crash's trace) is a warning too: nothing but JSON should be there.
 //   Restate logs text (`<timestamp> ERROR <target>` then the message on the next lines, ANSI colours).
 //   The SDK service logs `[restate][<time>]... ERROR: ...` lines.
 import { existsSync, readFileSync } from 'node:fs';
@@ -24,13 +25,13 @@ export function countLog(file, kind) {
     let level = null;
     let msg = line;
     if (kind === 'keel') {
-      if (line[0] !== '{') continue;
       try {
         const j = JSON.parse(line);
         level = j.level >= 50 ? 'error' : j.level >= 40 ? 'warn' : null;
         msg = `${j.code ? `${j.code} ` : ''}${j.msg ?? ''}${j.err?.message ? `: ${j.err.message}` : ''}`;
       } catch {
-        continue;
+        level = 'warn';
+        msg = `not a log line: ${line}`;
       }
     } else if (kind === 'restate') {
       const m = /^\d{4}-\d\d-\d\dT\S+\s+(ERROR|WARN)\s+(\S+)/.exec(line);
