@@ -523,3 +523,38 @@ t.test('the registry\'s tables are kept between queries and follow its changes',
   const joined = await query(base, DETAIL("WHERE inv.status = 'running'"));
   t.ok(joined.body.rows.length > 0 && joined.body.rows.every((r) => r.pinned_deployment_exists === false), 'and from joins with it');
 });
+
+t.test('the engine process alone: a query cancelled while it waits for the server\'s rows holds no other query up', async (t) => {
+  const { fork } = await import('node:child_process');
+  const dir = tempDir(t);
+  const engine = fork(join(import.meta.dirname, '..', 'dist', 'admin', 'query', 'engine-main.js'), [], { serialization: 'advanced', stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+  t.teardown(() => engine.kill('SIGKILL'));
+  const waiting = [];
+  const next = (match) => new Promise((resolve) => waiting.push({ match, resolve }));
+  engine.on('message', (m) => {
+    const i = waiting.findIndex((w) => w.match(m));
+    if (i >= 0) waiting.splice(i, 1)[0].resolve(m);
+  });
+  const ready = next((m) => m.t === 'ready');
+  engine.send({ t: 'init', options: { dir, memory_limit_bytes: 256 * 1024 * 1024, threads: 1, max_result_rows: 1000, max_result_bytes: 1 << 20 } });
+  await ready;
+  const loaded = next((m) => m.t === 'applied' && m.seq === 1);
+  engine.send({ t: 'load-begin' });
+  engine.send({ t: 'load-end', seq: 1 });
+  await loaded;
+  const query = (qid) => ({ t: 'query', qid, sql: 'SELECT id FROM sys_deployment', format: 'json', params: undefined, timeout_ms: 20_000, limit_ms: 20_000, registry_version: 1 });
+  // the first query asks for the registry's rows and is cancelled before they come: never answered
+  const asked = next((m) => m.t === 'need' && m.qid === 1);
+  engine.send(query(1));
+  t.equal((await asked).table, 'sys_deployment');
+  engine.send({ t: 'cancel', qid: 1 });
+  // the second one refills the table itself and is answered
+  const askedAgain = next((m) => m.t === 'need' && m.qid === 2);
+  const answered = next((m) => (m.t === 'answer' || m.t === 'failed') && m.qid === 2);
+  engine.send(query(2));
+  await askedAgain;
+  engine.send({ t: 'rows', qid: 2, table: 'sys_deployment', rows: [{ id: 'dp_one' }] });
+  const answer = await answered;
+  t.equal(answer.t, 'answer', JSON.stringify(answer.error ?? ''));
+  t.same(JSON.parse(Buffer.from(answer.chunk).toString()).rows, [{ id: 'dp_one' }]);
+});

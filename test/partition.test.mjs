@@ -288,3 +288,38 @@ t.test('fsync: a batch is synced when a caller waits to show it or an action lea
   await q.append(invoke(1));
   t.same(syncs.splice(0), [false]);
 });
+
+t.test('a read of a batch being written is shown outside only once it is durable', async (t) => {
+  const { db, effects } = await setup(t);
+  const p = await PartitionProcessor.open(db, new GroupWriter(db), 0, { fsync: true, effects, logger: silentLogger });
+  // hold the next store write until released
+  let release;
+  const gate = new Promise((r) => (release = r));
+  const batch = db.batch.bind(db);
+  db.batch = (...args) => {
+    const b = batch(...args);
+    const write = b.write.bind(b);
+    b.write = async (...w) => {
+      await gate;
+      return write(...w);
+    };
+    return b;
+  };
+  t.resolves(p.durableNow(), 'nothing folded yet: durable at once');
+  const cmd = invoke(1);
+  const appended = p.append(cmd);
+  await new Promise((r) => setImmediate(r));
+  await new Promise((r) => setImmediate(r));
+  const seen = [...p.state.invocations.values()].find((s) => s.handler === 'h1');
+  t.ok(seen, 'the fold is visible in memory while its batch is written');
+  let durable = false;
+  const waiting = p.durableNow().then(() => (durable = true));
+  await new Promise((r) => setTimeout(r, 50));
+  t.notOk(durable, 'not durable while the write is held');
+  release();
+  await appended;
+  await waiting;
+  t.ok(durable, 'durable once written');
+  t.ok(db.getSync(invocationsTable.key(0, seen.id)) !== undefined, 'and it is in the store');
+  await p.close();
+});

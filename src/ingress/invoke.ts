@@ -108,6 +108,8 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   // Only workflow runs and idempotent requests have ids that can already exist.
   const existing = target.deterministic ? worker.invocation(target.id) : undefined;
   if (existing !== undefined) {
+    // it may have been accepted by the batch being written: answer once that batch is durable
+    await worker.durable(target.id);
     if (isSend) return reply.code(202).send({ invocationId: target.id.text, status: 'PreviouslyAccepted' });
     if (target.workflow_run) return ingressError(reply, 'KEEL0008', 'the workflow method was already invoked', 409, 'invocation');
     return attachAndRespond(deps, reply, target.id, handler);

@@ -54,6 +54,7 @@ async function attachOrOutput(deps: InvokeDeps, reply: FastifyReply, id: Invocat
   const handler = deps.registry.service(s.service)?.handlers.find((h) => h.name === s.handler);
   if (mode === 'output') {
     if (s.status !== 'completed') return ingressError(reply, 'KEEL0013', `invocation '${id.text}' has not completed yet`);
+    await deps.worker.durable(id); // the completion may be in the batch being written
     return respond(reply, s, handler);
   }
   if (mode !== 'attach') return ingressError(reply, 'KEEL0011', `no route for ${mode}`);

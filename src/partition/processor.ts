@@ -75,6 +75,13 @@ export class PartitionProcessor implements AttemptHost {
   private failure: PartitionFailure | undefined;
   private idle: Promise<void> = Promise.resolve();
   private settleIdle: (() => void) | undefined;
+  /** Batches folded so far, numbered from 1, and the last of them known to be durable. */
+  private folded_batches = 0;
+  private durable_batches = 0;
+  /** Reads waiting for a batch to be durable (durableNow). */
+  private durableWaiters: Array<{ batch: number; resolve: () => void; reject: (err: Error) => void }> = [];
+  /** A read waits for a batch written without fsync: the next write syncs, even one with no command. */
+  private syncWanted = false;
 
   private constructor(
     readonly partition: number,
@@ -171,6 +178,25 @@ export class PartitionProcessor implements AttemptHost {
     return this.state.status(id);
   }
 
+  /**
+   * Resolves once every batch folded so far is durable: what a read of the state saw before the
+   * call may then be shown outside (an answer to a client). The state runs ahead of the store
+   * while a batch is being written, and a batch nothing outside had seen was written without
+   * fsync; such a read must not answer before it is on disk, or a crash takes back what a client
+   * was told.
+   */
+  durableNow(): Promise<void> {
+    if (this.failure !== undefined) return Promise.reject(keelError('KEEL0503', { partition: this.partition, reason: this.failure.reason }));
+    const batch = this.folded_batches;
+    if (this.durable_batches >= batch) return Promise.resolve();
+    if (this.closed) return Promise.reject(keelError('KEEL0502', { partition: this.partition }));
+    return new Promise((resolve, reject) => {
+      this.durableWaiters.push({ batch, resolve, reject });
+      this.syncWanted = true;
+      if (!this.writing) this.scheduleFlush();
+    });
+  }
+
   journal(id: string): readonly JournalEntry[] {
     return this.state.journal(id);
   }
@@ -205,7 +231,7 @@ export class PartitionProcessor implements AttemptHost {
   }
 
   private async flush(): Promise<void> {
-    while (this.queue.length > 0 && this.failure === undefined) {
+    while ((this.queue.length > 0 || this.syncWanted) && this.failure === undefined) {
       const batch = this.queue.splice(0, MAX_BATCH_COMMANDS);
       const records: Buffer[] = [];
       const actions: Action[] = [];
@@ -222,18 +248,25 @@ export class PartitionProcessor implements AttemptHost {
         this.halt(err, 'a command could not be folded', batch);
         break;
       }
+      const number = ++this.folded_batches;
       const before = this.log.applied_position;
       const writes = this.state.takeWrites();
       const writeStart = performance.now();
+      // With fsync off, written is as durable as it gets (a crash of the process loses nothing).
+      const sync = this.fsync && (needsSync(batch, actions) || this.syncWanted);
+      this.syncWanted = false;
       try {
-        const last = await this.log.append(records, writes, this.fsync && needsSync(batch, actions));
+        const last = await this.log.append(records, writes, sync);
         assert(last === before + records.length, () => `partition ${this.partition}: log at ${last} after appending ${records.length} records at ${before}`);
       } catch (err) {
         this.halt(err, 'the partition log could not be written', batch);
         break;
       }
       this.state.writesDurable();
-      this.observeBatch(records.length, bytes, performance.now() - writeStart, this.state.entries_appended - entriesBefore);
+      // A synced write puts every earlier one on disk with it.
+      if (sync || !this.fsync) this.settleDurable(number);
+      // (a batch of no command: only a sync that reads waited for, not one for the batch metrics)
+      if (batch.length > 0) this.observeBatch(records.length, bytes, performance.now() - writeStart, this.state.entries_appended - entriesBefore);
       try {
         this.observe?.(this.partition, writes);
       } catch (err) {
@@ -260,6 +293,18 @@ export class PartitionProcessor implements AttemptHost {
   }
 
   /** Stops the partition: nothing of the failed batch is written, every waiting append fails. */
+  private settleDurable(batch: number): void {
+    assert(batch >= this.durable_batches && batch <= this.folded_batches, () => `partition ${this.partition}: batch ${batch} durable after ${this.durable_batches}, with ${this.folded_batches} folded`);
+    this.durable_batches = batch;
+    if (this.durableWaiters.length === 0) return;
+    const waiting = this.durableWaiters;
+    this.durableWaiters = [];
+    for (const w of waiting) {
+      if (w.batch <= batch) w.resolve();
+      else this.durableWaiters.push(w);
+    }
+  }
+
   private halt(err: unknown, what: string, batch: Pending[]): void {
     const reason = `${what}: ${(err as Error)?.message ?? String(err)}`;
     this.failure = { partition: this.partition, reason, at_ms: Date.now() };
@@ -267,6 +312,7 @@ export class PartitionProcessor implements AttemptHost {
     const refusal = keelError('KEEL0503', { partition: this.partition, reason });
     this.logger.fatal({ err, code: 'KEEL0503', invariant: err instanceof InvariantError }, `partition ${this.partition} stopped: ${reason}`);
     for (const p of [...batch, ...this.queue.splice(0)]) p.reject(refusal);
+    for (const w of this.durableWaiters.splice(0)) w.reject(refusal);
   }
 }
 

@@ -171,6 +171,14 @@ export class Worker implements Effects {
     return this.processorFor(id).invocation(id.text);
   }
 
+  /**
+   * Resolves once what a read of this invocation's partition saw before the call is durable:
+   * await it before an answer shows a status read from memory (PartitionProcessor.durableNow).
+   */
+  durable(id: InvocationId): Promise<void> {
+    return this.processorFor(id).durableNow();
+  }
+
   /** Every invocation of every partition: in memory first (it is ahead of the store), then the store. */
   async *scanInvocations(): AsyncGenerator<InvocationStatus> {
     for (const p of this.processors) {
@@ -233,7 +241,7 @@ export class Worker implements Effects {
    */
   awaitCompletion(id: InvocationId, { fresh = false } = {}): Promise<InvocationStatus> {
     const now = fresh ? undefined : this.invocation(id);
-    if (now?.status === 'completed') return Promise.resolve(now);
+    if (now?.status === 'completed') return this.durable(id).then(() => now);
     return new Promise((resolve, reject) => {
       let list = this.waiters.get(id.text);
       if (list === undefined) {

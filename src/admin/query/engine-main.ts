@@ -256,31 +256,50 @@ class Query {
   rest: Uint8Array[] = [];
   rows = new Map<string, (m: Extract<ToEngine, { t: 'rows' }>) => void>();
   journals: ((m: Extract<ToEngine, { t: 'journals' }>) => void) | undefined;
+  /**
+   * Rejects once the query is stopped: whatever it waits for (rows from the server, the copy's
+   * load, a refill others wait behind) is given up then, not awaited for ever.
+   */
+  readonly halted: Promise<never>;
+  private onHalt: (err: Error) => void = () => {};
 
-  constructor(readonly qid: number, readonly limit_ms: number) {}
+  constructor(readonly qid: number, readonly limit_ms: number) {
+    this.halted = new Promise<never>((_, reject) => (this.onHalt = reject));
+    this.halted.catch(() => {});
+  }
 
   halt(why: Stop): void {
     this.stop ??= why;
     this.conn?.interrupt();
+    this.onHalt(new Error('INTERRUPT Error: Interrupted!'));
   }
 
   check(): void {
     if (this.stop !== undefined) throw new Error('INTERRUPT Error: Interrupted!');
   }
+
+  /** `p`, unless the query is stopped first. */
+  unlessHalted<T>(p: Promise<T>): Promise<T> {
+    return Promise.race([p, this.halted]);
+  }
 }
 
 function need(q: Query, table: string, filter: TableFilter): Promise<Row[]> {
-  return new Promise((resolve, reject) => {
-    q.rows.set(table, (m) => (m.error ? reject(new QueryFailure(m.error)) : resolve(m.rows)));
-    send({ t: 'need', qid: q.qid, table, filter });
-  });
+  return q.unlessHalted(
+    new Promise((resolve, reject) => {
+      q.rows.set(table, (m) => (m.error ? reject(new QueryFailure(m.error)) : resolve(m.rows)));
+      send({ t: 'need', qid: q.qid, table, filter });
+    }),
+  );
 }
 
 function needJournals(q: Query, ids: string[]): Promise<Array<[string, RawJournalEntry[]]>> {
-  return new Promise((resolve) => {
-    q.journals = (m) => resolve(m.journals);
-    send({ t: 'need-journals', qid: q.qid, ids });
-  });
+  return q.unlessHalted(
+    new Promise((resolve) => {
+      q.journals = (m) => resolve(m.journals);
+      send({ t: 'need-journals', qid: q.qid, ids });
+    }),
+  );
 }
 
 /** The rows of one per-query table, counted against the byte limit of what one query reads. */
@@ -351,7 +370,8 @@ let registryRefills: Promise<void> = Promise.resolve();
 async function keepRegistryTables(q: Query, tables: Map<string, TableFilter>, version: number, connecting: Promise<DuckDBConnection>): Promise<void> {
   const stale = (table: string) => REGISTRY_TABLES.has(table) && (registryFilled.get(table) ?? -1) < version;
   if (![...tables.keys()].some(stale)) return;
-  const refill = registryRefills.then(async () => {
+  // The refill waits behind others' and for the server's rows: a query stopped meanwhile gives it up.
+  const refill = q.unlessHalted(registryRefills).then(async () => {
     for (const table of [...tables.keys()].filter(stale)) {
       const rows = new RowSet(table);
       rows.add(await need(q, table, {}));
@@ -373,10 +393,7 @@ async function keepRegistryTables(q: Query, tables: Map<string, TableFilter>, ve
 }
 
 async function waitLoaded(q: Query): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  const stopped = new Promise<void>((resolve) => (timer = setInterval(() => q.stop !== undefined && resolve(), 50)));
-  await Promise.race([loaded, stopped]).finally(() => clearInterval(timer));
-  q.check();
+  await q.unlessHalted(loaded);
 }
 
 /**
