@@ -19,8 +19,10 @@ run: build
 example: install
 	npm exec -- node examples/greeter/greeter.mjs
 
-# On a failure, the failing assertions again at the end, where a log's tail shows them.
+# On a failure, the failing assertions again at the end, where a log's tail shows them (results of
+# test files that no longer exist are removed first: they named failures that were not this run's).
 test: build
+	rm -rf .tap/test-results
 	npm test || { echo '== failed (details: .tap/test-results) =='; \
 	  grep -rh -A14 '^ *not ok' .tap/test-results | head -n 120; \
 	  grep -rn '^ *not ok' .tap/test-results | tail -n 20; exit 1; }
