@@ -323,3 +323,29 @@ t.test('a read of a batch being written is shown outside only once it is durable
   t.ok(db.getSync(invocationsTable.key(0, seen.id)) !== undefined, 'and it is in the store');
   await p.close();
 });
+
+t.test('a read of a batch written without fsync makes the next write sync it', async (t) => {
+  const { db, effects } = await setup(t);
+  const p = await PartitionProcessor.open(db, new GroupWriter(db), 0, { fsync: true, effects, logger: silentLogger });
+  const syncs = [];
+  const batch = db.batch.bind(db);
+  db.batch = (...args) => {
+    const b = batch(...args);
+    const write = b.write.bind(b);
+    b.write = (options, ...rest) => {
+      syncs.push(options?.sync === true);
+      return write(options, ...rest);
+    };
+    return b;
+  };
+  // a delayed invoke nothing outside waits for: its only action is a timer, so no fsync
+  const cmd = invoke(2);
+  cmd.invoke.execute_at_ms = Date.now() + 3_600_000;
+  await p.append(cmd, { durable: false });
+  t.same(syncs, [false], 'written without fsync');
+  await p.durableNow();
+  t.same(syncs, [false, true], 'a read waiting for it: one synced write of no command');
+  await p.durableNow();
+  t.same(syncs, [false, true], 'once durable, no more writes');
+  await p.close();
+});
