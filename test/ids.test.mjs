@@ -45,3 +45,16 @@ t.test('parsing text never seen before (not from the memo): the bytes, and value
   t.equal(isDeploymentId(`dp_1${'Z'.repeat(22)}`), false);
   t.equal(isDeploymentId(`dp_1${refBase62((1n << 128n) - 1n, 22)}`), true);
 });
+
+t.test('ids remembered by bytes: two ids that share the bytes the memo is keyed by stay apart', async (t) => {
+  const a = randomBytes(24);
+  const b = Buffer.from(a);
+  b[0] ^= 0xff; // another partition key
+  b[20] ^= 0x01; // and another tail of the uuid, with bytes 8..13 the same
+  const first = InvocationId.fromBytes(a);
+  const second = InvocationId.fromBytes(b);
+  t.equal(first.text, reference(a));
+  t.equal(second.text, reference(b));
+  t.equal(InvocationId.fromBytes(a).text, reference(a), 'the first again, after the second took its memo slot');
+  t.ok(InvocationId.fromBytes(Uint8Array.from(b)).bytes.equals(b), 'a Uint8Array view finds the same id');
+});
