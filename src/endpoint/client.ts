@@ -59,6 +59,8 @@ export const DEFAULT_ENDPOINT_CLIENT_OPTIONS: EndpointClientOptions = {
 
 /** How long a finished stream may take to end the endpoint's side before it is reset. */
 const FINISH_GRACE_MS = 5_000;
+/** Request URLs kept (deployments × handlers); past it they are made anew. */
+const MAX_CACHED_URLS = 4_096;
 /** A refused stream (never processed by the endpoint) is sent again this many times at most. */
 const MAX_RESENDS = 8;
 /** Request bodies go to the session in pieces of this size, each once the previous one is taken. */
@@ -73,6 +75,8 @@ export class EndpointClient {
   private readonly agent: http.Agent;
   private readonly signer: RequestSigner | undefined;
   private readonly connect_timeout_ms: number;
+  /** Request URLs by deployment and handler: every attempt used to parse its deployment's URI. */
+  private readonly urls = new Map<string, URL>();
 
   constructor(options: EndpointClientOptions = DEFAULT_ENDPOINT_CLIENT_OPTIONS) {
     this.pool = new Http2Pool(options.http2);
@@ -106,9 +110,21 @@ export class EndpointClient {
 
   private open(target: StreamTarget, h: StreamHandlers): InvocationStream {
     if (target.arn) return openLambda(target.arn, { ...target, headers: this.signed(target.headers, target.path) }, h);
-    const url = joinPath(target.uri, target.path);
+    const url = this.url(target.uri, target.path);
     const headers = this.signed(target.headers, url.pathname);
     return target.use_http_11 ? openHttp1(this.agent, url, headers, this.connect_timeout_ms, h) : openHttp2(this.pool, url, headers, h);
+  }
+
+  /** `joinPath(uri, path)`, made once per pair (the URLs are only read, never changed). */
+  private url(uri: string, path: string): URL {
+    const key = `${uri}\n${path}`;
+    let url = this.urls.get(key);
+    if (url === undefined) {
+      if (this.urls.size >= MAX_CACHED_URLS) this.urls.clear();
+      url = joinPath(uri, path);
+      this.urls.set(key, url);
+    }
+    return url;
   }
 
   /** The request identity goes last: no additional header may replace it. */

@@ -74,8 +74,9 @@ export class Attempt {
   private finished = false;
   private responded = false;
   private sdk_version: string | undefined;
-  private inactivity: NodeJS.Timeout | undefined;
-  private abortTimer: NodeJS.Timeout | undefined;
+  /** The silence timer: inactivity while our side is open, abort once it is closed. */
+  private silence: NodeJS.Timeout | undefined;
+  private silenceIsAbort = false;
   private readonly bidi: boolean;
   /** Our side of the stream is closed: the endpoint must finish or suspend on what it has. */
   private inputClosed = false;
@@ -354,8 +355,7 @@ export class Attempt {
 
   private close(how: 'finish' | 'abort', outcome: AttemptOutcome, failure?: AttemptFailure): void {
     this.finished = true;
-    clearTimeout(this.inactivity);
-    clearTimeout(this.abortTimer);
+    clearTimeout(this.silence);
     if (how === 'finish') this.stream?.finish();
     else this.stream?.abort();
     this.o.onClose(outcome, failure);
@@ -368,10 +368,14 @@ export class Attempt {
    */
   private armInactivity(): void {
     if (this.finished) return;
-    clearTimeout(this.inactivity);
-    clearTimeout(this.abortTimer);
-    if (this.inputClosed) this.abortTimer = setTimeout(() => this.abortSilent(), this.o.abort_timeout_ms);
-    else this.inactivity = setTimeout(() => this.closeInput(), this.o.inactivity_timeout_ms);
+    // Every message re-arms it: the same timer restarted, not a new one each time.
+    if (this.silence !== undefined && this.silenceIsAbort === this.inputClosed) {
+      this.silence.refresh();
+      return;
+    }
+    clearTimeout(this.silence);
+    this.silenceIsAbort = this.inputClosed;
+    this.silence = this.inputClosed ? setTimeout(() => this.abortSilent(), this.o.abort_timeout_ms) : setTimeout(() => this.closeInput(), this.o.inactivity_timeout_ms);
   }
 
   /** Ends our side of the stream: nothing more is delivered to this attempt. */
