@@ -1,5 +1,6 @@
-// The embedded log keeps the newest `retained_records` records per partition: each append deletes
-// what falls out of the window in the same batch, and a log opened with more than the window
+// The embedded log keeps the newest `retained_records` records per partition: what falls out of
+// the window is deleted in the background, a chunk at a time (a quarter of the window, at most
+// TRIM_CHUNK_RECORDS), never by the appends' own batches; a log opened with more than the window
 // loses its older records at once. The rebuild check refuses a trimmed log instead of passing it.
 import t from 'tap';
 import path from 'node:path';
@@ -19,17 +20,33 @@ async function positions(log) {
   return out;
 }
 
-t.test('appends trim what falls out of the window, in the same batch', async (t) => {
+t.test('what falls out of the window is trimmed after the appends, a chunk at a time', async (t) => {
   const db = await openWorkerStore(path.join(tempDir(t), 'w'));
   t.teardown(() => db.close());
   const writer = new GroupWriter(db);
-  const log = await EmbeddedLog.open(db, 3, writer, 5);
+  const log = await EmbeddedLog.open(db, 3, writer, 5); // a chunk of 1: every append trims
   let n = 0;
   for (const size of [1, 3, 2, 7, 1]) await log.append(Array.from({ length: size }, () => record(++n)), [], false);
   t.equal(log.applied_position, 14);
+  await eventually(async () => (await log.first_position()) === 10);
   t.same(await positions(log), [10, 11, 12, 13, 14], 'the newest 5 are kept');
-  t.equal(await log.first_position(), 10);
   await t.rejects(verifyPartition(db, 3), /trimmed before position 10/, 'a trimmed log is not called equal');
+
+  const chunked = await EmbeddedLog.open(db, 5, writer, 40); // a chunk of 10
+  const appendUpTo = async (last) => {
+    while (chunked.applied_position < last) await chunked.append([record(chunked.applied_position + 1)], [], false);
+  };
+  await appendUpTo(49);
+  t.equal(await chunked.first_position(), 1, '9 records past the window: less than a chunk, nothing trimmed');
+  await appendUpTo(50);
+  await eventually(async () => (await chunked.first_position()) === 11);
+  await appendUpTo(59);
+  t.equal(await chunked.first_position(), 11, 'the window and fewer than a chunk more');
+  t.equal((await positions(chunked)).length, 49);
+  await appendUpTo(60);
+  await eventually(async () => (await chunked.first_position()) === 21);
+  t.same(await positions(chunked), Array.from({ length: 40 }, (_, i) => 21 + i), 'the newest 40 again');
+
   const other = await EmbeddedLog.open(db, 4, writer, 0);
   for (let i = 1; i <= 20; i++) await other.append([record(i)], [], false);
   t.equal((await positions(other)).length, 20, 'with 0 every record stays, and partitions are separate');
@@ -41,9 +58,12 @@ t.test('a log opened with a smaller window drops its older records', async (t) =
   const writer = new GroupWriter(db);
   const all = await EmbeddedLog.open(db, 0, writer, 0);
   for (let i = 1; i <= 50; i++) await all.append([record(i)], [], false);
-  const windowed = await EmbeddedLog.open(db, 0, writer, 8);
+  const windowed = await EmbeddedLog.open(db, 0, writer, 8); // a chunk of 2
   await eventually(async () => (await windowed.first_position()) === 43);
   t.same(await positions(windowed), [43, 44, 45, 46, 47, 48, 49, 50]);
   await windowed.append([record(51)], [], false);
-  t.same((await positions(windowed)).slice(0, 2), [44, 45], 'and keeps trimming as it appends');
+  await windowed.append([record(52)], [], false);
+  await eventually(async () => (await windowed.first_position()) === 45);
+  t.same((await positions(windowed)).slice(0, 2), [45, 46], 'and keeps trimming as it appends');
 });
+

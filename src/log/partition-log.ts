@@ -22,9 +22,18 @@ export interface PartitionLog {
   first_position(): Promise<number>;
 }
 
+/** Records below the retention window deleted together (see `EmbeddedLog.open`). */
+export const TRIM_CHUNK_RECORDS = 4_096;
+
 /** The log in the embedded store, written through the store's group commit. */
 export class EmbeddedLog implements PartitionLog {
   private next_position: number;
+  /** Every record at or below this position is deleted, or being deleted. */
+  private trimmed_through: number;
+  private trimming = false;
+  private readonly trim_chunk: number;
+  /** The last position whose write has completed. */
+  private written: number;
 
   private constructor(
     private readonly db: Db,
@@ -34,21 +43,26 @@ export class EmbeddedLog implements PartitionLog {
     private readonly retained_records: number,
   ) {
     this.next_position = applied + 1;
+    this.written = applied;
+    this.trimmed_through = 0; // whatever an earlier run left below the window: the first trim takes it
+    this.trim_chunk = Math.max(1, Math.min(TRIM_CHUNK_RECORDS, Math.floor(retained_records / 4)));
   }
 
   /**
-   * Opens the log; without a writer it can only be read. With `retained_records` > 0 each append
-   * deletes, in its own batch, the records that fall out of the newest `retained_records`: their
-   * keys are known, so trimming costs no scan and the log stays bounded.
+   * Opens the log; without a writer it can only be read. With `retained_records` > 0 the records
+   * that fall out of the newest `retained_records` are deleted in the background, a chunk at a
+   * time (one range delete in the store's threads, instead of one delete per record in every
+   * append's batch): the log holds the newest `retained_records`, and fewer than a chunk
+   * (TRIM_CHUNK_RECORDS, or a quarter of a smaller window) of older ones.
    */
   static async open(db: Db, partition: number, writer?: GroupWriter, retained_records = 0): Promise<EmbeddedLog> {
     const applied = await logTable.readApplied(db, partition);
     if (!Number.isSafeInteger(applied) || applied < 0) throw new Error(`partition ${partition}: corrupt applied position`);
     assert(Number.isSafeInteger(retained_records) && retained_records >= 0, () => `retained_records ${retained_records}`);
     const log = new EmbeddedLog(db, writer, partition, applied, retained_records);
-    // Records older than the window (a store from before trimming, or a smaller window now) go
-    // at once, in the background: nothing reads them, and new appends never touch their keys.
-    if (writer !== undefined && retained_records > 0 && applied > retained_records) void logTable.clearThrough(db, partition, applied - retained_records).catch(() => {});
+    // Records older than the window (a store from before trimming, a smaller window now, a crash
+    // before a trim finished) go at once, in the background: nothing reads them.
+    if (writer !== undefined) log.trim(applied);
     return log;
   }
 
@@ -63,16 +77,37 @@ export class EmbeddedLog implements PartitionLog {
     const last = this.next_position - 1;
     await this.writer.write((batch) => {
       for (let i = 0; i < records.length; i++) batch.put(logTable.recordKey(this.partition, first + i), records[i]!);
-      if (this.retained_records > 0) {
-        for (let p = Math.max(1, first - this.retained_records); p <= last - this.retained_records; p++) batch.del(logTable.recordKey(this.partition, p));
-      }
       for (const [key, value] of writes) {
         if (value === null) batch.del(key);
         else batch.put(key, value);
       }
       batch.put(logTable.appliedKey(this.partition), logTable.encodeApplied(last));
     }, sync);
+    this.written = Math.max(this.written, last);
+    this.trim(last);
     return last;
+  }
+
+  /**
+   * Deletes what fell out of the window once a chunk of it has, one range at a time. Appends only
+   * write above the window, so the range never meets them; a crash midway leaves records that
+   * the next `open` deletes.
+   */
+  private trim(last: number): void {
+    const through = last - this.retained_records;
+    if (this.retained_records === 0 || this.trimming || through - this.trimmed_through < this.trim_chunk) return;
+    this.trimming = true;
+    this.trimmed_through = through;
+    logTable.clearThrough(this.db, this.partition, through).then(
+      () => {
+        this.trimming = false;
+        this.trim(this.written); // what more fell out of the window meanwhile
+      },
+      () => {
+        this.trimming = false;
+        this.trimmed_through = 0; // tried again at the next append (the store may be closing)
+      },
+    );
   }
 
   read(from = 1): AsyncIterable<[position: number, record: Buffer]> {
