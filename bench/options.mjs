@@ -11,6 +11,9 @@
 //   --warmup S                per-server warmup per scenario, at c=16                   [BENCH_WARMUP] (2)
 //   --idle S                  idle-CPU baseline per server                              [BENCH_IDLE] (2)
 //   --request-timeout S       per-request timeout                                       [BENCH_REQUEST_TIMEOUT] (10)
+//   --rounds N                the load phase (closed-loop, object and burst cells) N times, the targets in turn
+//                             (forward, then backward, ...), each time on fresh servers; a cell reports the
+//                             median of each figure over the rounds                     [BENCH_ROUNDS] (3)
 // Virtual objects (Counter/{key}/add, final counts checked), cells as above:
 //   --objects LIST            key counts                                                [BENCH_OBJECTS] (1,100)
 //   --object-concurrency LIST concurrencies                                             [BENCH_OBJECT_CONCURRENCY] (32,256)
@@ -63,6 +66,7 @@ const VALUED = {
   '--warmup': 'warmup',
   '--idle': 'idle',
   '--request-timeout': 'requestTimeout',
+  '--rounds': 'rounds',
   '--objects': 'objects',
   '--object-concurrency': 'objectConcurrency',
   '--burst': 'burst',
@@ -113,6 +117,7 @@ export function parseArgs(argv, env = process.env) {
     warmup: env.BENCH_WARMUP ?? '2',
     idle: env.BENCH_IDLE ?? '2',
     requestTimeout: env.BENCH_REQUEST_TIMEOUT ?? '10',
+    rounds: env.BENCH_ROUNDS ?? '3',
     objects: env.BENCH_OBJECTS ?? '1,100',
     objectConcurrency: env.BENCH_OBJECT_CONCURRENCY ?? '32,256',
     burst: env.BENCH_BURST ?? '2000@500',
@@ -179,6 +184,7 @@ export function parseArgs(argv, env = process.env) {
     warmupMs: num(o.warmup, 'warmup') * 1000,
     idleMs: num(o.idle, 'idle') * 1000,
     requestTimeoutMs: num(o.requestTimeout, 'request-timeout') * 1000,
+    rounds: ints(o.rounds, 'rounds')[0] ?? 1,
     objectKeys: ints(o.objects, 'objects'),
     objectConcurrency: ints(o.objectConcurrency, 'object-concurrency'),
     burstCalls,

@@ -16,6 +16,7 @@ import { logHealth } from './loghealth.mjs';
 import { parseArgs } from './options.mjs';
 import { sampleCpu } from './proc.mjs';
 import { buildTables, checkGoals, ratiosOf, renderMarkdown, renderText } from './report.mjs';
+import { combineBurst, combineRows, median, orderOf } from './rounds.mjs';
 import { COUNTER, PROBES, SCENARIOS, closedLoopCell, greeterBurst, objectCell, warmup } from './scenarios.mjs';
 import { dataRoot, newServer, probe, register, serverVersion, spawnServer, startService, waitHealthy } from './targets.mjs';
 import { sqlAtScale, sqlSideBySide } from './sql.mjs';
@@ -45,10 +46,11 @@ try {
 const res = {
   meta,
   scenarioPaths: Object.fromEntries(Object.entries(SCENARIOS).map(([k, v]) => [k, v.path])),
-  targets: {}, // target → { status, error?, version?, logFile, idleCpuMsPerSec? }
+  targets: {}, // target → { status, error?, version?, loadLogs (one a round), idleCpuMsPerSec (median of the rounds)? }
   results: [], // closed-loop cells: { target, scenario, concurrency, ...loadgen result | error }
   objects: [], // object cells: { target, keys, concurrency, ...loadgen result, check | error }
   burst: {}, // target → loadgen result (wallMs)
+  rounds: { results: [], objects: [], burst: [] }, // every round's rows (results, objects, burst combine them)
   kafka: {}, // target → kafkaCell result (recordsPerSec, lost, extra)
   startup: {}, // target → { runs, medianMs, maxMs, errors }
   recovery: {}, // target → crashRecovery result
@@ -73,16 +75,17 @@ log(
     `kafka=${opts.kafkaRecords || 'none'} startup=${opts.startupRuns} recovery=${opts.recoveryCount} micro=${opts.micro} sql=${opts.sqlInvocations}/${opts.sqlScale} duration=${opts.durationMs / 1000}s node=${meta.loadNodeVersion ?? node}`,
 );
 
-/** Closed-loop, object and burst cells on one fresh server. Returns the server's log file. */
-async function loadPhase(target, service) {
+/** Closed-loop, object and burst cells of round `round` on one fresh server; its log is one of info.loadLogs. */
+async function loadPhase(target, service, round) {
   const info = res.targets[target];
+  const raw = res.rounds;
   const notRun = (error) => {
-    for (const scenario of opts.scenarios) for (const c of opts.concurrency) res.results.push({ target, scenario, concurrency: c, error });
-    for (const keys of opts.objectKeys) for (const c of opts.objectConcurrency) res.objects.push({ target, keys, concurrency: c, error });
-    if (opts.burstCalls) res.burst[target] = { error };
+    for (const scenario of opts.scenarios) for (const c of opts.concurrency) raw.results.push({ target, round, scenario, concurrency: c, error });
+    for (const keys of opts.objectKeys) for (const c of opts.objectConcurrency) raw.objects.push({ target, round, keys, concurrency: c, error });
+    if (opts.burstCalls) raw.burst.push({ target, round, error });
   };
-  const s = await newServer(target);
-  info.logFile = s.logFile;
+  const s = await newServer(target, { logName: round === 1 ? target : `${target}-round${round}` });
+  (info.loadLogs ??= []).push(s.logFile);
   try {
     spawnServer(s);
     info.startMs = await waitHealthy(s, { timeoutMs: opts.startTimeoutMs, intervalMs: 50 });
@@ -127,13 +130,14 @@ async function loadPhase(target, service) {
     await sleep(opts.idleMs);
     const b = sampleCpu(pids);
     if (a.server != null && b.server != null) info.idleCpuMsPerSec = (b.server - a.server) / (Number(process.hrtime.bigint() - t0) / 1e9);
+    (info.idleCpuRounds ??= []).push(info.idleCpuMsPerSec ?? null);
     log(`${target}: idle server CPU ${fmt(info.idleCpuMsPerSec, 1)} ms/s`);
   }
 
   const guard = (name) => (s.child.exited ? `server exited (${fmtExit(s.child.exited)})` : probeError[name]);
   for (const scenario of opts.scenarios)
     for (const c of opts.concurrency) {
-      const row = { target, scenario, concurrency: c };
+      const row = { target, round, scenario, concurrency: c };
       const skip = guard(scenario);
       if (skip) row.error = skip;
       else {
@@ -142,12 +146,12 @@ async function loadPhase(target, service) {
         else Object.assign(row, r);
         if (s.child.exited) row.error = `server exited during the run (${fmtExit(s.child.exited)})`;
       }
-      res.results.push(row);
-      log(`${target} ${scenario} c=${c}: ${fmtRow(row)}`);
+      raw.results.push(row);
+      log(`${target} ${scenario} c=${c}${rnd(round)}: ${fmtRow(row)}`);
     }
   for (const keys of opts.objectKeys)
     for (const c of opts.objectConcurrency) {
-      const row = { target, keys, concurrency: c };
+      const row = { target, round, keys, concurrency: c };
       const skip = guard('counter');
       if (skip) row.error = skip;
       else {
@@ -155,15 +159,15 @@ async function loadPhase(target, service) {
         if (r.failed) row.error = r.failed;
         else Object.assign(row, r);
       }
-      res.objects.push(row);
-      log(`${target} ${COUNTER.path} ${keys} key(s) c=${c}: ${fmtRow(row)}${row.check ? ` counts ${row.check.pass ? 'ok' : 'WRONG'} (${row.check.matching}/${keys})` : ''}`);
+      raw.objects.push(row);
+      log(`${target} ${COUNTER.path} ${keys} key(s) c=${c}${rnd(round)}: ${fmtRow(row)}${row.check ? ` counts ${row.check.pass ? 'ok' : 'WRONG'} (${row.check.matching}/${keys})` : ''}`);
     }
   if (opts.burstCalls) {
     const skip = guard('greeter');
     const r = skip ? { error: skip } : await greeterBurst(node, s, service, opts);
     if (r.failed) r.error = r.failed;
-    res.burst[target] = r;
-    log(`${target} greeter burst ${opts.burstCalls}@${opts.burstConcurrency}: ${r.ok === undefined ? `ERROR ${r.error}` : `${fmt(r.wallMs / 1000, 2)} s, ${fmtRow(r)}`}`);
+    raw.burst.push({ target, round, ...r });
+    log(`${target} greeter burst ${opts.burstCalls}@${opts.burstConcurrency}${rnd(round)}: ${r.ok === undefined ? `ERROR ${r.error}` : `${fmt(r.wallMs / 1000, 2)} s, ${fmtRow(r)}`}`);
   }
 
   if (s.child.exited) {
@@ -188,23 +192,54 @@ async function kafkaPhase(target) {
   return kafkaCell(target, node, kafkaMock.mock, opts);
 }
 
+const rnd = (round) => (opts.rounds > 1 ? ` (round ${round})` : '');
+
+// Each target's SDK service, for the whole run (idle while the other targets are measured).
+const services = {};
 for (const target of opts.targets) {
   const info = (res.targets[target] = { status: 'ok' });
-  let service;
   try {
-    service = await startService(node, target);
-    log(`${target}: service endpoint at ${service.url}`);
+    services[target] = await startService(node, target);
+    log(`${target}: service endpoint at ${services[target].url}`);
   } catch (e) {
     info.status = 'failed';
     info.error = `service: ${e.message}`;
     log(`${target}: FAILED: ${info.error}`);
-    continue;
   }
+}
+
+// The load phase, round after round, the targets in turn (forward, then backward, ...).
+if (opts.scenarios.length || opts.objectKeys.length || opts.burstCalls) {
+  for (let round = 1; round <= opts.rounds; round++)
+    for (const target of orderOf(opts.targets, round)) if (services[target]) await loadPhase(target, services[target], round);
+  combineRounds();
+}
+
+function combineRounds() {
+  const cells = (rows, key) => {
+    const groups = new Map();
+    for (const r of rows) {
+      const k = key(r);
+      if (!groups.has(k)) groups.set(k, []);
+      groups.get(k).push(r);
+    }
+    return [...groups.values()];
+  };
+  res.results = cells(res.rounds.results, (r) => `${r.target}/${r.scenario}/${r.concurrency}`).map(combineRows);
+  res.objects = cells(res.rounds.objects, (r) => `${r.target}/${r.keys}/${r.concurrency}`).map(combineRows);
+  for (const rows of cells(res.rounds.burst, (r) => r.target)) res.burst[rows[0].target] = combineBurst(rows);
+  for (const info of Object.values(res.targets)) if (info.idleCpuRounds) info.idleCpuMsPerSec = median(info.idleCpuRounds);
+  if (opts.rounds > 1) {
+    for (const r of [...res.results, ...res.objects]) log(`${r.target} ${r.scenario ?? `objects-${r.keys}`} c=${r.concurrency}, median of ${opts.rounds} rounds: ${fmtRow(r)}`);
+  }
+}
+
+for (const target of opts.targets) {
+  const info = res.targets[target];
+  const service = services[target];
+  if (!service) continue;
   const files = { service: service.logFile };
-  if (opts.scenarios.length || opts.objectKeys.length || opts.burstCalls) {
-    await loadPhase(target, service);
-    files.load = info.logFile;
-  }
+  (info.loadLogs ?? []).forEach((file, i) => (files[i === 0 ? 'load' : `load-${i + 1}`] = file));
   if (opts.kafkaRecords > 0) {
     res.kafka[target] = await kafkaPhase(target);
     if (res.kafka[target].logFile) files.kafka = res.kafka[target].logFile;
@@ -277,7 +312,7 @@ meta.elapsedS = (Date.now() - startedAt) / 1000;
 const tables = buildTables(res);
 const headline =
   `Keel vs Restate — ${meta.host.cpus} CPUs (${meta.host.cpuModel ?? '?'}), load avg at start ${meta.host.loadavg.map((v) => v.toFixed(2)).join(' ')}; ` +
-  `${opts.durationMs / 1000} s per cell after ${opts.runWarmupMs / 1000} s warmup, closed loop; Keel on ${meta.keelNodeVersion ?? 'node'}, service and load on ${meta.loadNodeVersion ?? node}; ` +
+  `${opts.durationMs / 1000} s per cell after ${opts.runWarmupMs / 1000} s warmup, closed loop, ${opts.rounds > 1 ? `median of ${opts.rounds} rounds (targets in turn)` : 'one round'}; Keel on ${meta.keelNodeVersion ?? 'node'}, service and load on ${meta.loadNodeVersion ?? node}; ` +
   `data dirs in ${meta.dataRoot}; took ${fmt(meta.elapsedS, 0)} s`;
 const targetLines = opts.targets.map((t) => {
   const i = res.targets[t];
