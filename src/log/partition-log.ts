@@ -97,8 +97,9 @@ export class EmbeddedLog implements PartitionLog {
     const through = last - this.retained_records;
     if (this.retained_records === 0 || this.trimming || through - this.trimmed_through < this.trim_chunk) return;
     this.trimming = true;
+    const after = this.trimmed_through;
     this.trimmed_through = through;
-    logTable.clearThrough(this.db, this.partition, through).then(
+    logTable.clearThrough(this.db, this.partition, through, after).then(
       () => {
         this.trimming = false;
         this.trim(this.written); // what more fell out of the window meanwhile

@@ -21,8 +21,12 @@ export const logTable = {
     return undefined;
   },
 
-  /** Deletes the records up to `position` (inclusive). */
-  clearThrough: (db: Db, partition: number, position: number): Promise<void> => db.clear({ gte: logPrefix(partition), lte: logTable.recordKey(partition, position) }),
+  /**
+   * Deletes the records up to `position` (inclusive): all of them, or those after `after` when the
+   * ones up to it are gone already (the range then starts past their tombstones).
+   */
+  clearThrough: (db: Db, partition: number, position: number, after = 0): Promise<void> =>
+    db.clear({ gte: after > 0 ? logTable.recordKey(partition, after + 1) : logPrefix(partition), lte: logTable.recordKey(partition, position) }),
 
   /** Records from `from` (inclusive) on, in order. */
   async *scan(db: Db, partition: number, from: number): AsyncGenerator<[position: number, record: Buffer]> {
