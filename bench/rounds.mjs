@@ -1,13 +1,7 @@
 // Rounds of the load phase (`--rounds`): the targets measured in turn, several times, so that a
 // machine that speeds up or slows down during the run (a shared VM here moved ±20% within minutes)
 // does not decide a ratio. A cell of several rounds reports the median of each figure.
-
-export const median = (values) => {
-  const v = values.filter((x) => x != null && Number.isFinite(x)).sort((a, b) => a - b);
-  if (v.length === 0) return null;
-  const m = v.length >> 1;
-  return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-};
+import { median } from './common.mjs';
 
 const medianOf = (rows, pick) => {
   const keys = new Set(rows.flatMap((r) => Object.keys(pick(r) ?? {})));

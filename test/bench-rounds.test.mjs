@@ -1,7 +1,8 @@
 // The benchmark's rounds (bench/rounds.mjs): a cell measured several times reports the median of
 // each figure, sums the errors, and is an error when any round could not run.
 import t from 'tap';
-import { combineBurst, combineRows, median, orderOf } from '../bench/rounds.mjs';
+import { median } from '../bench/common.mjs';
+import { combineBurst, combineRows, orderOf } from '../bench/rounds.mjs';
 
 const row = (round, rps, p99, cpu, extra = {}) => ({
   target: 'keel',
