@@ -2,7 +2,7 @@
 // Every flag has an env equivalent [in brackets]; lists are comma-separated, `none` is the empty list.
 //
 // Targets, one server at a time:
-//   --only / --targets LIST   restate, keel (default: fsync on), keel-nofsync           [BENCH_TARGETS] (all three)
+//   --only / --targets LIST   restate, keel (default: fsync on), keel-nofsync, relay    [BENCH_TARGETS] (all four)
 // Closed-loop cells (req/s, p50, p99, CPU per invocation):
 //   --scenarios LIST          noop, steps (greeter also works)                          [BENCH_SCENARIOS] (noop,steps)
 //   --concurrency LIST        concurrencies                                             [BENCH_CONCURRENCY] (1,32,256)

@@ -81,19 +81,23 @@ async function loadPhase(target, service, round) {
   const raw = res.rounds;
   const notRun = (error) => {
     for (const scenario of opts.scenarios) for (const c of opts.concurrency) raw.results.push({ target, round, scenario, concurrency: c, error });
-    for (const keys of opts.objectKeys) for (const c of opts.objectConcurrency) raw.objects.push({ target, round, keys, concurrency: c, error });
+    for (const keys of target === 'relay' ? [] : opts.objectKeys) for (const c of opts.objectConcurrency) raw.objects.push({ target, round, keys, concurrency: c, error });
     if (opts.burstCalls) raw.burst.push({ target, round, error });
   };
   const s = await newServer(target, { logName: round === 1 ? target : `${target}-round${round}` });
   (info.loadLogs ??= []).push(s.logFile);
+  const relay = target === 'relay';
+  s.serviceUrl = service.url;
   try {
     spawnServer(s);
     info.startMs = await waitHealthy(s, { timeoutMs: opts.startTimeoutMs, intervalMs: 50 });
     info.version = await serverVersion(s);
     info.pid = s.pid;
     log(`${target}: up (pid ${s.pid}, version ${info.version ?? '?'}, ingress ${s.ingress}, admin ${s.admin})`);
-    await register(s, service.url, { timeoutMs: opts.startTimeoutMs });
-    log(`${target}: registered ${service.url}`);
+    if (!relay) {
+      await register(s, service.url, { timeoutMs: opts.startTimeoutMs });
+      log(`${target}: registered ${service.url}`);
+    }
   } catch (e) {
     info.status = 'failed';
     info.error = e.message;
@@ -106,7 +110,7 @@ async function loadPhase(target, service, round) {
   }
 
   const probeError = {};
-  const wanted = new Set([...opts.scenarios, ...(opts.objectKeys.length ? ['counter'] : []), ...(opts.burstCalls ? ['greeter'] : [])]);
+  const wanted = new Set([...opts.scenarios, ...(opts.objectKeys.length && !relay ? ['counter'] : []), ...(opts.burstCalls ? ['greeter'] : [])]);
   for (const p of PROBES.filter((p) => wanted.has(p.name))) {
     try {
       await probe(s, p, { timeoutMs: opts.startTimeoutMs, requestTimeoutMs: opts.requestTimeoutMs });
@@ -149,7 +153,7 @@ async function loadPhase(target, service, round) {
       raw.results.push(row);
       log(`${target} ${scenario} c=${c}${rnd(round)}: ${fmtRow(row)}`);
     }
-  for (const keys of opts.objectKeys)
+  for (const keys of relay ? [] : opts.objectKeys)
     for (const c of opts.objectConcurrency) {
       const row = { target, round, keys, concurrency: c };
       const skip = guard('counter');
@@ -240,6 +244,11 @@ for (const target of opts.targets) {
   if (!service) continue;
   const files = { service: service.logFile };
   (info.loadLogs ?? []).forEach((file, i) => (files[i === 0 ? 'load' : `load-${i + 1}`] = file));
+  if (target === 'relay') {
+    // Load cells only: it has no log to check, nothing to start up, recover or query.
+    await stopGroup(service.child);
+    continue;
+  }
   if (opts.kafkaRecords > 0) {
     res.kafka[target] = await kafkaPhase(target);
     if (res.kafka[target].logFile) files.kafka = res.kafka[target].logFile;

@@ -2,13 +2,14 @@
 //   restate      – restate-server 1.7.12 from node_modules (@restatedev/restate-server) with its default settings
 //   keel         – node dist/main.js with Keel's defaults (worker.storage_db.fsync = true)
 //   keel-nofsync – the same with KEEL_WORKER__STORAGE_DB__FSYNC=false
+//   relay        – bench/relay.mjs: the protocol relayed and nothing kept (the floor; load cells only)
 import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import { join, resolve } from 'node:path';
 import { spawnGroup } from './children.mjs';
 import { BENCH_DIR, LOG_DIR, ROOT, freePort, httpCall, nowMs, tail, waitFor } from './common.mjs';
 
-export const ALL_TARGETS = ['restate', 'keel', 'keel-nofsync'];
+export const ALL_TARGETS = ['restate', 'keel', 'keel-nofsync', 'relay'];
 export const isKeel = (target) => target.startsWith('keel');
 
 /** Where the servers' data dirs go (a real disk, so that fsync costs what it costs). */
@@ -44,7 +45,8 @@ export async function newServer(target, { logName = target, appendLog = false } 
     nodePort,
     pgsqlPort,
     ingress: `http://127.0.0.1:${ingressPort}`,
-    admin: `http://127.0.0.1:${adminPort}`,
+    // The relay has no admin API: its health answers on the ingress port.
+    admin: `http://127.0.0.1:${target === 'relay' ? ingressPort : adminPort}`,
     dataDir: mkdtempSync(join(dataRoot(), `bench-${target}-`)),
     logFile,
   };
@@ -82,6 +84,10 @@ export function spawnServer(s) {
     };
     s.cmd = cmd;
     s.args = s.configFile ? ['--config-file', s.configFile] : [];
+  } else if (s.target === 'relay') {
+    env = process.env;
+    s.cmd = 'node';
+    s.args = [join(BENCH_DIR, 'relay.mjs'), s.serviceUrl, String(s.ingressPort)];
   } else {
     const main = resolve(process.env.BENCH_KEEL_MAIN ?? join(ROOT, 'dist', 'main.js'));
     if (!existsSync(main)) throw new Error(`${main} not found (run \`make build\`)`);
