@@ -30,6 +30,12 @@ const options = restate.service({
       await ctx.sleep(ms);
       return 'rested';
     }),
+    chatty: restate.handlers.handler({ inactivityTimeout: 200 }, async (ctx, tag) => {
+      bump(`chatty:${tag}`);
+      // Six steps of 80 ms: 480 ms in all, but never 200 ms without a message to Keel.
+      for (let i = 0; i < 6; i++) await ctx.run(`step-${i}`, () => new Promise((r) => setTimeout(() => r(i), 80)));
+      return 'talked';
+    }),
     stuck: restate.handlers.handler({ inactivityTimeout: 100, abortTimeout: 200 }, async (ctx, tag) => {
       bump(`stuck:${tag}`);
       // A step that never finishes: the endpoint stays silent until Keel aborts the attempt.
@@ -98,6 +104,14 @@ t.test('inactivity timeout from the manifest: a sleeping handler suspends instea
     return r.status === 200 ? r.json() : undefined;
   });
   t.equal(out, 'rested');
+});
+
+t.test('inactivity timeout: every message restarts it, so an attempt longer than it but never silent that long is not suspended', async (t) => {
+  const keel = await setup(t);
+  const r = await ingress(keel, '/Options/chatty', 'c1');
+  t.equal(r.status, 200);
+  t.equal(r.body, 'talked');
+  t.equal(attempts.get('chatty:c1'), 1, 'one attempt: no suspension, no replay');
 });
 
 t.test('abort timeout from the manifest: a silent attempt is aborted with RT0001 and retried', async (t) => {
