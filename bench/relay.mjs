@@ -12,13 +12,13 @@ import { ROOT } from './common.mjs';
 // ================================================================ adapter: all of Keel's API this file uses
 const DIST = resolve(process.env.BENCH_KEEL_DIST ?? join(ROOT, 'dist'));
 const load = (p) => import(pathToFileURL(join(DIST, p)).href);
-const [framing, messages, ids] = await Promise.all([load('protocol/framing.js'), load('protocol/messages.js'), load('common/ids.js')]);
+const [framing, messages, versions, ids] = await Promise.all([load('protocol/framing.js'), load('protocol/messages.js'), load('protocol/versions.js'), load('common/ids.js')]);
 const { MessageType: MT, REQUESTED_ACK_FLAG, pb, encode, decode } = messages;
 const frame = (type, codec, value) => framing.encodeFrame(type, encode(codec, value));
 // ================================================================
 
 const [sdkUrl, port] = [process.argv[2], Number(process.argv[3])];
-const CONTENT_TYPE = 'application/vnd.restate.invocation.v5';
+const CONTENT_TYPE = versions.invocationContentType(5);
 /** As Keel's pool: a few connections, streams spread over them. */
 const sessions = Array.from({ length: 4 }, () => http2.connect(sdkUrl).on('error', (e) => console.error(`relay: ${e.message}`)));
 let next = 0;
@@ -32,6 +32,8 @@ function invoke(path, body, res) {
     res.end(bytes);
   };
   stream.on('error', (e) => answer(502, e.message));
+  // A stream that ends without End (the service failed or went away) answers too: no client waits for its timeout.
+  stream.on('close', () => answer(502, 'the service closed the invocation stream without End'));
   stream.write(Buffer.concat([frame(MT.Start, pb.Start, { id: id.bytes, debug_id: id.text, known_entries: 1, key: '', random_seed: 1 }), frame(MT.InputCommand, pb.Input, { headers: [], value: { content: body } })]));
   const decoder = new framing.FrameDecoder(32 * 1024 * 1024);
   let output = Buffer.alloc(0);

@@ -67,3 +67,18 @@ t.test('a log opened with a smaller window drops its older records', async (t) =
   t.same((await positions(windowed)).slice(0, 2), [45, 46], 'and keeps trimming as it appends');
 });
 
+
+t.test('a trim that fails is tried again, from the first record, at a later append', async (t) => {
+  const db = await openWorkerStore(path.join(tempDir(t), 'w'));
+  t.teardown(() => db.close());
+  const writer = new GroupWriter(db);
+  const log = await EmbeddedLog.open(db, 2, writer, 8); // a chunk of 2
+  const clear = db.clear.bind(db);
+  let failures = 1;
+  db.clear = (range) => (failures-- > 0 ? Promise.reject(new Error('store closing')) : clear(range));
+  for (let i = 1; i <= 10; i++) await log.append([record(i)], [], false); // the trim at 10 fails
+  t.equal(await log.first_position(), 1, 'nothing trimmed yet');
+  await log.append([record(11)], [], false);
+  await eventually(async () => (await log.first_position()) === 4);
+  t.same(await positions(log), [4, 5, 6, 7, 8, 9, 10, 11], 'the window again, older records gone from the first');
+});

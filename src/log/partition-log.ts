@@ -23,16 +23,16 @@ export interface PartitionLog {
 }
 
 /** Records below the retention window deleted together (see `EmbeddedLog.open`). */
-export const TRIM_CHUNK_RECORDS = 4_096;
+const TRIM_CHUNK_RECORDS = 4_096;
 
 /** The log in the embedded store, written through the store's group commit. */
 export class EmbeddedLog implements PartitionLog {
   private next_position: number;
-  /** Every record at or below this position is deleted, or being deleted. */
+  /** Records at or below this position are deleted, or being deleted (0: unknown, the next trim starts at the first record). */
   private trimmed_through: number;
   private trimming = false;
   private readonly trim_chunk: number;
-  /** The last position whose write has completed. */
+  /** The last position whose write has completed (trims never reach a batch still being written). */
   private written: number;
 
   private constructor(
@@ -44,7 +44,7 @@ export class EmbeddedLog implements PartitionLog {
   ) {
     this.next_position = applied + 1;
     this.written = applied;
-    this.trimmed_through = 0; // whatever an earlier run left below the window: the first trim takes it
+    this.trimmed_through = 0;
     this.trim_chunk = Math.max(1, Math.min(TRIM_CHUNK_RECORDS, Math.floor(retained_records / 4)));
   }
 
@@ -62,7 +62,7 @@ export class EmbeddedLog implements PartitionLog {
     const log = new EmbeddedLog(db, writer, partition, applied, retained_records);
     // Records older than the window (a store from before trimming, a smaller window now, a crash
     // before a trim finished) go at once, in the background: nothing reads them.
-    if (writer !== undefined) log.trim(applied);
+    if (writer !== undefined) log.trim();
     return log;
   }
 
@@ -83,8 +83,9 @@ export class EmbeddedLog implements PartitionLog {
       }
       batch.put(logTable.appliedKey(this.partition), logTable.encodeApplied(last));
     }, sync);
-    this.written = Math.max(this.written, last);
-    this.trim(last);
+    assert(last >= this.written, () => `partition ${this.partition}: append through ${last} completed after ${this.written}`);
+    this.written = last;
+    this.trim();
     return last;
   }
 
@@ -93,8 +94,8 @@ export class EmbeddedLog implements PartitionLog {
    * write above the window, so the range never meets them; a crash midway leaves records that
    * the next `open` deletes.
    */
-  private trim(last: number): void {
-    const through = last - this.retained_records;
+  private trim(): void {
+    const through = this.written - this.retained_records;
     if (this.retained_records === 0 || this.trimming || through - this.trimmed_through < this.trim_chunk) return;
     this.trimming = true;
     const after = this.trimmed_through;
@@ -102,7 +103,7 @@ export class EmbeddedLog implements PartitionLog {
     logTable.clearThrough(this.db, this.partition, through, after).then(
       () => {
         this.trimming = false;
-        this.trim(this.written); // what more fell out of the window meanwhile
+        this.trim(); // what more fell out of the window meanwhile
       },
       () => {
         this.trimming = false;
