@@ -14,6 +14,8 @@ export const MAX_URL_BYTES = 8 * 1024;
 const TIMEOUT_CHECK_INTERVAL_MS = 1_000;
 /** A connection answered with an error gets this long to read the answer before it is closed. */
 const CLOSE_GRACE_MS = 1_000;
+/** How long a head that overflowed mid-line waits for the chunk that ends the line (414 or 431). */
+const OVERFLOW_DECISION_WAIT_MS = 250;
 /** At most one log line per this period for refused connections. */
 const LOG_PERIOD_MS = 10_000;
 /** TCP keep-alive probes find a vanished peer (half-open connection) during long calls. */
@@ -137,12 +139,10 @@ type ParserError = Error & { code?: string; rawPacket?: unknown };
 
 function clientErrorHandler(o: EdgeOptions): (error: Error, socket: Socket) => void {
   const answered = new WeakSet<Socket>();
-  return (error, socket) => {
-    const err = error as ParserError;
-    // The parser reports every further chunk of a refused request: answer once.
-    if (err.code === 'ECONNRESET' || socket.destroyed || answered.has(socket)) return;
+  const undecided = new WeakSet<Socket>();
+  const answer = (socket: Socket, err: ParserError, [code, why]: [ErrorCode, string]): void => {
+    if (socket.destroyed || answered.has(socket)) return;
     answered.add(socket);
-    const [code, why] = classify(err, o.errors.badRequest);
     const status = catalogue.get(code)!.status;
     // A silent or slow connection is routine (and plentiful under a slowloris): not a warning.
     o.logger[code === 'KEEL0408' ? 'debug' : 'warn']({ code, status, err: err.message, parser: err.code }, 'http request refused before routing');
@@ -157,31 +157,47 @@ function clientErrorHandler(o: EdgeOptions): (error: Error, socket: Socket) => v
     // Closing at once would reset a client still sending: it would never read the answer.
     setTimeout(() => socket.destroy(), CLOSE_GRACE_MS).unref();
   };
+  return (error, socket) => {
+    const err = error as ParserError;
+    // The parser reports every further chunk of a refused request: answer once.
+    if (err.code === 'ECONNRESET' || socket.destroyed || answered.has(socket)) return;
+    const decided = classify(err, o.errors.badRequest);
+    if (decided !== undefined) return answer(socket, err, decided);
+    // The chunk that overflowed is the middle of a long line: a later chunk, where that line ends,
+    // tells a long request target (414) from a long header (431). One that never comes is a 431.
+    if (undecided.has(socket)) return;
+    undecided.add(socket);
+    setTimeout(() => answer(socket, err, HEAD_TOO_LARGE), OVERFLOW_DECISION_WAIT_MS).unref();
+  };
 }
 
-function classify(err: ParserError, badRequest: ErrorCode): [ErrorCode, string] {
+const HEAD_TOO_LARGE: [ErrorCode, string] = ['KEEL0431', 'the request header section is larger than http.max_header_size or has more fields than http.max_header_count'];
+
+/** The answer to a parser error, or undefined while the chunks seen cannot tell 414 from 431. */
+function classify(err: ParserError, badRequest: ErrorCode): [ErrorCode, string] | undefined {
   if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') return ['KEEL0408', 'the request was not received in time (http.header_timeout / http.request_timeout)'];
   if (err.code === 'HPE_HEADER_OVERFLOW') {
-    return longRequestLine(Buffer.isBuffer(err.rawPacket) ? err.rawPacket : undefined)
-      ? ['KEEL0414', `the request target is longer than ${MAX_URL_BYTES} bytes`]
-      : ['KEEL0431', 'the request header section is larger than http.max_header_size or has more fields than http.max_header_count'];
+    const part = overflowedPart(Buffer.isBuffer(err.rawPacket) ? err.rawPacket : undefined);
+    if (part === undefined) return undefined;
+    return part === 'request line' ? ['KEEL0414', `the request target is longer than ${MAX_URL_BYTES} bytes`] : HEAD_TOO_LARGE;
   }
   return [badRequest, `the request cannot be parsed as HTTP/1.1 (${err.code ?? err.message})`];
 }
 
 /**
- * Whether the part of the head that overflowed is the request line: its chunk either starts it
- * (a method then a space) or ends it (` HTTP/1.x` before the first line break) with no header
- * line (`name:`) in between. The chunk alone is what Node hands over, so this is a best guess;
- * a wrong guess still answers a coded 4xx.
+ * Which part of the head a chunk of an overflowed request belongs to, read from its first line:
+ * one that starts the request line (a method then a space), or that ends it (` HTTP/1.x` before
+ * the first line break and no `name:`). Undefined for a chunk with no line break that does not
+ * start a request: the middle of a long target and of a long header value look alike.
  */
-function longRequestLine(chunk: Buffer | undefined): boolean {
-  if (chunk === undefined) return false;
+function overflowedPart(chunk: Buffer | undefined): 'request line' | 'headers' | undefined {
+  if (chunk === undefined) return undefined;
   const text = chunk.subarray(0, Math.min(chunk.length, MAX_URL_BYTES * 16)).toString('latin1');
   const eol = text.indexOf('\r\n');
   const line = eol < 0 ? text : text.slice(0, eol);
-  if (/^[A-Z]+ \S/.test(line)) return line.length > MAX_URL_BYTES || eol < 0;
-  return / HTTP\/1\.[01]$/.test(line) && !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+:/.test(line);
+  if (/^[A-Z]+ \S/.test(line)) return line.length > MAX_URL_BYTES || eol < 0 ? 'request line' : 'headers';
+  if (eol < 0) return undefined;
+  return / HTTP\/1\.[01]$/.test(line) && !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+:/.test(line) ? 'request line' : 'headers';
 }
 
 function statusText(status: number): string {
