@@ -144,6 +144,15 @@ t.test('limits: a query past its time, rows or bytes is cancelled with a code; t
   const forever = await post(keel, 'WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT n FROM r');
   t.ok([408, 422].includes(forever.status), String(forever.status));
   t.match(forever.body.restate_code, /KEEL002[12]/);
+  // a client that leaves: its query is stopped, which is no fault of the server's (info, not error)
+  const leave = new AbortController();
+  const left = fetch(`${keel.admin}/query`, { method: 'POST', signal: leave.signal, headers: { 'content-type': 'application/json', accept: 'application/json' }, body: JSON.stringify({ query: 'SELECT sum(hash(range)) FROM range(10000000000000)' }) });
+  setTimeout(() => leave.abort(), 300);
+  await t.rejects(left);
+  const gone = await eventually(() => keel.logLines('KEEL0024').at(0));
+  t.equal(gone.level, 30, 'a client that left is logged at info');
+  t.match(gone.err, /client went away/);
+  t.same(keel.output.split('\n').filter((l) => l.startsWith('{') && JSON.parse(l).level >= 50), [], 'nothing at error level');
   // within the limits everything answers, in both shapes
   t.same((await post(keel, 'SELECT count(*) AS n FROM range(999)')).body.rows, [{ n: 999 }]);
   const arrow = await post(keel, 'SELECT * FROM range(1000)', { json: false });
@@ -175,6 +184,9 @@ t.test('hostile SQL is refused with KEEL0020, bad SQL is a 400 with the engine\'
     'CALL checkpoint()',
     "EXPORT DATABASE '/tmp/keel-export'",
     "SELECT * FROM query('SELECT 1')",
+    'SELECT pg_sleep(100)',
+    'SELECT sleep_ms(100000) -- a comment',
+    'SELECT id FROM sys_invocation WHERE pg_catalog.pg_sleep(1) IS NULL',
   ];
   for (const sql of hostile) {
     const r = await post(keel, sql);

@@ -14,7 +14,8 @@ export function installErrorHandling(app: FastifyInstance): void {
     const err = raw instanceof KeelError ? raw : fe.validation ? schemaError(fe) : undefined;
     if (err !== undefined) {
       // What the request or an endpoint got wrong is a warning; only the server's own faults are errors.
-      const lvl = err.status < 500 || err.code.startsWith('META') ? 'warn' : 'error';
+      // A client that left is neither: its query was stopped, nobody waits for the answer.
+      const lvl = err.code === 'KEEL0024' ? 'info' : err.status < 500 || err.code.startsWith('META') ? 'warn' : 'error';
       req.log[lvl]({ code: err.code, status: err.status, method: req.method, url: req.url, err: err.message }, 'admin request failed');
       return reply.status(err.status).send(errorBody(err.display, err.code));
     }

@@ -32,6 +32,7 @@ const SQLSTATE: Record<string, string> = {
   KEEL0021: '57014', // query_canceled
   KEEL0022: '54000', // program_limit_exceeded
   KEEL0023: '57P03', // cannot_connect_now
+  KEEL0024: '57014', // query_canceled
 };
 
 /** What a session command answers as its tag; such commands are not run (there is nothing to set). */

@@ -168,7 +168,7 @@ const entries = [
     remedy: 'Register a newer deployment of its services and let its invocations finish (restate deployments describe shows them), or remove it with force=true (in-flight invocations pinned to it will fail).' },
   // The query engine (POST /query and the PostgreSQL wire on 9071): a block of its own.
   { code: 'KEEL0020', title: 'Query not allowed', status: 400,
-    condition: 'The SQL is not one read-only SELECT: DDL or DML, several statements, SET or PRAGMA, INSTALL or LOAD of an extension, ATTACH, COPY, or a table function or path that reads files (read_csv, read_json, \'file.csv\', ...).',
+    condition: 'The SQL is not one read-only SELECT: DDL or DML, several statements, SET or PRAGMA, INSTALL or LOAD of an extension, ATTACH, COPY, or a table function or path that reads files (read_csv, read_json, \'file.csv\', ...), or a function that only waits (pg_sleep, sleep_ms).',
     remedy: 'Send one SELECT over the introspection tables (SELECT table_name FROM information_schema.tables lists them).' },
   { code: 'KEEL0021', title: 'Query timed out', status: 408,
     condition: 'The query ran longer than admin.query_engine.query_timeout and was cancelled.',
@@ -179,6 +179,9 @@ const entries = [
   { code: 'KEEL0023', title: 'Query engine unavailable', status: 503,
     condition: 'The query engine is starting, restarting after a crash or a query it had to stop, or has too many queries waiting.',
     remedy: 'Retry in a moment; the log line with this code says why.' },
+  { code: 'KEEL0024', title: 'Query abandoned by its client', status: 499,
+    condition: 'The client closed its connection before the answer was sent: the query was cancelled. Logged at info, not as a fault.',
+    remedy: 'Nothing to do on the server. A client that gives up on slow queries can filter more or add a LIMIT.' },
   { code: 'KEEL0401', title: 'Authentication required', status: 401,
     condition: 'The server is configured with bearer tokens (ingress.auth_token[_file], admin.auth_token[_file]) and the request carried none, or not a valid one. /health and /restate/health stay open.',
     remedy: 'Send "Authorization: Bearer <token>" (restate CLI: RESTATE_AUTH_TOKEN; keel CLI: KEEL_AUTH_TOKEN; SDK clients: the headers option).' },

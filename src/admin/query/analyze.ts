@@ -16,6 +16,12 @@ type Node = { [key: string]: Ast };
 /** Table functions a query may call: they compute, none of them reads a file or the catalog's settings. */
 const ALLOWED_TABLE_FUNCTIONS = new Set(['range', 'generate_series', 'unnest', 'json_each', 'json_tree']);
 
+/**
+ * Functions that only wait: a query calling one would hold one of the engine's few query slots
+ * (and a connection) until its time limit, for nothing an introspection query needs.
+ */
+const REFUSED_FUNCTIONS = new Set(['sleep_ms', 'pg_sleep']);
+
 /** A table a query names in FROM: an identifier, never a path DuckDB would read as a file. */
 const TABLE_NAME = /^[A-Za-z_][A-Za-z0-9_$]*$/;
 
@@ -198,6 +204,7 @@ export function analyze(root: Ast, wanted: ReadonlySet<string>): Analysis {
       tables.set(lower, before === undefined ? filter : merge(before, filter));
     } else if (n.class === 'FUNCTION') {
       const name = str(n.function_name).toLowerCase();
+      if (REFUSED_FUNCTIONS.has(name)) return { tables, rewritten, catalog, tableFunctions, functions, refusal: `the function '${name}' is not allowed: a query that waits holds a query slot of the engine for nothing` };
       functions.add(name);
       const rename = AGGREGATE_NAMES[name];
       if (rename !== undefined) {

@@ -423,7 +423,7 @@ export class QueryEngine {
     if (i >= 0) this.waiting.splice(i, 1);
     if (this.running.has(p.qid)) this.send({ t: 'cancel', qid: p.qid });
     this.settle(p);
-    p.reject(unavailable('the client went away'));
+    p.reject(new KeelError('KEEL0024', 'the query was cancelled: its client went away'));
     this.pump();
   }
 
