@@ -531,7 +531,7 @@ function failureOf(q: Query, err: unknown): QueryError {
     case 'bytes':
       return { code: 'KEEL0022', status: 422, message: `the answer is larger than ${options.max_result_bytes} bytes (admin.query_engine.max_result_bytes): the query was cancelled; add a LIMIT, select fewer columns or filter more` };
     case 'client':
-      return { code: 'KEEL0023', status: 503, message: 'the query was cancelled: its client went away' };
+      return { code: 'KEEL0024', status: 499, message: 'the query was cancelled: its client went away' };
     default:
       break;
   }

@@ -17,7 +17,7 @@ export interface EngineOptions {
 
 /** The error a query ends with: a catalogue code, its HTTP status, the message. */
 export interface QueryError {
-  code: 'KEEL0010' | 'KEEL0020' | 'KEEL0021' | 'KEEL0022' | 'KEEL0023';
+  code: 'KEEL0010' | 'KEEL0020' | 'KEEL0021' | 'KEEL0022' | 'KEEL0023' | 'KEEL0024';
   status: number;
   message: string;
 }
