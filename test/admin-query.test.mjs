@@ -6,6 +6,7 @@ import { DuckDBInstance } from '@duckdb/node-api';
 import { analyze, treeText } from '../dist/admin/query/analyze.js';
 import { markedText, markersAreConstants, shapeOf } from '../dist/admin/query/shape.js';
 import { TABLES } from '../dist/admin/introspection.js';
+import { execSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { newId, startAdmin } from './services/introspection-fake.mjs';
@@ -244,6 +245,21 @@ t.test('invocations describe (4.10): lookup, probes, journal in both shapes', as
   const draws = new Set();
   for (let i = 0; i < 3; i++) draws.add((await query(base, "SELECT random() AS r, COUNT(*) AS n FROM information_schema.tables")).body.rows[0].r);
   t.equal(draws.size, 3, 'random() over information_schema is not frozen');
+  // Kept by the server, not the engine: with the engine's process stopped the probe still answers
+  // at once, while a query that must run waits for it.
+  const engine = Number(execSync(`pgrep -P ${process.pid} -f engine-main`).toString().trim().split('\n')[0]);
+  process.kill(engine, 'SIGSTOP');
+  try {
+    const kept = await query(base, `SELECT COUNT(*) FROM information_schema.columns
+            WHERE
+                table_name = 'sys_journal'
+                AND column_name IN ('version', 'entry_json', 'appended_at')`, { json: false });
+    t.equal(Number(kept.table.getChildAt(0).get(0)), 3, 'the probe answers with the engine stopped');
+    const ran = await Promise.race([query(base, 'SELECT count(*) AS n FROM sys_invocation').then(() => 'answered'), new Promise((later) => setTimeout(later, 300, 'waiting'))]);
+    t.equal(ran, 'waiting', 'a query that must run waits for the stopped engine');
+  } finally {
+    process.kill(engine, 'SIGCONT');
+  }
   // information_schema is read from a copy made at the engine's start: the introspection tables
   // only (not the engine's own), and a reference qualified by the view's name still resolves.
   const listed = await query(base, 'SELECT table_name FROM information_schema.tables ORDER BY table_name');

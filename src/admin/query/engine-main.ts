@@ -57,14 +57,6 @@ const parsed = new Map<string, Parsed>();
 const templates = new Map<string, Parsed | null>();
 const MAX_PARSED = 256;
 const MAX_PARSED_CHARS = 16 * 1024;
-/**
- * Answers of queries that read only the information_schema copies and call only functions
- * DuckDB marks CONSISTENT: the same until the engine restarts. `restate invocations describe`
- * sends two such probes each time; kept, each costs no connection and no run.
- */
-const answers = new Map<string, { rows: number; head?: Uint8Array; chunk: Uint8Array }>();
-const MAX_ANSWERS = 64;
-const MAX_ANSWER_BYTES = 64 * 1024;
 /** Functions whose every overload DuckDB marks CONSISTENT (same arguments, same result, always). */
 let consistentFunctions = new Set<string>();
 
@@ -577,13 +569,6 @@ async function run(q: Query, m: Extract<ToEngine, { t: 'query' }>, before: Promi
   try {
     const { text, tables, cacheable } = await parse(q, m.sql);
     const params = m.params !== undefined && m.params.length > 0 ? m.params : undefined;
-    const key = cacheable ? `${m.format}\0${JSON.stringify(params ?? null)}\0${m.sql}` : undefined;
-    const kept = key === undefined ? undefined : answers.get(key);
-    if (kept !== undefined) {
-      queries.delete(q.qid);
-      send({ t: 'answer', qid: q.qid, ...kept, more: false });
-      return;
-    }
     connecting = q.conn !== undefined ? Promise.resolve(q.conn) : takeConnection().then((conn) => (q.conn = conn));
     connecting.catch(() => {}); // awaited below, or before the connection is closed
     if ([...tables.keys()].some((t) => COPY_VIEWS.has(t))) await waitLoaded(q);
@@ -595,12 +580,8 @@ async function run(q: Query, m: Extract<ToEngine, { t: 'query' }>, before: Promi
     const answer = await encodeAnswer(q, await q.conn.stream(text, params), m.format);
     const chunks = rechunk(answer.body, CHUNK_BYTES);
     const first = chunks.shift() ?? new Uint8Array(0);
-    if (key !== undefined && chunks.length === 0 && first.length + (answer.head?.length ?? 0) <= MAX_ANSWER_BYTES) {
-      answers.set(key, { rows: answer.rows, ...(answer.head ? { head: answer.head } : {}), chunk: first });
-      if (answers.size > MAX_ANSWERS) answers.delete(answers.keys().next().value as string);
-    }
     q.rest = chunks;
-    send({ t: 'answer', qid: q.qid, rows: answer.rows, ...(answer.head ? { head: answer.head } : {}), chunk: first, more: chunks.length > 0 });
+    send({ t: 'answer', qid: q.qid, rows: answer.rows, ...(answer.head ? { head: answer.head } : {}), chunk: first, more: chunks.length > 0, ...(cacheable ? { constant: true } : {}) });
     if (chunks.length === 0) queries.delete(q.qid);
   } catch (err) {
     queries.delete(q.qid);

@@ -36,6 +36,12 @@ const MAX_PENDING_IDS = 250_000;
 const LOAD_WINDOW = 2;
 const LOAD_BATCH_RECORDS = 25_000;
 const LOAD_BATCH_BYTES = 12 * 1024 * 1024;
+/**
+ * Constant answers kept here (see `constant` in protocol.ts): `restate invocations describe` sends
+ * two catalogue probes each time; kept, each is answered without a round trip to the engine.
+ */
+const MAX_CONSTANTS = 64;
+const MAX_CONSTANT_BYTES = 64 * 1024;
 /** Restarts after a crash wait this long, doubling up to the cap. */
 const RESTART_INITIAL_MS = 500;
 const RESTART_MAX_MS = 30_000;
@@ -70,6 +76,8 @@ interface Pending {
   onAbort?: () => void;
 }
 
+const constantKey = (sql: string, format: Format, params: Array<string | null> | undefined): string =>
+  `${format}\0${params !== undefined && params.length > 0 ? JSON.stringify(params) : ''}\0${sql}`;
 const failure = (e: QueryError) => new KeelError(e.code, e.message, e.status);
 const unavailable = (why: string) => new KeelError('KEEL0023', `the query engine is unavailable: ${why}`, 503);
 
@@ -111,6 +119,8 @@ export class QueryEngine {
   private restartDelay = RESTART_INITIAL_MS;
   private restartTimer: NodeJS.Timeout | undefined;
   private readonly root: string;
+  /** Constant answers by constantKey, least recently used first; emptied when the engine stops. */
+  private readonly constants = new Map<string, { rows: number; head?: Uint8Array; chunk: Uint8Array }>();
 
   constructor(
     private readonly config: QueryEngineConfig,
@@ -140,6 +150,8 @@ export class QueryEngine {
   query(sql: string, format: Format, opts: QueryOptions = {}): Promise<Answer> {
     if (this.closed) return Promise.reject(unavailable('the server is shutting down'));
     this.start();
+    const kept = this.recallConstant(constantKey(sql, format, opts.params));
+    if (kept !== undefined) return Promise.resolve({ rows: kept.rows, ...(kept.head ? { head: kept.head } : {}), whole: kept.chunk, body: (async function* () { yield kept.chunk; })() });
     if (this.waiting.length >= MAX_WAITING) return Promise.reject(unavailable(`${this.waiting.length} queries are waiting already; retry shortly`));
     return new Promise<Answer>((resolve, reject) => {
       const p: Pending = { qid: ++this.qids, sql, format, params: opts.params, deadline: Date.now() + this.config.query_timeout_ms, resolve, reject };
@@ -209,7 +221,22 @@ export class QueryEngine {
     }
   }
 
+  private recallConstant(key: string): { rows: number; head?: Uint8Array; chunk: Uint8Array } | undefined {
+    const kept = this.constants.get(key);
+    if (kept !== undefined) {
+      this.constants.delete(key);
+      this.constants.set(key, kept);
+    }
+    return kept;
+  }
+
+  private keepConstant(key: string, m: { rows: number; head?: Uint8Array; chunk: Uint8Array }): void {
+    this.constants.set(key, { rows: m.rows, ...(m.head ? { head: m.head } : {}), chunk: m.chunk });
+    if (this.constants.size > MAX_CONSTANTS) this.constants.delete(this.constants.keys().next().value as string);
+  }
+
   private stopChild(why: string): void {
+    this.constants.clear();
     this.unwatch?.();
     this.unwatch = undefined;
     this.pending.clear();
@@ -434,6 +461,7 @@ export class QueryEngine {
     const head = m.head ? { head: m.head } : {};
     if (!m.more) {
       this.settle(p);
+      if (m.constant && m.chunk.length + (m.head?.length ?? 0) <= MAX_CONSTANT_BYTES) this.keepConstant(constantKey(p.sql, p.format, p.params), m);
       p.resolve({ rows: m.rows, ...head, whole: m.chunk, body: (async function* () { yield m.chunk; })() });
       this.pump();
       return;

@@ -53,9 +53,11 @@ export type FromEngine =
   | { t: 'need-journals'; qid: number; ids: string[] }
   /**
    * An answer: its first chunk and whether more follow (each asked for with `more`). For `pg`,
-   * `head` is the RowDescription message and the chunks are DataRow messages.
+   * `head` is the RowDescription message and the chunks are DataRow messages. `constant`: the
+   * query reads only the information_schema copies and calls only functions DuckDB marks
+   * CONSISTENT, so its answer (per text, format and parameters) holds until the engine restarts.
    */
-  | { t: 'answer'; qid: number; rows: number; head?: Uint8Array; chunk: Uint8Array; more: boolean }
+  | { t: 'answer'; qid: number; rows: number; head?: Uint8Array; chunk: Uint8Array; more: boolean; constant?: true }
   | { t: 'chunk'; qid: number; chunk: Uint8Array; more: boolean }
   | { t: 'failed'; qid: number; error: QueryError }
   | { t: 'log'; level: 'info' | 'warn' | 'error'; code?: string; msg: string; fields?: Record<string, unknown> };
