@@ -24,6 +24,26 @@ async function query(base, sql, { json = true, path = '/v4/query' } = {}) {
   return { status: res.status, ct, body: JSON.parse(buf.toString()) };
 }
 
+/** The pid of the query engine's process (a child of this test's process). */
+const enginePid = () => Number(execSync(`pgrep -P ${process.pid} -f engine-main`).toString().trim().split('\n')[0]);
+
+/** `restate invocations describe`'s journal query (4.10), verbatim. */
+const JOURNAL = (id) => `SELECT
+            sj.index,
+            sj.entry_type,
+            sj.completed,
+            sj.invoked_id,
+            sj.invoked_target,
+            sj.sleep_wakeup_at,
+            sj.name,
+            sj.promise_name,
+            sj.version, sj.entry_json, sj.appended_at
+        FROM sys_journal sj
+        WHERE
+            sj.id = '${id}'
+        ORDER BY index DESC
+        LIMIT 100`;
+
 const typeOf = (table, i = 0) => String(table.schema.fields[i].type);
 const arrowRows = (table) => table.toArray().map((r) => r.toJSON());
 
@@ -247,7 +267,7 @@ t.test('invocations describe (4.10): lookup, probes, journal in both shapes', as
   t.equal(draws.size, 3, 'random() over information_schema is not frozen');
   // Kept by the server, not the engine: with the engine's process stopped the probe still answers
   // at once, while a query that must run waits for it.
-  const engine = Number(execSync(`pgrep -P ${process.pid} -f engine-main`).toString().trim().split('\n')[0]);
+  const engine = enginePid();
   process.kill(engine, 'SIGSTOP');
   try {
     const kept = await query(base, `SELECT COUNT(*) FROM information_schema.columns
@@ -266,21 +286,7 @@ t.test('invocations describe (4.10): lookup, probes, journal in both shapes', as
   t.same(listed.body.rows.map((r) => r.table_name), Object.keys(TABLES).sort());
   const qualified = await query(base, "SELECT DISTINCT columns.table_name FROM information_schema.columns WHERE columns.column_name = 'entry_json'");
   t.same(qualified.body.rows, [{ table_name: 'sys_journal' }]);
-  const j = await query(base, `SELECT
-            sj.index,
-            sj.entry_type,
-            sj.completed,
-            sj.invoked_id,
-            sj.invoked_target,
-            sj.sleep_wakeup_at,
-            sj.name,
-            sj.promise_name,
-            sj.version, sj.entry_json, sj.appended_at
-        FROM sys_journal sj
-        WHERE
-            sj.id = '${id}'
-        ORDER BY index DESC
-        LIMIT 100`);
+  const j = await query(base, JOURNAL(id));
   t.equal(j.status, 200, JSON.stringify(j.body));
   t.equal(j.body.rows.length, 2);
   t.match(j.body.rows[0], { index: 1, entry_type: 'Command: Sleep', completed: false, sleep_wakeup_at: '2026-11-22T04:52:58.000Z', version: 2 });
@@ -291,6 +297,28 @@ t.test('invocations describe (4.10): lookup, probes, journal in both shapes', as
   // probes above do not return 1 and 3: never against Keel.)
   const la = await query(base, `SELECT CAST(1 AS UBIGINT) AS version, CAST(NULL as TIMESTAMP) AS appended_at, CAST(NULL as STRING) AS s FROM sys_journal sj WHERE sj.id = '${id}'`, { json: false });
   t.same(la.table.schema.fields.map((f) => String(f.type)), ['Uint64', 'Timestamp<MILLISECOND, +00:00>', 'Utf8']);
+
+  // The engine told the server which literal of the journal query's shape is the id: the server
+  // reads the next one's journal as it sends the query, before the engine could ask (seen here
+  // with the engine's process stopped), and the answer is that journal's.
+  const read = [];
+  const journalEntries = source.journalEntries;
+  source.journalEntries = (jid) => (read.push(jid), journalEntries(jid));
+  const other = source.ids.suspended;
+  process.kill(engine, 'SIGSTOP');
+  let next;
+  try {
+    next = query(base, JOURNAL(other));
+    for (let waited_ms = 0; !read.includes(other) && waited_ms < 2_000; waited_ms += 20) await new Promise((later) => setTimeout(later, 20));
+    t.same(read, [other], 'read by the server while the engine is stopped');
+  } finally {
+    process.kill(engine, 'SIGCONT');
+  }
+  t.match((await next).body.rows, [{ index: 1, entry_type: 'Command: Sleep' }, { index: 0, entry_type: 'Command: Input' }]);
+  t.same(read, [other], 'and not asked for again');
+  // Another shape naming the journal by a literal inside the text is read on the engine's request.
+  const inText = await query(base, `SELECT count(*) AS n FROM sys_journal WHERE id = '${id}' AND entry_type <> 'x'`);
+  t.same(inText.body.rows, [{ n: 2 }]);
 });
 
 t.test('invocations cancel/kill/... lookups (4.11) use the raw status vocabulary', async (t) => {

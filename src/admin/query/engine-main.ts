@@ -14,7 +14,7 @@ import { appendRows } from './append.js';
 import { analyze, treeText, type Ast } from './analyze.js';
 import { cell, encoder, kindOf, loadArrow, rechunk, type Cell, type Column } from './encode.js';
 import { journalRows } from './journal-rows.js';
-import type { EngineOptions, Format, FromEngine, QueryError, ToEngine } from './protocol.js';
+import type { EngineOptions, Format, FromEngine, Journals, QueryError, ToEngine } from './protocol.js';
 import { COPY_TABLE, COPY_VIEWS, PER_QUERY, copyRowsFrom, literal, perQueryTableSql, schemaSql } from './schema.js';
 import { markedText, markersAreConstants, shapeOf, type Shape } from './shape.js';
 
@@ -248,6 +248,8 @@ class Query {
   rest: Uint8Array[] = [];
   rows = new Map<string, (m: Extract<ToEngine, { t: 'rows' }>) => void>();
   journals: ((m: Extract<ToEngine, { t: 'journals' }>) => void) | undefined;
+  /** Journals the server sent with the query (see `journal-ids`). */
+  prefetched: Journals | undefined;
   /**
    * Rejects once the query is stopped: whatever it waits for (rows from the server, the copy's
    * load, a refill others wait behind) is given up then, not awaited for ever.
@@ -319,7 +321,19 @@ async function journalIds(q: Query, filter: TableFilter, connecting: Promise<Duc
   return r.getRows().map((row) => String(row[0]));
 }
 
+/** The journals sent with the query, when they are exactly those its filter names. */
+function prefetchedFor(q: Query, filter: TableFilter): Journals | undefined {
+  if (q.prefetched === undefined || filter.id === undefined) return undefined;
+  const wanted = new Set(filter.id);
+  return q.prefetched.length === wanted.size && q.prefetched.every(([id]) => wanted.has(id)) ? q.prefetched : undefined;
+}
+
 async function loadJournal(q: Query, filter: TableFilter, rows: RowSet, connecting: Promise<DuckDBConnection>): Promise<void> {
+  const sent = prefetchedFor(q, filter);
+  if (sent !== undefined) {
+    for (const [id, entries] of sent) rows.add(journalRows(id, entries));
+    return;
+  }
   const ids = await journalIds(q, filter, connecting);
   for (let i = 0; i < ids.length; i += JOURNALS_PER_REQUEST) {
     q.check();
@@ -398,7 +412,10 @@ async function parse(q: Query, sql: string): Promise<Parsed> {
     let template = recall(templates, shape.key);
     if (template === undefined) {
       template = await makeTemplate(q, shape);
-      if (q.stop === undefined) keep(templates, shape.key, template);
+      if (q.stop === undefined) {
+        keep(templates, shape.key, template);
+        if (template !== null) tellJournalIds(shape.key, template);
+      }
     }
     if (template !== null) return instantiate(template, sql, shape);
   }
@@ -445,12 +462,31 @@ async function makeTemplate(q: Query, shape: Shape): Promise<Parsed | null> {
   }
 }
 
+/** Which literal a marker stands for; undefined for any other value. */
+function markerIndex(v: string): number | undefined {
+  const i = v.startsWith(MARK_TAG) ? Number(/m(\d+)z$/.exec(v)?.[1]) : NaN;
+  return Number.isInteger(i) ? i : undefined;
+}
+
+/**
+ * When every id a template's sys_journal filter names is one of its literals, tells the server
+ * which: it then reads those journals as it sends each text of the shape, and the query does not
+ * wait for a round trip to ask for them (`restate invocations describe` reads one each time).
+ */
+function tellJournalIds(key: string, template: Parsed): void {
+  const ids = template.tables.get('sys_journal')?.id;
+  if (ids === undefined || ids.length === 0) return;
+  const literals = ids.map(markerIndex);
+  if (literals.some((i) => i === undefined)) return;
+  send({ t: 'journal-ids', key, literals: [...new Set(literals as number[])] });
+}
+
 /** A template with this text's literals in place of its markers. */
 function instantiate(template: Parsed, sql: string, shape: Shape): Parsed {
   if (shape.literals.length === 0) return template;
   const value = (v: string): string => {
-    const i = v.startsWith(MARK_TAG) ? Number(/m(\d+)z$/.exec(v)?.[1]) : NaN;
-    return Number.isInteger(i) ? shape.literals[i]! : v;
+    const i = markerIndex(v);
+    return i !== undefined ? shape.literals[i]! : v;
   };
   const tables = new Map<string, TableFilter>();
   for (const [table, filter] of template.tables) {
@@ -626,6 +662,7 @@ function onMessage(m: ToEngine): void {
       break;
     case 'query': {
       const q = new Query(m.qid, m.limit_ms);
+      q.prefetched = m.journals;
       queries.set(m.qid, q);
       void run(q, m, applied);
       break;

@@ -13,7 +13,8 @@ import type { Logger } from '../../common/logger.js';
 import { KeelError } from '../../errors/index.js';
 import type { Registry } from '../../metadata/registry.js';
 import { PER_QUERY_TABLES, rowBytes, type IntrospectionSource, type InvocationChanges, type Row, type TableFilter } from '../introspection.js';
-import type { Format, FromEngine, QueryError, ToEngine } from './protocol.js';
+import type { Format, FromEngine, Journals, QueryError, ToEngine } from './protocol.js';
+import { shapeOf } from './shape.js';
 
 /** Queries the engine runs at once; more wait here, up to MAX_WAITING, then are refused. */
 const MAX_RUNNING = 4;
@@ -42,6 +43,9 @@ const LOAD_BATCH_BYTES = 12 * 1024 * 1024;
  */
 const MAX_CONSTANTS = 64;
 const MAX_CONSTANT_BYTES = 64 * 1024;
+/** Shapes whose journal ids the engine told (`journal-ids`), and the most ids read with one query. */
+const MAX_JOURNAL_SHAPES = 256;
+const MAX_PREFETCH_IDS = 64;
 /** Restarts after a crash wait this long, doubling up to the cap. */
 const RESTART_INITIAL_MS = 500;
 const RESTART_MAX_MS = 30_000;
@@ -119,6 +123,8 @@ export class QueryEngine {
   private restartDelay = RESTART_INITIAL_MS;
   private restartTimer: NodeJS.Timeout | undefined;
   private readonly root: string;
+  /** Literal positions of the journal ids, by shape key (`journal-ids`); emptied when the engine stops. */
+  private readonly journalShapes = new Map<string, number[]>();
   /** Constant answers by constantKey, least recently used first; emptied when the engine stops. */
   private readonly constants = new Map<string, { rows: number; head?: Uint8Array; chunk: Uint8Array }>();
 
@@ -237,6 +243,7 @@ export class QueryEngine {
 
   private stopChild(why: string): void {
     this.constants.clear();
+    this.journalShapes.clear();
     this.unwatch?.();
     this.unwatch = undefined;
     this.pending.clear();
@@ -294,6 +301,10 @@ export class QueryEngine {
         break;
       case 'need-journals':
         void this.serveJournals(m.qid, m.ids);
+        break;
+      case 'journal-ids':
+        this.journalShapes.set(m.key, m.literals);
+        if (this.journalShapes.size > MAX_JOURNAL_SHAPES) this.journalShapes.delete(this.journalShapes.keys().next().value as string);
         break;
       case 'answer':
         this.onAnswer(m);
@@ -401,11 +412,28 @@ export class QueryEngine {
         continue;
       }
       this.running.set(p.qid, p);
-      this.flush(); // the query sees every change made durable before it arrived
-      this.send({ t: 'query', qid: p.qid, sql: p.sql, format: p.format, params: p.params, timeout_ms: left, limit_ms: this.config.query_timeout_ms, registry_version: this.registry.version });
-      p.watchdog = setTimeout(() => this.overdue(p), left + STOP_GRACE_MS);
+      const ids = this.journalIdsOf(p.sql);
+      if (ids === undefined) this.dispatch(p);
+      else void this.readJournals(ids).catch(() => undefined).then((journals) => this.running.get(p.qid) === p && this.dispatch(p, journals));
     }
     this.expireWaiting();
+  }
+
+  private dispatch(p: Pending, journals?: Journals): void {
+    const left = Math.max(1, p.deadline - Date.now());
+    this.flush(); // the query sees every change made durable before it arrived
+    this.send({ t: 'query', qid: p.qid, sql: p.sql, format: p.format, params: p.params, timeout_ms: left, limit_ms: this.config.query_timeout_ms, registry_version: this.registry.version, ...(journals ? { journals } : {}) });
+    p.watchdog = setTimeout(() => this.overdue(p), left + STOP_GRACE_MS);
+  }
+
+  /** The journal ids a text reads, when the engine told which of its shape's literals hold them. */
+  private journalIdsOf(sql: string): string[] | undefined {
+    if (this.journalShapes.size === 0 || !/sys_journal/i.test(sql)) return undefined;
+    const shape = shapeOf(sql);
+    const literals = shape === undefined ? undefined : this.journalShapes.get(shape.key);
+    if (shape === undefined || literals === undefined) return undefined;
+    const ids = [...new Set(literals.map((i) => shape.literals[i]!))];
+    return ids.length <= MAX_PREFETCH_IDS ? ids : undefined;
   }
 
   /** Queries waiting for an engine that is not ready fail at their deadline. */
@@ -511,8 +539,11 @@ export class QueryEngine {
   }
 
   private async serveJournals(qid: number, ids: string[]): Promise<void> {
+    this.send({ t: 'journals', qid, journals: await this.readJournals(ids) });
+  }
+
+  private readJournals(ids: string[]): Promise<Journals> {
     const src = this.source();
-    const journals = await Promise.all(ids.map(async (id) => [id, await src.journalEntries(id).catch(() => [])] as [string, Awaited<ReturnType<IntrospectionSource['journalEntries']>>]));
-    this.send({ t: 'journals', qid, journals });
+    return Promise.all(ids.map(async (id) => [id, await src.journalEntries(id).catch(() => [])] as [string, Awaited<ReturnType<IntrospectionSource['journalEntries']>>]));
   }
 }

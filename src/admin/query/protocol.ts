@@ -22,6 +22,9 @@ export interface QueryError {
   message: string;
 }
 
+/** Stored journals by invocation id. */
+export type Journals = Array<[id: string, entries: RawJournalEntry[]]>;
+
 export type ToEngine =
   | { t: 'init'; options: EngineOptions }
   /** The copy of the invocation statuses is rebuilt from here on (it starts empty). */
@@ -36,11 +39,22 @@ export type ToEngine =
    * `timeout_ms`: what is left of the query's time (`limit_ms`, as configured) after it waited
    * here. `registry_version`: the schema registry's, for the tables kept from it (REGISTRY_TABLES).
    */
-  | { t: 'query'; qid: number; sql: string; format: Format; params: Array<string | null> | undefined; timeout_ms: number; limit_ms: number; registry_version: number }
+  | {
+      t: 'query';
+      qid: number;
+      sql: string;
+      format: Format;
+      params: Array<string | null> | undefined;
+      timeout_ms: number;
+      limit_ms: number;
+      registry_version: number;
+      /** The journals its shape reads (`journal-ids`), read as it was sent: no `need-journals` for them. */
+      journals?: Journals;
+    }
   /** The rows of a table filled per query (answer to `need`); `error` when it could not be read. */
   | { t: 'rows'; qid: number; table: string; rows: Row[]; error?: QueryError }
   /** Stored journals (answer to `need-journals`), in the order asked. */
-  | { t: 'journals'; qid: number; journals: Array<[id: string, entries: RawJournalEntry[]]> }
+  | { t: 'journals'; qid: number; journals: Journals }
   /** The server wants the next chunk of an answer. */
   | { t: 'more'; qid: number }
   /** The client went away: stop the query. */
@@ -51,6 +65,11 @@ export type FromEngine =
   | { t: 'applied'; seq: number }
   | { t: 'need'; qid: number; table: string; filter: TableFilter }
   | { t: 'need-journals'; qid: number; ids: string[] }
+  /**
+   * Texts of the shape `key` (shape.ts) read sys_journal for exactly the ids their literals at
+   * these positions hold: the server reads those journals and sends them with each such query.
+   */
+  | { t: 'journal-ids'; key: string; literals: number[] }
   /**
    * An answer: its first chunk and whether more follow (each asked for with `more`). For `pg`,
    * `head` is the RowDescription message and the chunks are DataRow messages. `constant`: the
