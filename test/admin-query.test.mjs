@@ -109,6 +109,13 @@ t.test('the rewrites the CLI needs, and what a query reads, from DuckDB\'s parse
   t.ok(a.rewritten);
   t.match(await back(root), /LIMIT 50000\) AS inv WHERE/);
 
+  // `x IN ('v')` is `x = 'v'` (DuckDB looks up its index on the copy's id for an equality only);
+  // a longer list, a NOT IN and a subquery are left alone
+  root = await tree("SELECT id FROM sys_invocation inv WHERE inv.id = 'a' AND inv.id in ('a') AND status NOT IN ('x') AND target IN ('p', 'q') AND key IN (SELECT 'k')");
+  t.ok(analyze(root, wanted).rewritten);
+  t.match(await back(root), "WHERE ((inv.id = 'a') AND (inv.id = 'a') AND (status NOT IN ('x')) AND (\"target\" IN ('p', 'q')) AND (\"key\" = ANY(SELECT 'k')))");
+  t.notOk(analyze(await tree("SELECT id FROM sys_invocation WHERE id IN ('a', 'b')"), wanted).rewritten, 'two values: left alone');
+
   // what is read: sys_journal by id, state by service and key; anything else whole
   a = analyze(await tree("SELECT sj.index FROM sys_journal sj WHERE sj.id = 'inv_1' ORDER BY index DESC LIMIT 100"), wanted);
   t.same(Object.fromEntries(a.tables), { sys_journal: { id: ['inv_1'] } });
@@ -509,6 +516,23 @@ t.test('two engines in one process and one directory: the end of one leaves the 
   const after = await query(b.base, 'SELECT count(*) AS n FROM sys_invocation');
   t.equal(after.status, 200, JSON.stringify(after.body));
   t.equal(Number(after.body.rows[0].n), 9, 'the change was applied');
+});
+
+t.test('lookups by id (the copy\'s index on id) follow every change: a new status, a replaced one, a purged one', async (t) => {
+  const { base, source } = await startAdmin(t);
+  const byId = async (id) => (await query(base, DETAIL(`WHERE inv.id = '${id}' AND inv.id in ('${id}')`))).body.rows.map((r) => r.status);
+  const id = newId();
+  t.same(await byId(id), [], 'not there yet');
+  source.put({ id, service: 'Greeter', handler: 'greet', key: '', service_type: 'Service', status: 'scheduled', created_at_ms: Date.now() });
+  t.same(await byId(id), ['scheduled'], 'a new status');
+  for (const status of ['running', 'suspended', 'completed']) {
+    source.put({ id, service: 'Greeter', handler: 'greet', key: '', service_type: 'Service', status, created_at_ms: Date.now() });
+    t.same(await byId(id), [status], `replaced: ${status}, once`);
+  }
+  t.same(await byId(source.ids.running), ['running'], 'an id of the initial load');
+  await source.manage(id, 'purge');
+  t.same(await byId(id), [], 'purged');
+  t.equal(Number((await query(base, `SELECT count(*) AS n FROM sys_invocation WHERE id IN ('${id}', '${source.ids.running}')`)).body.rows[0].n), 1);
 });
 
 t.test('each query starts from empty per-query tables: nothing one query filled reaches the next', async (t) => {

@@ -7,6 +7,10 @@
 //       (`restate services status`: DuckDB's first_value is a window function only)
 //   FROM (SELECT … FROM sys_invocation inv …) WHERE inv.status …  → the subquery gets the alias inv
 //       (`restate invocations ls --service …`: DataFusion lets the outer query use the inner alias)
+//
+// and one for speed: `x IN ('v')` → `x = 'v'` (the same, NULL included). DuckDB looks a value up in
+// an index only for an equality: `restate invocations describe` asks `inv.id = 'X' AND inv.id in
+// ('X')`, which scanned every id of the copy (18 ms at 1,000,000) instead of its index on id.
 
 import type { TableFilter } from '../introspection.js';
 
@@ -58,6 +62,19 @@ export interface Analysis {
 
 const isNode = (a: Ast | undefined): a is Node => typeof a === 'object' && a !== null && !Array.isArray(a);
 const str = (a: Ast | undefined): string => (typeof a === 'string' ? a : '');
+
+/** Turns `x IN (constant)` into `x = constant`, in place; whether it did. */
+function inOfOne(n: Node): boolean {
+  if (n.class !== 'OPERATOR' || n.type !== 'COMPARE_IN' || !Array.isArray(n.children) || n.children.length !== 2) return false;
+  const [left, right] = n.children;
+  if (!isNode(right) || right.class !== 'CONSTANT') return false;
+  n.class = 'COMPARISON';
+  n.type = 'COMPARE_EQUAL';
+  n.left = left!;
+  n.right = right;
+  delete n.children;
+  return true;
+}
 
 /** Every object of the tree, depth first; a limit on the walk for trees no query has. */
 function* nodes(root: Ast, limit = 1_000_000): Generator<Node> {
@@ -202,6 +219,8 @@ export function analyze(root: Ast, wanted: ReadonlySet<string>): Analysis {
       const filter = direct.get(n) ?? {};
       const before = tables.get(lower);
       tables.set(lower, before === undefined ? filter : merge(before, filter));
+    } else if (inOfOne(n)) {
+      rewritten = true;
     } else if (n.class === 'FUNCTION') {
       const name = str(n.function_name).toLowerCase();
       if (REFUSED_FUNCTIONS.has(name)) return { tables, rewritten, catalog, tableFunctions, functions, refusal: `the function '${name}' is not allowed: a query that waits holds a query slot of the engine for nothing` };

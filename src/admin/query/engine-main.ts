@@ -56,6 +56,8 @@ const parsed = new Map<string, Parsed>();
 /** Templates of recent shapes (shape.ts), by shape key; null: the shape's texts are parsed one by one. */
 const templates = new Map<string, Parsed | null>();
 const MAX_PARSED = 256;
+/** The copy's index on id (`restate invocations describe` looks invocations up by id). */
+const COPY_ID_INDEX = 'keel_invocation_id';
 const MAX_PARSED_CHARS = 16 * 1024;
 /** Functions whose every overload DuckDB marks CONSISTENT (same arguments, same result, always). */
 let consistentFunctions = new Set<string>();
@@ -215,6 +217,7 @@ async function beginLoad(): Promise<void> {
   loading = true;
   loadStarted = Date.now();
   loaded = new Promise((resolve) => (markLoaded = resolve));
+  await copy.run(`DROP INDEX IF EXISTS ${COPY_ID_INDEX}`);
   await copy.run(`DELETE FROM ${COPY_TABLE}`);
   await copy.run('CREATE OR REPLACE TEMP TABLE seen (id VARCHAR)');
 }
@@ -223,6 +226,9 @@ async function endLoad(seq: number): Promise<void> {
   await copy.run('DROP TABLE IF EXISTS temp.seen');
   await copy.run('DROP TABLE IF EXISTS temp.staging');
   loading = false;
+  // Built once the copy is loaded (1.1 s for 1,000,000 ids; kept up during the load it would cost
+  // each insert), then kept by every change batch: a lookup by id reads it, not every id.
+  await copy.run(`CREATE INDEX ${COPY_ID_INDEX} ON ${COPY_TABLE} (id)`);
   const count = await copy.runAndReadAll(`SELECT count(*) FROM ${COPY_TABLE}`);
   log('info', 'query engine: copy of the invocation statuses loaded', { invocations: Number(count.getRows()[0]![0]), load_ms: Date.now() - loadStarted });
   markLoaded();
