@@ -238,6 +238,16 @@ function combineRounds() {
   }
 }
 
+// SQL side by side: Keel's default mode against Restate (keel-nofsync answers queries the same way),
+// both servers up and their runs interleaved.
+const sqlSides = opts.targets.filter((t) => t !== 'keel-nofsync' && t !== 'relay' && services[t]).map((target) => ({ target, service: services[target] }));
+if (opts.sqlInvocations > 0 && sqlSides.length > 0) {
+  res.sql = await sqlSideBySide(sqlSides, opts);
+  for (const [target, r] of Object.entries(res.sql)) {
+    log(`${target} sql: ${r.error ? `ERROR ${r.error}` : [...r.commands, ...r.queries].map((c) => `${c.name} ${fmt(c.medianMs, 0)} ms`).join(', ')}`);
+  }
+}
+
 for (const target of opts.targets) {
   const info = res.targets[target];
   const service = services[target];
@@ -266,12 +276,7 @@ for (const target of opts.targets) {
         `lost ${r.lost ?? '?'}${r.error ? `; ${r.error}` : ''}`,
     );
   }
-  // SQL side by side: Keel's default mode against Restate (keel-nofsync answers queries the same way).
-  if (opts.sqlInvocations > 0 && target !== 'keel-nofsync') {
-    const r = (res.sql[target] = await sqlSideBySide(target, service, opts));
-    files.sql = r.logFile;
-    log(`${target} sql: ${r.error ? `ERROR ${r.error}` : [...r.commands, ...r.queries].map((c) => `${c.name} ${fmt(c.medianMs, 0)} ms`).join(', ')}`);
-  }
+  if (res.sql[target]) files.sql = res.sql[target].logFile;
   await stopGroup(service.child);
   res.logs[target] = logHealth(target, files);
   const l = res.logs[target].server;

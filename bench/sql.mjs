@@ -1,7 +1,8 @@
 // SQL scenario: how fast the restate CLI's queries answer, and what they cost.
-//   side by side (--sql N, default 20000; per target): a fresh server, N Bench/noop calls (retained as completed
-//     invocations), then each restate-CLI command --sql-runs times (the CLI binary's wall time, median) and the
-//     CLI's verbatim queries on POST /query (the server's answer time, median).
+//   side by side (--sql N, default 20000): per target a fresh server and N Bench/noop calls (retained as completed
+//     invocations); then, with every target's server up, each restate-CLI command --sql-runs times (the CLI binary's
+//     wall time, median) and the CLI's verbatim queries on POST /query (the server's answer time, median), the
+//     targets' runs interleaved.
 //   Keel at scale (--sql-scale N, default 1000000; Keel only): a store of N completed invocations built in-process
 //     through the partition processors (no HTTP; `node bench/sql.mjs --build-store DIR N`), Keel started on it,
 //     the query engine's copy loaded (its own log line), then `restate invocations ls`, `ls --all`,
@@ -103,11 +104,11 @@ async function sqlRows(admin, sql) {
   return JSON.parse(r.text).rows;
 }
 
-/** One target: a fresh server with `opts.sqlInvocations` retained invocations, every CLI command and query timed. */
-export async function sqlSideBySide(target, service, opts) {
+/** One target's server, started and filled with `opts.sqlInvocations` retained invocations; `out.error` if that failed. */
+async function prepareSide(target, service, opts) {
   const s = await newServer(target, { logName: `${target}-sql` });
   const out = { target, invocations: opts.sqlInvocations, logFile: s.logFile };
-  const home = join(s.dataDir, 'cli-home');
+  const side = { target, s, out, home: join(s.dataDir, 'cli-home') };
   try {
     spawnServer(s);
     await waitHealthy(s, { timeoutMs: opts.startTimeoutMs, intervalMs: 50 });
@@ -127,18 +128,60 @@ export async function sqlSideBySide(target, service, opts) {
       return out.retained >= opts.sqlInvocations - out.failedCalls ? { ok: true } : { why: `${out.retained} visible` };
     }, { deadline: Date.now() + 120_000, child: s.child, intervalMs: 500 });
     const ids = (await sqlRows(s.admin, `SELECT id FROM sys_invocation ORDER BY created_at DESC LIMIT ${2 * opts.sqlRuns}`)).map((r) => r.id);
-    log(`${target} sql: ${out.retained} invocations retained (filled in ${out.fillS.toFixed(1)} s); timing ${opts.sqlRuns} runs each`);
-    out.commands = [];
-    for (const c of COMMANDS(ids.slice(0, opts.sqlRuns))) out.commands.push(await timeCommand(s.admin, c, opts.sqlRuns, home));
-    out.queries = [];
-    for (const q of QUERIES(ids.slice(opts.sqlRuns))) out.queries.push(await timeQuery(s.admin, q, opts.sqlRuns));
+    side.commands = COMMANDS(ids.slice(0, opts.sqlRuns));
+    side.queries = QUERIES(ids.slice(opts.sqlRuns));
+    log(`${target} sql: ${out.retained} invocations retained (filled in ${out.fillS.toFixed(1)} s)`);
   } catch (e) {
     out.error = e.message;
-  } finally {
-    await stopGroup(s.child);
-    if (!opts.keepDirs) rmSync(s.dataDir, { recursive: true, force: true });
   }
-  return out;
+  return side;
+}
+
+/**
+ * The targets side by side: each one's server started and filled in turn, then every CLI command
+ * and query timed on all of them alive, their runs interleaved (run i: the targets in order, run
+ * i + 1: in reverse), so that what the machine does meanwhile weighs on each alike. `sides`:
+ * [{ target, service }]; resolves with target → { commands, queries, ... } (each with medianMs).
+ */
+export async function sqlSideBySide(sides, opts) {
+  const ready = [];
+  for (const { target, service } of sides) ready.push(await prepareSide(target, service, opts));
+  const live = ready.filter((side) => side.out.error === undefined);
+  try {
+    if (live.length > 0) log(`sql: ${live.map((side) => side.target).join(' and ')} interleaved, ${opts.sqlRuns} runs of each command and query`);
+    for (const side of live) Object.assign(side.out, { commands: [], queries: [] });
+    const timeAll = async (kind, time) => {
+      for (let j = 0; j < live[0]?.[kind].length; j++) {
+        const runs = new Map(live.map((side) => [side, []]));
+        const last = new Map();
+        for (let i = 0; i < opts.sqlRuns; i++) {
+          for (const side of i % 2 === 0 ? live : [...live].reverse()) {
+            const r = await time(side, side[kind][j], i);
+            runs.get(side).push(r.ms);
+            last.set(side, r);
+          }
+        }
+        for (const side of live) side.out[kind].push({ name: side[kind][j].name, medianMs: median(runs.get(side)), runs: runs.get(side), ...last.get(side).extra });
+      }
+    };
+    await timeAll('commands', async (side, c, i) => {
+      const r = await cli(side.s.admin, typeof c.args === 'function' ? c.args(i) : c.args, side.home);
+      return { ms: r.ms, extra: { code: r.code, ...(r.code !== 0 ? { output: r.out.slice(0, 500) } : {}) } };
+    });
+    await timeAll('queries', async (side, q, i) => {
+      const t0 = nowMs();
+      const r = await httpCall('POST', `${side.s.admin}/query`, { body: { query: typeof q.sql === 'function' ? q.sql(i) : q.sql }, headers: { accept: q.arrow ? '*/*' : 'application/json' }, timeoutMs: 120_000 });
+      return { ms: nowMs() - t0, extra: { status: r.status } };
+    });
+  } catch (e) {
+    for (const side of live) side.out.error = e.message;
+  } finally {
+    for (const side of ready) {
+      await stopGroup(side.s.child);
+      if (!opts.keepDirs) rmSync(side.s.dataDir, { recursive: true, force: true });
+    }
+  }
+  return Object.fromEntries(ready.map((side) => [side.target, side.out]));
 }
 
 // ---------------------------------------------------------------- Keel at scale
