@@ -6,7 +6,7 @@ import { DuckDBInstance } from '@duckdb/node-api';
 import { analyze, treeText } from '../dist/admin/query/analyze.js';
 import { markedText, markersAreConstants, shapeOf } from '../dist/admin/query/shape.js';
 import { TABLES } from '../dist/admin/introspection.js';
-import { execSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { newId, startAdmin } from './services/introspection-fake.mjs';
@@ -24,8 +24,8 @@ async function query(base, sql, { json = true, path = '/v4/query' } = {}) {
   return { status: res.status, ct, body: JSON.parse(buf.toString()) };
 }
 
-/** The pid of the query engine's process (a child of this test's process). */
-const enginePid = () => Number(execSync(`pgrep -P ${process.pid} -f engine-main`).toString().trim().split('\n')[0]);
+/** The pid of the newest query engine process: a child of this test's process, the running test's (no shell: its command line would match). */
+const enginePid = () => Number(execFileSync('pgrep', ['-n', '-P', String(process.pid), '-f', 'engine-main']).toString().trim());
 
 /** `restate invocations describe`'s journal query (4.10), verbatim. */
 const JOURNAL = (id) => `SELECT
