@@ -61,26 +61,28 @@ const QUERIES = (ids) => [
   { name: 'sql count(*) (Arrow)', arrow: true, sql: 'select count(*) from sys_invocation' },
 ];
 
-async function timeQuery(admin, q, runs) {
-  const times = [];
-  let status;
-  for (let i = 0; i < runs; i++) {
-    const t0 = nowMs();
-    const r = await httpCall('POST', `${admin}/query`, { body: { query: typeof q.sql === 'function' ? q.sql(i) : q.sql }, headers: { accept: q.arrow ? '*/*' : 'application/json' }, timeoutMs: 120_000 });
-    times.push(nowMs() - t0);
-    status = r.status;
-  }
-  return { name: q.name, medianMs: median(times), runs: times, status };
+/** Run `i` of a query: the server's answer time, and what to report of it. */
+async function queryOnce(admin, q, i) {
+  const t0 = nowMs();
+  const r = await httpCall('POST', `${admin}/query`, { body: { query: typeof q.sql === 'function' ? q.sql(i) : q.sql }, headers: { accept: q.arrow ? '*/*' : 'application/json' }, timeoutMs: 120_000 });
+  return { ms: nowMs() - t0, extra: { status: r.status } };
 }
 
-async function timeCommand(admin, c, runs, home) {
+/** Run `i` of a CLI command: its wall time, and what to report of it. */
+async function commandOnce(admin, c, i, home) {
+  const r = await cli(admin, typeof c.args === 'function' ? c.args(i) : c.args, home);
+  return { ms: r.ms, extra: { code: r.code, ...(r.code !== 0 ? { output: r.out.slice(0, 500) } : {}) } };
+}
+
+/** `runs` runs of `once` (queryOnce or commandOnce): the median, every time, the last run's report. */
+async function timeRuns(name, runs, once) {
   const times = [];
   let last;
   for (let i = 0; i < runs; i++) {
-    last = await cli(admin, typeof c.args === 'function' ? c.args(i) : c.args, home);
+    last = await once(i);
     times.push(last.ms);
   }
-  return { name: c.name, medianMs: median(times), runs: times, code: last.code, ...(last.code !== 0 ? { output: last.out.slice(0, 500) } : {}) };
+  return { name, medianMs: median(times), runs: times, ...last?.extra };
 }
 
 /** N calls to Bench/noop at concurrency C (keep-alive), each answer checked. */
@@ -150,13 +152,13 @@ export async function sqlSideBySide(sides, opts) {
   try {
     if (live.length > 0) log(`sql: ${live.map((side) => side.target).join(' and ')} interleaved, ${opts.sqlRuns} runs of each command and query`);
     for (const side of live) Object.assign(side.out, { commands: [], queries: [] });
-    const timeAll = async (kind, time) => {
+    const timeAll = async (kind, once) => {
       for (let j = 0; j < live[0]?.[kind].length; j++) {
         const runs = new Map(live.map((side) => [side, []]));
         const last = new Map();
         for (let i = 0; i < opts.sqlRuns; i++) {
           for (const side of i % 2 === 0 ? live : [...live].reverse()) {
-            const r = await time(side, side[kind][j], i);
+            const r = await once(side, side[kind][j], i);
             runs.get(side).push(r.ms);
             last.set(side, r);
           }
@@ -164,15 +166,8 @@ export async function sqlSideBySide(sides, opts) {
         for (const side of live) side.out[kind].push({ name: side[kind][j].name, medianMs: median(runs.get(side)), runs: runs.get(side), ...last.get(side).extra });
       }
     };
-    await timeAll('commands', async (side, c, i) => {
-      const r = await cli(side.s.admin, typeof c.args === 'function' ? c.args(i) : c.args, side.home);
-      return { ms: r.ms, extra: { code: r.code, ...(r.code !== 0 ? { output: r.out.slice(0, 500) } : {}) } };
-    });
-    await timeAll('queries', async (side, q, i) => {
-      const t0 = nowMs();
-      const r = await httpCall('POST', `${side.s.admin}/query`, { body: { query: typeof q.sql === 'function' ? q.sql(i) : q.sql }, headers: { accept: q.arrow ? '*/*' : 'application/json' }, timeoutMs: 120_000 });
-      return { ms: nowMs() - t0, extra: { status: r.status } };
-    });
+    await timeAll('commands', (side, c, i) => commandOnce(side.s.admin, c, i, side.home));
+    await timeAll('queries', (side, q, i) => queryOnce(side.s.admin, q, i));
   } catch (e) {
     for (const side of live) side.out.error = e.message;
   } finally {
@@ -262,10 +257,12 @@ export async function sqlAtScale(node, opts) {
     const ids = (await sqlRows(s.admin, `SELECT id FROM sys_invocation ORDER BY created_at DESC LIMIT ${2 * opts.sqlRuns}`)).map((r) => r.id);
     out.commands = [];
     for (const c of COMMANDS(ids.slice(0, opts.sqlRuns)).filter((c) => ['invocations ls', 'invocations ls --all', 'sql count(*)', 'invocations describe'].includes(c.name))) {
-      out.commands.push(await timeCommand(s.admin, c, opts.sqlRuns, home));
+      out.commands.push(await timeRuns(c.name, opts.sqlRuns, (i) => commandOnce(s.admin, c, i, home)));
     }
-    out.queries = [await timeQuery(s.admin, { name: 'count(*) (JSON)', sql: 'SELECT count(*) FROM sys_invocation' }, opts.sqlRuns)];
-    for (const q of QUERIES(ids.slice(opts.sqlRuns))) out.queries.push(await timeQuery(s.admin, q, opts.sqlRuns));
+    out.queries = [];
+    for (const q of [{ name: 'count(*) (JSON)', sql: 'SELECT count(*) FROM sys_invocation' }, ...QUERIES(ids.slice(opts.sqlRuns))]) {
+      out.queries.push(await timeRuns(q.name, opts.sqlRuns, (i) => queryOnce(s.admin, q, i)));
+    }
     out.rssAfterQueriesMb = { keel: rssMb(main), engine: engine ? rssMb(engine) : null };
     const engineDir = readdirSync(join(s.dataDir, 'query')).find((d) => d.startsWith('engine-'));
     if (engineDir) out.engineDirMb = dirSizeMb(join(s.dataDir, 'query', engineDir));

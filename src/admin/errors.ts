@@ -1,5 +1,5 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { KeelError } from '../errors/index.js';
+import { catalogue, KeelError } from '../errors/index.js';
 import { schemaError } from '../ingress/edge.js';
 
 /** The admin API's error body, as Restate shapes it. */
@@ -13,9 +13,9 @@ export function installErrorHandling(app: FastifyInstance): void {
     const fe = raw as FastifyError;
     const err = raw instanceof KeelError ? raw : fe.validation ? schemaError(fe) : undefined;
     if (err !== undefined) {
-      // What the request or an endpoint got wrong is a warning; only the server's own faults are errors.
-      // A client that left is neither: its query was stopped, nobody waits for the answer.
-      const lvl = err.code === 'KEEL0024' ? 'info' : err.status < 500 || err.code.startsWith('META') ? 'warn' : 'error';
+      // What the request or an endpoint got wrong is a warning; only the server's own faults are
+      // errors; what is routine (a client that left) is lower, as its catalogue entry says.
+      const lvl = catalogue.get(err.code)?.log_level ?? (err.status < 500 || err.code.startsWith('META') ? 'warn' : 'error');
       req.log[lvl]({ code: err.code, status: err.status, method: req.method, url: req.url, err: err.message }, 'admin request failed');
       return reply.status(err.status).send(errorBody(err.display, err.code));
     }

@@ -9,6 +9,11 @@ export interface CodeEntry {
   readonly condition: string;
   readonly remedy: string;
   readonly status: number;
+  /**
+   * The level of the log line of a request refused with this code, when lower than the usual warn
+   * (4xx) or error (5xx): what is routine and no one's fault, such as a client that left.
+   */
+  readonly log_level?: 'debug' | 'info';
 }
 
 const entries = [
@@ -179,13 +184,13 @@ const entries = [
   { code: 'KEEL0023', title: 'Query engine unavailable', status: 503,
     condition: 'The query engine is starting, restarting after a crash or a query it had to stop, or has too many queries waiting.',
     remedy: 'Retry in a moment; the log line with this code says why.' },
-  { code: 'KEEL0024', title: 'Query abandoned by its client', status: 499,
+  { code: 'KEEL0024', title: 'Query abandoned by its client', status: 499, log_level: 'info',
     condition: 'The client closed its connection before the answer was sent: the query was cancelled. Logged at info, not as a fault.',
     remedy: 'Nothing to do on the server. A client that gives up on slow queries can filter more or add a LIMIT.' },
   { code: 'KEEL0401', title: 'Authentication required', status: 401,
     condition: 'The server is configured with bearer tokens (ingress.auth_token[_file], admin.auth_token[_file]) and the request carried none, or not a valid one. /health and /restate/health stay open.',
     remedy: 'Send "Authorization: Bearer <token>" (restate CLI: RESTATE_AUTH_TOKEN; keel CLI: KEEL_AUTH_TOKEN; SDK clients: the headers option).' },
-  { code: 'KEEL0408', title: 'Request not received in time', status: 408,
+  { code: 'KEEL0408', title: 'Request not received in time', status: 408, log_level: 'debug',
     condition: 'The client did not send the whole request (its headers within http.header_timeout, or its body within http.request_timeout).',
     remedy: 'Send the request at once; behind a slow link, raise the timeouts.' },
   { code: 'KEEL0413', title: 'Request body too large', status: 413,

@@ -143,9 +143,10 @@ function clientErrorHandler(o: EdgeOptions): (error: Error, socket: Socket) => v
   const answer = (socket: Socket, err: ParserError, [code, why]: [ErrorCode, string]): void => {
     if (socket.destroyed || answered.has(socket)) return;
     answered.add(socket);
-    const status = catalogue.get(code)!.status;
-    // A silent or slow connection is routine (and plentiful under a slowloris): not a warning.
-    o.logger[code === 'KEEL0408' ? 'debug' : 'warn']({ code, status, err: err.message, parser: err.code }, 'http request refused before routing');
+    const entry = catalogue.get(code)!;
+    const status = entry.status;
+    // A silent or slow connection is routine (and plentiful under a slowloris): its code logs lower.
+    o.logger[entry.log_level ?? 'warn']({ code, status, err: err.message, parser: err.code }, 'http request refused before routing');
     const body = JSON.stringify(o.errors.body(code, `[${code}] ${why}`, status));
     const extra = Object.entries(o.errors.headers ?? {}).map(([k, v]) => `${k}: ${v}\r\n`).join('');
     if (socket.writable) {

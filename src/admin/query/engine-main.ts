@@ -14,6 +14,7 @@ import { appendRows } from './append.js';
 import { analyze, treeText, type Ast } from './analyze.js';
 import { cell, encoder, kindOf, loadArrow, rechunk, type Cell, type Column } from './encode.js';
 import { journalRows } from './journal-rows.js';
+import { keep, recall } from './lru.js';
 import type { EngineOptions, Format, FromEngine, Journals, QueryError, ToEngine } from './protocol.js';
 import { COPY_TABLE, COPY_VIEWS, PER_QUERY, copyRowsFrom, literal, perQueryTableSql, schemaSql } from './schema.js';
 import { markedText, markersAreConstants, shapeOf, type Shape } from './shape.js';
@@ -26,6 +27,8 @@ const CHUNK_BYTES = 1 << 20;
 const JOURNALS_PER_REQUEST = 256;
 /** The largest JSON document a file the engine loads may hold (DuckDB's reader buffers twice that). */
 const MAX_OBJECT_BYTES = 4 * 1024 * 1024;
+/** The copy's index on id (`restate invocations describe` looks invocations up by id). */
+const COPY_ID_INDEX = 'keel_invocation_id';
 /**
  * Statuses longer than this are slimmed before they are loaded: the output value and the lists
  * of callers and children are not shown by any column, and can be as large as a message.
@@ -56,8 +59,6 @@ const parsed = new Map<string, Parsed>();
 /** Templates of recent shapes (shape.ts), by shape key; null: the shape's texts are parsed one by one. */
 const templates = new Map<string, Parsed | null>();
 const MAX_PARSED = 256;
-/** The copy's index on id (`restate invocations describe` looks invocations up by id). */
-const COPY_ID_INDEX = 'keel_invocation_id';
 const MAX_PARSED_CHARS = 16 * 1024;
 /** Functions whose every overload DuckDB marks CONSISTENT (same arguments, same result, always). */
 let consistentFunctions = new Set<string>();
@@ -419,7 +420,7 @@ async function parse(q: Query, sql: string): Promise<Parsed> {
     if (template === undefined) {
       template = await makeTemplate(q, shape);
       if (q.stop === undefined) {
-        keep(templates, shape.key, template);
+        keep(templates, shape.key, template, MAX_PARSED);
         if (template !== null) tellJournalIds(shape.key, template);
       }
     }
@@ -428,22 +429,8 @@ async function parse(q: Query, sql: string): Promise<Parsed> {
   const known = recall(parsed, sql);
   if (known !== undefined) return known;
   const result = (await parseAnew(q, sql))!;
-  if (sql.length <= MAX_PARSED_CHARS) keep(parsed, sql, result);
+  if (sql.length <= MAX_PARSED_CHARS) keep(parsed, sql, result, MAX_PARSED);
   return result;
-}
-
-function recall<T>(cache: Map<string, T>, key: string): T | undefined {
-  const value = cache.get(key);
-  if (value !== undefined) {
-    cache.delete(key);
-    cache.set(key, value);
-  }
-  return value;
-}
-
-function keep<T>(cache: Map<string, T>, key: string, value: T): void {
-  cache.set(key, value);
-  if (cache.size > MAX_PARSED) cache.delete(cache.keys().next().value as string);
 }
 
 /** In every marker: no query text holds it (one that does gets no template). */

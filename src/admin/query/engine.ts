@@ -14,6 +14,7 @@ import { KeelError } from '../../errors/index.js';
 import type { Registry } from '../../metadata/registry.js';
 import { PER_QUERY_TABLES, rowBytes, type IntrospectionSource, type InvocationChanges, type Row, type TableFilter } from '../introspection.js';
 import type { Format, FromEngine, Journals, QueryError, ToEngine } from './protocol.js';
+import { keep, recall } from './lru.js';
 import { shapeOf } from './shape.js';
 
 /** Queries the engine runs at once; more wait here, up to MAX_WAITING, then are refused. */
@@ -80,6 +81,14 @@ interface Pending {
   onAbort?: () => void;
 }
 
+/** An answer that came in one chunk. */
+interface Whole {
+  rows: number;
+  head?: Uint8Array;
+  chunk: Uint8Array;
+}
+
+const wholeAnswer = ({ rows, head, chunk }: Whole): Answer => ({ rows, ...(head ? { head } : {}), whole: chunk, body: (async function* () { yield chunk; })() });
 const constantKey = (sql: string, format: Format, params: Array<string | null> | undefined): string =>
   `${format}\0${params !== undefined && params.length > 0 ? JSON.stringify(params) : ''}\0${sql}`;
 const failure = (e: QueryError) => new KeelError(e.code, e.message, e.status);
@@ -126,7 +135,7 @@ export class QueryEngine {
   /** Literal positions of the journal ids, by shape key (`journal-ids`); emptied when the engine stops. */
   private readonly journalShapes = new Map<string, number[]>();
   /** Constant answers by constantKey, least recently used first; emptied when the engine stops. */
-  private readonly constants = new Map<string, { rows: number; head?: Uint8Array; chunk: Uint8Array }>();
+  private readonly constants = new Map<string, Whole>();
 
   constructor(
     private readonly config: QueryEngineConfig,
@@ -156,8 +165,8 @@ export class QueryEngine {
   query(sql: string, format: Format, opts: QueryOptions = {}): Promise<Answer> {
     if (this.closed) return Promise.reject(unavailable('the server is shutting down'));
     this.start();
-    const kept = this.recallConstant(constantKey(sql, format, opts.params));
-    if (kept !== undefined) return Promise.resolve({ rows: kept.rows, ...(kept.head ? { head: kept.head } : {}), whole: kept.chunk, body: (async function* () { yield kept.chunk; })() });
+    const kept = recall(this.constants, constantKey(sql, format, opts.params));
+    if (kept !== undefined) return Promise.resolve(wholeAnswer(kept));
     if (this.waiting.length >= MAX_WAITING) return Promise.reject(unavailable(`${this.waiting.length} queries are waiting already; retry shortly`));
     return new Promise<Answer>((resolve, reject) => {
       const p: Pending = { qid: ++this.qids, sql, format, params: opts.params, deadline: Date.now() + this.config.query_timeout_ms, resolve, reject };
@@ -227,20 +236,6 @@ export class QueryEngine {
     }
   }
 
-  private recallConstant(key: string): { rows: number; head?: Uint8Array; chunk: Uint8Array } | undefined {
-    const kept = this.constants.get(key);
-    if (kept !== undefined) {
-      this.constants.delete(key);
-      this.constants.set(key, kept);
-    }
-    return kept;
-  }
-
-  private keepConstant(key: string, m: { rows: number; head?: Uint8Array; chunk: Uint8Array }): void {
-    this.constants.set(key, { rows: m.rows, ...(m.head ? { head: m.head } : {}), chunk: m.chunk });
-    if (this.constants.size > MAX_CONSTANTS) this.constants.delete(this.constants.keys().next().value as string);
-  }
-
   private stopChild(why: string): void {
     this.constants.clear();
     this.journalShapes.clear();
@@ -303,8 +298,7 @@ export class QueryEngine {
         void this.serveJournals(m.qid, m.ids);
         break;
       case 'journal-ids':
-        this.journalShapes.set(m.key, m.literals);
-        if (this.journalShapes.size > MAX_JOURNAL_SHAPES) this.journalShapes.delete(this.journalShapes.keys().next().value as string);
+        keep(this.journalShapes, m.key, m.literals, MAX_JOURNAL_SHAPES);
         break;
       case 'answer':
         this.onAnswer(m);
@@ -430,7 +424,7 @@ export class QueryEngine {
   private journalIdsOf(sql: string): string[] | undefined {
     if (this.journalShapes.size === 0 || !/sys_journal/i.test(sql)) return undefined;
     const shape = shapeOf(sql);
-    const literals = shape === undefined ? undefined : this.journalShapes.get(shape.key);
+    const literals = shape === undefined ? undefined : recall(this.journalShapes, shape.key);
     if (shape === undefined || literals === undefined) return undefined;
     const ids = [...new Set(literals.map((i) => shape.literals[i]!))];
     return ids.length <= MAX_PREFETCH_IDS ? ids : undefined;
@@ -489,8 +483,9 @@ export class QueryEngine {
     const head = m.head ? { head: m.head } : {};
     if (!m.more) {
       this.settle(p);
-      if (m.constant && m.chunk.length + (m.head?.length ?? 0) <= MAX_CONSTANT_BYTES) this.keepConstant(constantKey(p.sql, p.format, p.params), m);
-      p.resolve({ rows: m.rows, ...head, whole: m.chunk, body: (async function* () { yield m.chunk; })() });
+      const whole: Whole = { rows: m.rows, ...head, chunk: m.chunk };
+      if (m.constant && m.chunk.length + (m.head?.length ?? 0) <= MAX_CONSTANT_BYTES) keep(this.constants, constantKey(p.sql, p.format, p.params), whole, MAX_CONSTANTS);
+      p.resolve(wholeAnswer(whole));
       this.pump();
       return;
     }
@@ -544,6 +539,6 @@ export class QueryEngine {
 
   private readJournals(ids: string[]): Promise<Journals> {
     const src = this.source();
-    return Promise.all(ids.map(async (id) => [id, await src.journalEntries(id).catch(() => [])] as [string, Awaited<ReturnType<IntrospectionSource['journalEntries']>>]));
+    return Promise.all(ids.map(async (id): Promise<Journals[number]> => [id, await src.journalEntries(id).catch(() => [])]));
   }
 }
