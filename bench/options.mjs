@@ -37,7 +37,7 @@
 //   --micro-batches LIST      append batch sizes                                        [BENCH_MICRO_BATCHES] (1,16,256)
 // SQL (bench/sql.mjs): the restate CLI's queries timed, side by side, then Keel alone at scale:
 //   --sql N                   retained invocations for the side-by-side cell (0: skip)  [BENCH_SQL] (20000)
-//   --sql-runs N              timed runs of each command and query (median)             [BENCH_SQL_RUNS] (5)
+//   --sql-runs N              timed runs of each command and query (median)             [BENCH_SQL_RUNS] (11)
 //   --sql-scale N             Keel only: a store of N invocations built in-process (0: skip) [BENCH_SQL_SCALE] (1000000)
 //   --sql-only                only the SQL scenario (targets restate and keel)          [BENCH_SQL_ONLY=1]
 //   --skip-sql                no SQL scenario                                           [BENCH_SKIP_SQL=1]
@@ -130,7 +130,7 @@ export function parseArgs(argv, env = process.env) {
     microBatches: env.BENCH_MICRO_BATCHES ?? '1,16,256',
     startTimeout: env.BENCH_START_TIMEOUT ?? '30',
     sql: env.BENCH_SQL ?? '20000',
-    sqlRuns: env.BENCH_SQL_RUNS ?? '5',
+    sqlRuns: env.BENCH_SQL_RUNS ?? '11',
     sqlScale: env.BENCH_SQL_SCALE ?? '1000000',
     sqlOnly: truthy(env.BENCH_SQL_ONLY),
     skipSql: truthy(env.BENCH_SKIP_SQL),
