@@ -143,6 +143,9 @@ t.test('sizes: a 100 KB path is 414, 2,000 headers or a 70 KB header 431, a body
   const stalled = await raw(keel.ingress, `POST /Echo/${'a'.repeat(70_000)}`, { chunk_bytes: 10_000, end: false });
   t.equal(stalled.status, 431, 'a head that overflows and never ends its line is answered (431) without waiting for the client');
   t.equal(stalled.json?.restate_code, 'KEEL0431');
+  const halfClosed = await raw(keel.ingress, `POST /Echo/${'a'.repeat(70_000)}`, { chunk_bytes: 10_000 });
+  t.equal(halfClosed.status, 431, 'the same head, then the client ends its side: answered (431), not closed without a word');
+  t.equal(halfClosed.json?.restate_code, 'KEEL0431');
 
   const body = await ingress(keel, '/Echo/say/send', 'z'.repeat(70_000));
   isCoded(t, body, 413, 'KEEL0413', 'a body over ingress.request_size_limit');

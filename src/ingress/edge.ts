@@ -14,8 +14,12 @@ export const MAX_URL_BYTES = 8 * 1024;
 const TIMEOUT_CHECK_INTERVAL_MS = 1_000;
 /** A connection answered with an error gets this long to read the answer before it is closed. */
 const CLOSE_GRACE_MS = 1_000;
-/** How long a head that overflowed mid-line waits for the chunk that ends the line (414 or 431). */
-const OVERFLOW_DECISION_WAIT_MS = 250;
+/**
+ * How long a head that overflowed mid-line waits for the chunk that ends the line (414 or 431).
+ * A client sends the rest of its line at once; the margin is for a loaded machine, where the
+ * pieces of a 100 KB line read 5 ms apart took ~180 ms from the overflow to the line's end.
+ */
+const OVERFLOW_DECISION_WAIT_MS = 1_000;
 /** At most one log line per this period for refused connections. */
 const LOG_PERIOD_MS = 10_000;
 /** TCP keep-alive probes find a vanished peer (half-open connection) during long calls. */
@@ -165,10 +169,16 @@ function clientErrorHandler(o: EdgeOptions): (error: Error, socket: Socket) => v
     const decided = classify(err, o.errors.badRequest);
     if (decided !== undefined) return answer(socket, err, decided);
     // The chunk that overflowed is the middle of a long line: a later chunk, where that line ends,
-    // tells a long request target (414) from a long header (431). One that never comes is a 431.
+    // tells a long request target (414) from a long header (431). One that never comes is a 431,
+    // also when the client ends its side first: before Node ends ours (prepended), or the answer
+    // could not be written.
     if (undecided.has(socket)) return;
     undecided.add(socket);
-    setTimeout(() => answer(socket, err, HEAD_TOO_LARGE), OVERFLOW_DECISION_WAIT_MS).unref();
+    const timer = setTimeout(() => answer(socket, err, HEAD_TOO_LARGE), OVERFLOW_DECISION_WAIT_MS).unref();
+    socket.prependOnceListener('end', () => {
+      clearTimeout(timer);
+      answer(socket, err, HEAD_TOO_LARGE);
+    });
   };
 }
 
