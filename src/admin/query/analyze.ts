@@ -190,6 +190,8 @@ export function analyze(root: Ast, wanted: ReadonlySet<string>): Analysis {
   for (const n of nodes(root)) {
     if (n.type === 'SELECT_NODE') {
       if (aliasSubquery(n)) rewritten = true;
+      // Only a WHERE's conjuncts: one in the select list would rename its column of the answer.
+      for (const c of conjuncts(n.where_clause)) if (inOfOne(c)) rewritten = true;
       if (isNode(n.from_table) && n.from_table.type === 'BASE_TABLE') direct.set(n.from_table, filterOf(n, n.from_table));
     }
   }
@@ -219,8 +221,6 @@ export function analyze(root: Ast, wanted: ReadonlySet<string>): Analysis {
       const filter = direct.get(n) ?? {};
       const before = tables.get(lower);
       tables.set(lower, before === undefined ? filter : merge(before, filter));
-    } else if (inOfOne(n)) {
-      rewritten = true;
     } else if (n.class === 'FUNCTION') {
       const name = str(n.function_name).toLowerCase();
       if (REFUSED_FUNCTIONS.has(name)) return { tables, rewritten, catalog, tableFunctions, functions, refusal: `the function '${name}' is not allowed: a query that waits holds a query slot of the engine for nothing` };

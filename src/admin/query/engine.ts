@@ -161,7 +161,7 @@ export class QueryEngine {
     this.stopChild('the server is shutting down');
   }
 
-  /** Runs one query; rejects with a coded KeelError (KEEL0010, KEEL0020–KEEL0023). */
+  /** Runs one query; rejects with a coded KeelError (KEEL0010, KEEL0020–KEEL0024). */
   query(sql: string, format: Format, opts: QueryOptions = {}): Promise<Answer> {
     if (this.closed) return Promise.reject(unavailable('the server is shutting down'));
     this.start();
@@ -408,9 +408,23 @@ export class QueryEngine {
       this.running.set(p.qid, p);
       const ids = this.journalIdsOf(p.sql);
       if (ids === undefined) this.dispatch(p);
-      else void this.readJournals(ids).catch(() => undefined).then((journals) => this.running.get(p.qid) === p && this.dispatch(p, journals));
+      else void this.readAhead(p, ids);
     }
     this.expireWaiting();
+  }
+
+  /**
+   * Reads the journals a query names, then sends it with them. The changes kept so far go first,
+   * so that the journals are at least as new as the statuses the query sees. A read that has not
+   * ended by the query's deadline is given up: the query goes without (and then times out).
+   */
+  private async readAhead(p: Pending, ids: string[]): Promise<void> {
+    this.flush();
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<undefined>((resolve) => (timer = setTimeout(resolve, Math.max(0, p.deadline - Date.now()), undefined)));
+    const journals = await Promise.race([this.readJournals(ids), late]).catch(() => undefined);
+    clearTimeout(timer);
+    if (this.running.get(p.qid) === p) this.dispatch(p, journals);
   }
 
   private dispatch(p: Pending, journals?: Journals): void {
@@ -537,7 +551,7 @@ export class QueryEngine {
     this.send({ t: 'journals', qid, journals: await this.readJournals(ids) });
   }
 
-  private readJournals(ids: string[]): Promise<Journals> {
+  private async readJournals(ids: string[]): Promise<Journals> {
     const src = this.source();
     return Promise.all(ids.map(async (id): Promise<Journals[number]> => [id, await src.journalEntries(id).catch(() => [])]));
   }

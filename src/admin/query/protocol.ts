@@ -48,7 +48,7 @@ export type ToEngine =
       timeout_ms: number;
       limit_ms: number;
       registry_version: number;
-      /** The journals its shape reads (`journal-ids`), read as it was sent: no `need-journals` for them. */
+      /** The journals its shape reads (`journal-ids`), read just before it was sent: no `need-journals` for them. */
       journals?: Journals;
     }
   /** The rows of a table filled per query (answer to `need`); `error` when it could not be read. */
