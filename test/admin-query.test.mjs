@@ -460,6 +460,12 @@ t.test('state (4.12), vqueues and rules (4.14), sql (4.13)', async (t) => {
   t.same(rules.body, { rows: [] });
   const sql = await query(base, 'select id, status from sys_invocation', { json: false });
   t.equal(sql.table.numRows, 8);
+  // count(*) is named as Restate names it, in both encodings (DuckDB says count_star()); an alias
+  // or a FILTER keeps its own name
+  const counted = await query(base, "select count(*), count(*) as n, count(*) filter (where status = 'x') from sys_invocation");
+  t.same(Object.entries(counted.body.rows[0]).map(([k, v]) => [k.replace(/ FILTER.*/, ' FILTER'), v]), [['count(*)', 8], ['n', 8], ['count_star() FILTER', 0]]);
+  const countedArrow = await query(base, 'SELECT COUNT(*) FROM (SELECT id FROM sys_invocation)', { json: false });
+  t.same(countedArrow.table.schema.fields.map((f) => f.name), ['count(*)']);
   t.same(sql.table.schema.fields.map((f) => String(f.type)), ['Utf8', 'Utf8']);
   const svc = await query(base, 'select name, revision, public, ty from sys_service order by name');
   t.same(svc.body.rows, [{ name: 'Counter', revision: 1, public: true, ty: 'virtual_object' }, { name: 'Greeter', revision: 1, public: true, ty: 'service' }]);

@@ -76,6 +76,16 @@ function inOfOne(n: Node): boolean {
   return true;
 }
 
+/**
+ * Names an unaliased `count(*)` of a select list `count(*)`, as Restate (DataFusion) does: DuckDB
+ * names it `count_star()`, the header `restate sql "select count(*) …"` and psql would show.
+ */
+function nameCountStar(e: Ast): boolean {
+  if (!isNode(e) || e.class !== 'FUNCTION' || str(e.function_name).toLowerCase() !== 'count_star' || str(e.alias) !== '' || e.filter != null) return false;
+  e.alias = 'count(*)';
+  return true;
+}
+
 /** Every object of the tree, depth first; a limit on the walk for trees no query has. */
 function* nodes(root: Ast, limit = 1_000_000): Generator<Node> {
   const stack: Ast[] = [root];
@@ -192,6 +202,7 @@ export function analyze(root: Ast, wanted: ReadonlySet<string>): Analysis {
       if (aliasSubquery(n)) rewritten = true;
       // Only a WHERE's conjuncts: one in the select list would rename its column of the answer.
       for (const c of conjuncts(n.where_clause)) if (inOfOne(c)) rewritten = true;
+      for (const e of Array.isArray(n.select_list) ? n.select_list : []) if (nameCountStar(e)) rewritten = true;
       if (isNode(n.from_table) && n.from_table.type === 'BASE_TABLE') direct.set(n.from_table, filterOf(n, n.from_table));
     }
   }
