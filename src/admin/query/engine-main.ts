@@ -15,7 +15,7 @@ import { analyze, treeText, type Ast } from './analyze.js';
 import { cell, encoder, kindOf, loadArrow, rechunk, type Cell, type Column } from './encode.js';
 import { journalRows } from './journal-rows.js';
 import { keep, recall } from './lru.js';
-import type { EngineOptions, Format, FromEngine, Journals, QueryError, ToEngine } from './protocol.js';
+import { CLIENT_LEFT, type EngineOptions, type Format, type FromEngine, type Journals, type QueryError, type ToEngine } from './protocol.js';
 import { COPY_TABLE, COPY_VIEWS, PER_QUERY, copyRowsFrom, literal, perQueryTableSql, schemaSql } from './schema.js';
 import { markedText, markersAreConstants, shapeOf, type Shape } from './shape.js';
 
@@ -552,7 +552,7 @@ function failureOf(q: Query, err: unknown): QueryError {
     case 'bytes':
       return { code: 'KEEL0022', status: 422, message: `the answer is larger than ${options.max_result_bytes} bytes (admin.query_engine.max_result_bytes): the query was cancelled; add a LIMIT, select fewer columns or filter more` };
     case 'client':
-      return { code: 'KEEL0024', status: 499, message: 'the query was cancelled: its client went away' };
+      return CLIENT_LEFT;
     default:
       break;
   }

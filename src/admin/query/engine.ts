@@ -13,7 +13,7 @@ import type { Logger } from '../../common/logger.js';
 import { KeelError } from '../../errors/index.js';
 import type { Registry } from '../../metadata/registry.js';
 import { PER_QUERY_TABLES, rowBytes, type IntrospectionSource, type InvocationChanges, type Row, type TableFilter } from '../introspection.js';
-import type { Format, FromEngine, Journals, QueryError, ToEngine } from './protocol.js';
+import { CLIENT_LEFT, type Format, type FromEngine, type Journals, type QueryError, type ToEngine } from './protocol.js';
 import { keep, recall } from './lru.js';
 import { shapeOf } from './shape.js';
 
@@ -486,7 +486,7 @@ export class QueryEngine {
     if (i >= 0) this.waiting.splice(i, 1);
     if (this.running.has(p.qid)) this.send({ t: 'cancel', qid: p.qid });
     this.settle(p);
-    p.reject(new KeelError('KEEL0024', 'the query was cancelled: its client went away'));
+    p.reject(failure(CLIENT_LEFT));
     this.pump();
   }
 

@@ -22,6 +22,9 @@ export interface QueryError {
   message: string;
 }
 
+/** How a query whose client went away ends, whichever side stops it first. */
+export const CLIENT_LEFT: QueryError = { code: 'KEEL0024', status: 499, message: 'the query was cancelled: its client went away' };
+
 /** Stored journals by invocation id. */
 export type Journals = Array<[id: string, entries: RawJournalEntry[]]>;
 
