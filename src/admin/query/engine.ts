@@ -202,7 +202,8 @@ export class QueryEngine {
     this.child = child;
     this.forwardStderr(child);
     this.ready = false;
-    child.on('message', (m) => this.onMessage(m as FromEngine));
+    // A message a stopped engine sent before it went is about queries and shapes of that engine.
+    child.on('message', (m) => this.child === child && this.onMessage(m as FromEngine));
     child.on('error', (err) => this.logger.error({ err, code: 'KEEL0023' }, 'query engine process error'));
     child.on('exit', (code, signal) => this.onExit(child, dir, code, signal));
     // The copy follows every durable batch from now on; the scan after `ready` fills in the rest.
