@@ -277,8 +277,12 @@ t.test('PostgreSQL wire protocol on 9071: psql and the pg driver', async (t) => 
   const dt = await psql(keel, ['-c', '\\dt']);
   t.equal(dt.code, 0, dt.err);
   t.match(dt.out, /sys_journal/);
+  t.notMatch(dt.out, /keel_|\bmain\b/, 'the engine\'s own tables are not listed');
   const dv = await psql(keel, ['-c', '\\dv']);
   t.match(dv.out, /sys_invocation/);
+  t.notMatch(dv.out, /\bmain\b/);
+  const dn = await psql(keel, ['-At', '-c', '\\dn']);
+  t.same(dn.out.trim().split('\n'), ['public|keel'], 'one schema: public');
   const refused = await psql(keel, ['-c', 'DROP TABLE state']);
   t.not(refused.code, 0);
   t.match(refused.err, /KEEL0020/);

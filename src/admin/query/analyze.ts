@@ -42,6 +42,13 @@ export const PG_COMPAT_FUNCTIONS = new Set(['pg_get_userbyid', 'pg_encoding_to_c
  */
 export const INFORMATION_SCHEMA_COPIES: Record<string, string> = { columns: 'keel_information_schema_columns', tables: 'keel_information_schema_tables' };
 
+/**
+ * pg_catalog views read from a copy made when the engine starts, without schema `main`, where the
+ * engine keeps its own tables: psql's \dt and \dn list what a query is for, not how the engine
+ * keeps it (they listed keel_invocation and the copies above).
+ */
+export const PG_CATALOG_COPIES: Record<string, string> = { pg_class: 'keel_pg_class', pg_namespace: 'keel_pg_namespace' };
+
 /** Aggregates DataFusion spells as its window functions' names. */
 const AGGREGATE_NAMES: Record<string, string> = { first_value: 'first', last_value: 'last' };
 
@@ -220,6 +227,15 @@ export function analyze(root: Ast, wanted: ReadonlySet<string>): Analysis {
         if (str(n.alias) === '') n.alias = name; // `columns.table_name` still names it
         n.schema_name = 'main';
         n.table_name = copied;
+        rewritten = true;
+        catalog = true;
+        continue;
+      }
+      const pgCopy = PG_CATALOG_COPIES[lower];
+      if (pgCopy !== undefined && !ctes.has(lower) && ['', 'pg_catalog'].includes(str(n.schema_name).toLowerCase())) {
+        if (str(n.alias) === '') n.alias = name;
+        n.schema_name = 'main';
+        n.table_name = pgCopy;
         rewritten = true;
         catalog = true;
         continue;

@@ -6,7 +6,7 @@
 
 import { MessageType, entryTypeName } from '../../protocol/messages.js';
 import { TABLES, type ColumnKind, type TableSchema } from '../introspection.js';
-import { INFORMATION_SCHEMA_COPIES } from './analyze.js';
+import { INFORMATION_SCHEMA_COPIES, PG_CATALOG_COPIES } from './analyze.js';
 
 export const SERVER_RESTATE_VERSION = '1.7.12';
 
@@ -135,6 +135,10 @@ export function schemaSql(): string[] {
     ...Object.entries(TABLES).filter(([name]) => !COPY_VIEWS.has(name)).map(([name, schema]) => createTableSql(name, schema)),
     // Copies of the catalogue's views over the tables declared above (INFORMATION_SCHEMA_COPIES).
     ...Object.entries(INFORMATION_SCHEMA_COPIES).map(([view, copy]) => `CREATE TABLE main.${copy} AS SELECT * FROM information_schema.${view} WHERE table_schema = 'public'`),
+    // The same for pg_catalog (PG_CATALOG_COPIES), leaving out schema main: every copy made here
+    // is made in main, the pg_class copy last, so the engine's own tables are in none of them.
+    `CREATE TABLE main.${PG_CATALOG_COPIES.pg_namespace} AS SELECT * FROM pg_catalog.pg_namespace WHERE nspname <> 'main'`,
+    `CREATE TABLE main.${PG_CATALOG_COPIES.pg_class} AS SELECT * FROM pg_catalog.pg_class WHERE relnamespace NOT IN (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = 'main')`,
     // psql's \dt, \dn and \l (see PG_COMPAT_FUNCTIONS)
     `CREATE MACRO public.pg_get_userbyid(oid) AS 'keel'`,
     `CREATE MACRO public.pg_encoding_to_char(encoding) AS 'UTF8'`,
