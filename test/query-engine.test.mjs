@@ -283,6 +283,9 @@ t.test('PostgreSQL wire protocol on 9071: psql and the pg driver', async (t) => 
   t.notMatch(dv.out, /\bmain\b/);
   const dn = await psql(keel, ['-At', '-c', '\\dn']);
   t.same(dn.out.trim().split('\n'), ['public|keel'], 'one schema: public');
+  const l = await psql(keel, ['-At', '-c', '\\l']);
+  t.equal(l.code, 0, l.err);
+  t.match(l.out.trim().split('\n'), [/^keel\|keel\|UTF8\|/], '\\l: one database');
   const refused = await psql(keel, ['-c', 'DROP TABLE state']);
   t.not(refused.code, 0);
   t.match(refused.err, /KEEL0020/);

@@ -30,10 +30,11 @@ const REFUSED_FUNCTIONS = new Set(['sleep_ms', 'pg_sleep']);
 const TABLE_NAME = /^[A-Za-z_][A-Za-z0-9_$]*$/;
 
 /**
- * Functions of PostgreSQL's catalogue that psql's describe commands call and DuckDB lacks: Keel
- * defines them as macros (schema.ts), and a call qualified by pg_catalog is sent to those.
+ * Functions of PostgreSQL's catalogue that psql's describe commands call qualified by pg_catalog,
+ * where DuckDB does not look for them: such a call goes to the unqualified function, DuckDB's own
+ * (array_to_string) or a macro Keel defines (schema.ts).
  */
-export const PG_COMPAT_FUNCTIONS = new Set(['pg_get_userbyid', 'pg_encoding_to_char']);
+export const PG_COMPAT_FUNCTIONS = new Set(['pg_get_userbyid', 'pg_encoding_to_char', 'array_to_string']);
 
 /**
  * information_schema views read from a copy made when the engine starts (schema.ts): the schema
@@ -45,9 +46,10 @@ export const INFORMATION_SCHEMA_COPIES: Record<string, string> = { columns: 'kee
 /**
  * pg_catalog views read from a copy made when the engine starts, without schema `main`, where the
  * engine keeps its own tables: psql's \dt and \dn list what a query is for, not how the engine
- * keeps it (they listed keel_invocation and the copies above).
+ * keeps it (they listed keel_invocation and the copies above). pg_database is the one database a
+ * client connects to, with the columns psql's \l reads (DuckDB's has four).
  */
-export const PG_CATALOG_COPIES: Record<string, string> = { pg_class: 'keel_pg_class', pg_namespace: 'keel_pg_namespace' };
+export const PG_CATALOG_COPIES: Record<string, string> = { pg_class: 'keel_pg_class', pg_namespace: 'keel_pg_namespace', pg_database: 'keel_pg_database' };
 
 /** Aggregates DataFusion spells as its window functions' names. */
 const AGGREGATE_NAMES: Record<string, string> = { first_value: 'first', last_value: 'last' };

@@ -139,6 +139,7 @@ export function schemaSql(): string[] {
     // is made in main, the pg_class copy last, so the engine's own tables are in none of them.
     `CREATE TABLE main.${PG_CATALOG_COPIES.pg_namespace} AS SELECT * FROM pg_catalog.pg_namespace WHERE nspname <> 'main'`,
     `CREATE TABLE main.${PG_CATALOG_COPIES.pg_class} AS SELECT * FROM pg_catalog.pg_class WHERE relnamespace NOT IN (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = 'main')`,
+    `CREATE TABLE main.${PG_CATALOG_COPIES.pg_database} AS SELECT oid, 'keel' AS datname, 10::BIGINT AS datdba, 6 AS encoding, 'c' AS datlocprovider, false AS datistemplate, true AS datallowconn, -1 AS datconnlimit, 'C.UTF-8' AS datcollate, 'C.UTF-8' AS datctype, NULL::VARCHAR AS daticulocale, NULL::VARCHAR AS daticurules, NULL::VARCHAR AS datlocale, NULL::VARCHAR AS datcollversion, NULL::VARCHAR[] AS datacl, 0::BIGINT AS dattablespace FROM pg_catalog.pg_database WHERE datname = current_database()`,
     // psql's \dt, \dn and \l (see PG_COMPAT_FUNCTIONS)
     `CREATE MACRO public.pg_get_userbyid(oid) AS 'keel'`,
     `CREATE MACRO public.pg_encoding_to_char(encoding) AS 'UTF8'`,
