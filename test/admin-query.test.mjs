@@ -140,6 +140,16 @@ t.test('the rewrites the CLI needs, and what a query reads, from DuckDB\'s parse
   t.ok(a.catalog && a.tables.has('sys_journal') && a.functions.has('now'), 'with an introspection table and now(): both seen');
   a = analyze(await tree('SELECT 1'), wanted);
   t.notOk(a.catalog, 'no table: not the catalogue');
+  // pg_catalog views (qualified or not) read copies without the engine's own tables; a CTE of
+  // that name, or a name that is only a property of every object, is not one
+  root = await tree('SELECT relname FROM pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace');
+  t.ok(analyze(root, wanted).catalog);
+  t.match(await back(root), /FROM main\.keel_pg_class AS c .*JOIN main\.keel_pg_namespace AS n/);
+  t.notOk(analyze(await tree('WITH pg_class AS (SELECT 1) SELECT * FROM pg_class'), wanted).catalog, 'a CTE named pg_class');
+  for (const name of ['constructor', '__proto__']) {
+    t.notOk(analyze(await tree(`SELECT * FROM ${name}`), wanted).catalog, `FROM ${name}`);
+    t.notOk(analyze(await tree(`SELECT * FROM information_schema.${name}`), wanted).catalog, `FROM information_schema.${name}`);
+  }
 
   // refused before they run
   t.match(analyze(await tree("SELECT * FROM read_csv('/etc/passwd')"), wanted).refusal, /read_csv/);
@@ -339,6 +349,20 @@ t.test('invocations describe (4.10): lookup, probes, journal in both shapes', as
   }
   t.same((await fresh).body.rows, [{ n: 2 }]);
   t.same(read, [id], 'read when the engine asked');
+});
+
+t.test('a journal read ahead that never ends is given up at the query\'s deadline, and frees its slot', { timeout: 30_000 }, async (t) => {
+  const { base, source } = await startAdmin(t, { queryEngine: { query_timeout_ms: 1_500 } });
+  const first = await query(base, JOURNAL(source.ids.suspended));
+  t.equal(first.status, 200, 'the engine has told which literal of the shape is the id');
+  const journalEntries = source.journalEntries;
+  source.journalEntries = () => new Promise(() => {});
+  const stuck = await Promise.all(Array.from({ length: 4 }, () => query(base, JOURNAL(source.ids.running))));
+  t.same(stuck.map((r) => [r.status, r.body.restate_code]), Array(4).fill([408, 'KEEL0021']), 'as many as the engine runs at once');
+  source.journalEntries = journalEntries;
+  const after = await query(base, JOURNAL(source.ids.suspended));
+  t.equal(after.status, 200, 'the slots they held are free');
+  t.equal(after.body.rows.length, 2);
 });
 
 t.test('invocations cancel/kill/... lookups (4.11) use the raw status vocabulary', async (t) => {

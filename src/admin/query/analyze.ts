@@ -51,6 +51,13 @@ export const INFORMATION_SCHEMA_COPIES: Record<string, string> = { columns: 'kee
  */
 export const PG_CATALOG_COPIES: Record<string, string> = { pg_class: 'keel_pg_class', pg_namespace: 'keel_pg_namespace', pg_database: 'keel_pg_database' };
 
+/** The copy that a table reference to a catalogue view reads instead (`table` and `schema` lower case). */
+function catalogueCopy(table: string, schema: string, ctes: ReadonlySet<string>): string | undefined {
+  const copies = schema === 'information_schema' ? INFORMATION_SCHEMA_COPIES : schema === 'pg_catalog' || (schema === '' && !ctes.has(table)) ? PG_CATALOG_COPIES : undefined;
+  // own properties only: `FROM constructor` names no copy
+  return copies !== undefined && Object.hasOwn(copies, table) ? copies[table] : undefined;
+}
+
 /** Aggregates DataFusion spells as its window functions' names. */
 const AGGREGATE_NAMES: Record<string, string> = { first_value: 'first', last_value: 'last' };
 
@@ -224,20 +231,11 @@ export function analyze(root: Ast, wanted: ReadonlySet<string>): Analysis {
       const name = str(n.table_name);
       if (!TABLE_NAME.test(name)) return { tables, rewritten, catalog, tableFunctions, functions, refusal: `'${name}' is not a table name: reading files is not allowed, queries read the introspection tables only` };
       const lower = name.toLowerCase();
-      const copied = INFORMATION_SCHEMA_COPIES[lower];
-      if (copied !== undefined && str(n.schema_name).toLowerCase() === 'information_schema') {
+      const copied = catalogueCopy(lower, str(n.schema_name).toLowerCase(), ctes);
+      if (copied !== undefined) {
         if (str(n.alias) === '') n.alias = name; // `columns.table_name` still names it
         n.schema_name = 'main';
         n.table_name = copied;
-        rewritten = true;
-        catalog = true;
-        continue;
-      }
-      const pgCopy = PG_CATALOG_COPIES[lower];
-      if (pgCopy !== undefined && !ctes.has(lower) && ['', 'pg_catalog'].includes(str(n.schema_name).toLowerCase())) {
-        if (str(n.alias) === '') n.alias = name;
-        n.schema_name = 'main';
-        n.table_name = pgCopy;
         rewritten = true;
         catalog = true;
         continue;
