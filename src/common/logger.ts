@@ -36,6 +36,11 @@ function codeHook(onCode: (code: string) => void) {
   };
 }
 
+/** kafkajs's negative timer (see logProcessWarnings): known and harmless. */
+export function isKafkajsTimerWarning(warning: Error): boolean {
+  return warning.name === 'TimeoutNegativeWarning' && /[\\/]kafkajs[\\/]/.test(warning.stack ?? '');
+}
+
 /**
  * Process warnings as log lines of their own (Node writes them to stderr as loose text between
  * the JSON lines). One is known and harmless, so it is a debug line: kafkajs's idle request queue
@@ -45,7 +50,7 @@ function codeHook(onCode: (code: string) => void) {
 export function logProcessWarnings(logger: Logger): void {
   process.removeAllListeners('warning');
   process.on('warning', (warning) => {
-    const known = warning.name === 'TimeoutNegativeWarning' && /[\\/]kafkajs[\\/]/.test(warning.stack ?? '');
+    const known = isKafkajsTimerWarning(warning);
     const fields = { warning: warning.name, ...('code' in warning && typeof warning.code === 'string' ? { node_code: warning.code } : {}) };
     if (known) logger.debug(fields, `kafkajs: ${warning.message}`);
     else logger.warn({ ...fields, stack: warning.stack }, `node: ${warning.message}`);

@@ -18,14 +18,13 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Kafka, logLevel, Partitioners } from 'kafkajs';
+import { isKafkajsTimerWarning } from '../../dist/common/logger.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
 /**
- * kafkajs's idle request queue sets a timer for a negative delay (`throttledUntil - Date.now()`
- * before any throttling): Node >= 22 prints a TimeoutNegativeWarning and clamps it to 1 ms. It is
- * harmless (Keel's logger makes it a debug line) and read like a failure in a test's or the
- * benchmark's output, so that one is dropped here; every other warning prints as before.
+ * kafkajs's negative timer warning (src/common/logger.ts) is harmless and read like a failure in a
+ * test's or the benchmark's output: dropped here; every other warning prints as before.
  */
 let kafkajsWarningsDropped = false;
 function dropKafkajsTimerWarnings() {
@@ -34,7 +33,7 @@ function dropKafkajsTimerWarnings() {
   const printers = process.listeners('warning');
   process.removeAllListeners('warning');
   process.on('warning', (warning) => {
-    if (warning.name === 'TimeoutNegativeWarning' && /[\\/]kafkajs[\\/]/.test(warning.stack ?? '')) return;
+    if (isKafkajsTimerWarning(warning)) return;
     for (const print of printers) print.call(process, warning);
   });
 }
