@@ -81,6 +81,8 @@ export interface Config {
       request_identity_private_key_pem_file: string | undefined;
       /** Validity of a signature either side of its issue time. */
       request_identity_expiration_ms: number;
+      /** Start messages carry no object state (every read is a lazy round trip), as Restate's option of that name. */
+      disable_eager_state: boolean;
     };
     cleanup_interval_ms: number;
   };
@@ -134,6 +136,7 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'worker.invoker.connect_timeout', kind: 'timeout', dflt: 5_000 },
   { path: 'worker.invoker.request_identity_private_key_pem_file', kind: 'string', dflt: undefined },
   { path: 'worker.invoker.request_identity_expiration', kind: 'timeout', dflt: 60_000 },
+  { path: 'worker.invoker.disable_eager_state', kind: 'bool', dflt: false },
   { path: 'worker.cleanup_interval', kind: 'duration', dflt: 3_600_000 },
   { path: 'default_retry_policy.initial_interval', kind: 'duration', dflt: 500 },
   { path: 'default_retry_policy.exponentiation_factor', kind: 'number', dflt: 2 },
@@ -439,6 +442,7 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
         connect_timeout_ms: v<number>('worker.invoker.connect_timeout'),
         request_identity_private_key_pem_file: v<string | undefined>('worker.invoker.request_identity_private_key_pem_file'),
         request_identity_expiration_ms: v<number>('worker.invoker.request_identity_expiration'),
+        disable_eager_state: v<boolean>('worker.invoker.disable_eager_state'),
       },
       cleanup_interval_ms: v<number>('worker.cleanup_interval'),
     },

@@ -182,7 +182,7 @@ export class Invoker implements AttemptRunner {
     const started_ms = performance.now();
     // Untraced invocations (tracing off, or accepted before it was on) cost one test here.
     const span = this.telemetry.tracing.enabled ? this.telemetry.tracing.attempt(status, epoch, deployment.id) : undefined;
-    const lazy = handler?.enable_lazy_state ?? service?.enable_lazy_state ?? false;
+    const lazy = this.config.worker.invoker.disable_eager_state || (handler?.enable_lazy_state ?? service?.enable_lazy_state ?? false);
     const keyed = status.service_type !== 'Service';
     const entries = keyed && !lazy
       ? [...host.objectState(status.service, status.key)].map(([k, v]) => ({ key: Buffer.from(k, 'base64url'), value: v }))
