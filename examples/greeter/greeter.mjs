@@ -1,5 +1,6 @@
 // The seed's reference Greeter service, written with the real Restate TypeScript SDK.
 // Run: `make example` (port 9080, or PORT), then register http://localhost:9080 with Keel.
+import fs from 'node:fs';
 import * as restate from '@restatedev/restate-sdk';
 
 export const greeter = restate.service({
@@ -16,11 +17,17 @@ export const greeter = restate.service({
 });
 
 function sendNotification(greetingId, name) {
-  console.log(`Notification ${greetingId} sent to ${name}`);
+  say(`Notification ${greetingId} ${name}`);
 }
 
 function sendReminder(greetingId, name) {
-  console.log(`Reminder ${greetingId} sent to ${name}`);
+  say(`Reminder ${greetingId} ${name}`);
+}
+
+// RECORD_FILE: the tests count the steps that ran.
+function say(line) {
+  console.log(line);
+  if (process.env.RECORD_FILE) fs.appendFileSync(process.env.RECORD_FILE, `${line}\n`);
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

@@ -15,7 +15,7 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
  * takes, and the service protocol versions their endpoint announces (checked at discovery).
  */
 export const SDKS = {
-  ts: { dir: 'test/sdks/ts', protocol: [5, 7] },
+  ts: { dir: 'test/sdks/ts', protocol: [5, 7], http1: true },
   go: { dir: 'test/sdks/go', protocol: [5, 7] },
   python: { dir: 'test/sdks/python', protocol: [5, 7] },
   java: { dir: 'test/sdks/java', protocol: [5, 7], env: { JAVA_VERSION: '25' } },

@@ -16,6 +16,9 @@ export const CONFIGS = {
   'always-suspending': ALWAYS_SUSPEND,
   'lazy-state': { KEEL_WORKER__INVOKER__DISABLE_EAGER_STATE: 'true' },
   'single-partition': { KEEL_WORKER__PARTITIONS: '1' },
+  // Discovered over HTTP/1.1, the SDKs that serve it announce request-response: every suspension
+  // point ends the request and the next attempt replays the journal.
+  'http1.1': {},
 };
 const BASE_ENV = { KEEL_WORKER__PARTITIONS: '4', ...FAST_RETRY, KEEL_DEFAULT_RETRY_POLICY__MAX_ATTEMPTS: '5' };
 
@@ -72,6 +75,12 @@ export const BEHAVIOURS = [
     t.same(await ok(t, c, `/Counter/${key}/keys`), [], 'clear all');
     t.equal(await ok(t, c, `/Counter/${key}/get`), 0);
     t.equal(await ok(t, c, `/Counter/${tag('other')}/get`), 0, 'keys are separate objects');
+    // Lazy state: every read is a round trip to Keel (a GetLazyState command), none is answered
+    // from the start message; eager: the reverse.
+    const added = await call(c, `/Counter/${key}/add`, 1);
+    const types = (await query(c.keel, `SELECT entry_type FROM sys_journal WHERE id = '${added.headers.get('x-restate-id')}'`)).map((r) => r.entry_type);
+    const read = c.config === 'lazy-state' ? 'Command: GetLazyState' : 'Command: GetEagerState';
+    t.ok(types.includes(read), `the read is journaled as ${read} (${types.join(', ')})`);
   }],
   ['state after failures', ['default', 'lazy-state'], async (t, c) => {
     const key = tag('fail');
@@ -129,7 +138,7 @@ export const BEHAVIOURS = [
     await eventually(async () => (await call(c, `/ListObject/${key}/get`)).body.length === 10);
     t.same(await ok(t, c, `/ListObject/${key}/get`), reqs.map((_, i) => String(i)), 'calls and sends to one key run in the order issued');
   }],
-  ['sleeps', ['default', 'always-suspending'], async (t, c) => {
+  ['sleeps', ['default', 'always-suspending', 'http1.1'], async (t, c) => {
     const started = Date.now();
     await ok(t, c, '/Sleeper/sleepMany', [400, 100, 300, 200, 500]);
     const took = Date.now() - started;
@@ -137,7 +146,7 @@ export const BEHAVIOURS = [
     const many = await Promise.all(Array.from({ length: 20 }, (_, i) => call(c, '/Sleeper/sleep', { ms: 200 + i * 10 })));
     t.same(many.map((r) => r.status), many.map(() => 200), '20 invocations sleeping at once all wake');
   }],
-  ['sleep across failures', ['default', 'always-suspending'], async (t, c) => {
+  ['sleep across failures', ['default', 'always-suspending', 'http1.1'], async (t, c) => {
     const tg = tag('sleepfail');
     const started = Date.now();
     const id = await send(c, '/Sleeper/sleep', { ms: 1500, tag: tg });
@@ -149,7 +158,7 @@ export const BEHAVIOURS = [
     t.equal(c.ep.recorded(`${tg}:before`).length, 1, 'the step before the sleep ran once across the endpoint SIGKILL');
     t.equal(c.ep.recorded(`${tg}:after`).length, 1);
   }],
-  ['combinators', ['default', 'always-suspending'], async (t, c) => {
+  ['combinators', ['default', 'always-suspending', 'http1.1'], async (t, c) => {
     t.equal(await ok(t, c, '/Awaiter/awakeable', { key: tag('any'), timeoutMs: 200 }), 'timeout', 'any(awakeable, timer): the timer');
     const key = tag('any2');
     const id = await send(c, '/Awaiter/awakeable', { key, timeoutMs: 20_000 });
@@ -165,7 +174,7 @@ export const BEHAVIOURS = [
     await call(c, `/restate/awakeables/${a3}/resolve`, 'v');
     t.equal((await getInvocation(c.keel, all)).body, 'v|1', 'all(awakeable, call, timer)');
   }],
-  ['awakeables', ['default', 'always-suspending'], async (t, c) => {
+  ['awakeables', ['default', 'always-suspending', 'http1.1'], async (t, c) => {
     const key = tag('awk');
     const id = await send(c, '/Awaiter/awakeable', { key });
     const awk = await heldId(c, key);
@@ -222,7 +231,7 @@ export const BEHAVIOURS = [
     t.equal(plain.status, 500, 'without a code: 500');
     t.equal(plain.body.message, 'plain');
   }],
-  ['run retries', ['default', 'always-suspending'], async (t, c) => {
+  ['run retries', ['default', 'always-suspending', 'http1.1'], async (t, c) => {
     const tg = tag('retry');
     t.equal(await ok(t, c, '/Runner/retry', { tag: tg, failures: 2 }), 3, 'succeeds on the third try');
     t.equal(c.ep.recorded(`${tg}:run`).length, 3, 'the body ran three times, not again on the replay after it');
@@ -273,7 +282,7 @@ export const BEHAVIOURS = [
     t.equal(res.status, 200);
     t.ok(Buffer.from(await res.arrayBuffer()).equals(bytes), 'raw bytes in and out, unchanged');
   }],
-  ['workflow', ['default', 'always-suspending'], async (t, c) => {
+  ['workflow', ['default', 'always-suspending', 'http1.1'], async (t, c) => {
     const wf = tag('wf');
     const r = await ingress(c.keel, `/Signup/${wf}/run/send`, 'ada');
     t.equal(r.status, 202, JSON.stringify(r.body));
@@ -347,13 +356,13 @@ export function conformance(t, sdk) {
     const ep = await startEndpoint(t, spec.dir, { env: spec.env ?? {} });
     for (const [config, env] of Object.entries(CONFIGS)) {
       if (!wanted(config, 'KEEL_CONFIG')) continue;
+      if (config === 'http1.1' && !spec.http1) continue;
       await t.test(`${sdk} / ${config}`, async (t) => {
         const keel = await startKeel(t, { env: { ...BASE_ENV, ...env } });
-        const reg = await register(keel, ep.uri);
-        if (config === 'default') {
-          const d = await adminCall(keel, 'GET', `/deployments/${reg.id}`);
-          t.same([d.json.min_protocol_version, d.json.max_protocol_version], spec.protocol, 'the protocol versions the SDK announces');
-        }
+        const reg = await register(keel, ep.uri, config === 'http1.1' ? { use_http_11: true } : {});
+        const d = await adminCall(keel, 'GET', `/deployments/${reg.id}`);
+        t.same([d.json.min_protocol_version, d.json.max_protocol_version], spec.protocol, 'the protocol versions the SDK announces');
+        t.equal(d.json.protocol_type, config === 'http1.1' ? 'RequestResponse' : 'BidiStream', 'the protocol mode it announces');
         const c = { keel, ep, sdk, config, cannot };
         for (const [name, configs, check] of BEHAVIOURS) {
           if (configs !== '*' && !configs.includes(config)) continue;

@@ -1,7 +1,10 @@
 // The cross-SDK contract (test/sdks/CONTRACT.md) in the TypeScript SDK, run as its own process
 // like the other SDKs' endpoints: PORT, RECORD_FILE, IDENTITY_KEY.
 import fs from 'node:fs';
+import http from 'node:http';
 import http2 from 'node:http2';
+import net from 'node:net';
+import { Duplex } from 'node:stream';
 import * as restate from '@restatedev/restate-sdk';
 
 const { RestatePromise, TerminalError, serde } = restate;
@@ -239,5 +242,36 @@ const signup = restate.workflow({
 const services = [counter, listObject, proxy, sleeper, awaiter, awakeableHolder, failing, runner, nonDeterministic, echo, signup];
 const identityKeys = process.env.IDENTITY_KEY ? [process.env.IDENTITY_KEY] : undefined;
 const handler = restate.createEndpointHandler({ services, ...(identityKeys ? { identityKeys } : {}) });
-const server = http2.createServer(handler);
-server.listen(Number(process.env.PORT ?? 9080), '127.0.0.1');
+// One port for HTTP/2 (prior knowledge) and HTTP/1.1, as the Python and Java SDKs serve: Node's
+// allowHTTP1 works only over TLS, so the first bytes pick the server (HTTP/2 opens with "PRI").
+// The HTTP/2 session reads the socket's handle directly and would miss those bytes: it gets a
+// stream that gives them again.
+const h2 = http2.createServer(handler);
+const h1 = http.createServer(handler);
+net.createServer((socket) => {
+  socket.once('data', (first) => {
+    socket.pause();
+    if (first.subarray(0, 3).toString('latin1') === 'PRI') {
+      h2.emit('connection', replaying(socket, first));
+    } else {
+      socket.unshift(first);
+      h1.emit('connection', socket);
+      socket.resume();
+    }
+  });
+}).listen(Number(process.env.PORT ?? 9080), '127.0.0.1');
+
+function replaying(socket, first) {
+  const stream = new Duplex({
+    read: () => socket.resume(),
+    write: (chunk, encoding, done) => socket.write(chunk, encoding, done),
+    final: (done) => socket.end(done),
+    destroy: (err, done) => { socket.destroy(err ?? undefined); done(err); },
+  });
+  stream.push(first);
+  socket.on('data', (chunk) => { if (!stream.push(chunk)) socket.pause(); });
+  socket.on('end', () => stream.push(null));
+  socket.on('error', (err) => stream.destroy(err));
+  socket.on('close', () => stream.destroy());
+  return stream;
+}
