@@ -1,5 +1,5 @@
 # Keel: `make run` starts the server, `make test` runs the tests (both install and build first).
-.PHONY: install build run example test bench clean
+.PHONY: install build run example example-go example-python example-java example-rust test bench clean
 
 NPM_STAMP := node_modules/.package-lock.json
 
@@ -18,6 +18,11 @@ run: build
 # The Greeter example needs Node >= 22: npm scripts put the pinned Node 24 first on PATH.
 example: install
 	npm exec -- node examples/greeter/greeter.mjs
+
+# The Greeter in the other SDKs: each run.sh installs its SDK by package name (cached outside the
+# clone), builds and serves on PORT (default 9080).
+example-go example-python example-java example-rust: example-%:
+	bash examples/greeter-$*/run.sh
 
 # On a failure, the failing assertions again at the end, where a log's tail shows them (results of
 # test files that no longer exist are removed first: they named failures that were not this run's).
