@@ -129,3 +129,29 @@ t.test('rebuild check: every partition folded again from its log equals the stor
   t.ok(reported.includes(missing), 'a missing journal entry is reported');
   t.ok(reported.includes(extra), 'a key that the log does not produce is reported');
 });
+
+t.test('a partition with 300,000 outbox entries opens, and recovery delivers them in sequence order', async (t) => {
+  const { loadState, recoveryActions } = await import('../dist/partition/recovery.js');
+  const { outboxTable } = await import('../dist/storage/tables/outbox.js');
+  const { fsmTable } = await import('../dist/storage/tables/fsm.js');
+  const dir = (await import('node:fs')).mkdtempSync(path.join((await import('node:os')).tmpdir(), 'keel-outbox-'));
+  t.teardown(() => import('node:fs').then((fs) => fs.rmSync(dir, { recursive: true, force: true })));
+  const db = await openWorkerStore(dir);
+  t.teardown(() => db.close());
+  const N = 300_000;
+  // Written out of order: the store sorts them, recovery must not.
+  for (let from = N; from > 0; from -= 10_000) {
+    const batch = db.batch();
+    for (let seq = from; seq > from - 10_000; seq--) {
+      batch.put(outboxTable.key(0, seq), outboxTable.encode({ seq, target: 'inc_x', command: Buffer.from([seq & 0xff]) }));
+    }
+    await batch.write();
+  }
+  await db.put(fsmTable.key(0), fsmTable.encode({ inbox_seq: 0, outbox_seq: N }));
+  // Before: Math.max(0, ...outbox.keys()) threw a RangeError (reported as a corrupt store).
+  const state = await loadState(db, 0);
+  t.equal(state.outbox.size, N);
+  const seqs = recoveryActions(state).filter((a) => a.kind === 'outbox').map((a) => a.entry.seq);
+  t.equal(seqs.length, N);
+  t.ok(seqs.every((s, i) => s === i + 1), 'in sequence order');
+});

@@ -11,6 +11,7 @@ import type { Action } from '../partition/state.js';
 import type { AttemptRunner } from '../partition/worker.js';
 import { MAX_SERVICE_PROTOCOL_VERSION, MIN_SERVICE_PROTOCOL_VERSION } from '../protocol/versions.js';
 import { standaloneTelemetry, type Telemetry } from '../telemetry/index.js';
+import Queue from 'yocto-queue';
 import { Attempt, type AttemptDeployment, type AttemptFailure } from './attempt.js';
 import { decideRetry, retryAfter } from './retry.js';
 
@@ -40,7 +41,8 @@ interface Queued {
  */
 export class Invoker implements AttemptRunner {
   private readonly live = new Map<string, Attempt>();
-  private readonly waiting: Queued[] = [];
+  // A linked queue: O(1) at both ends however many attempts wait (an array's shift() is O(n)).
+  private readonly waiting = new Queue<Queued>();
   private running = 0;
   private stopped = false;
 
@@ -54,20 +56,20 @@ export class Invoker implements AttemptRunner {
 
   /** Attempts waiting for a slot and attempts running, for the queue-depth gauges. */
   depths(): { waiting: number; running: number } {
-    return { waiting: this.waiting.length, running: this.running };
+    return { waiting: this.waiting.size, running: this.running };
   }
 
   start(host: AttemptHost, id: string, epoch: number): void {
     if (this.stopped) return;
     // Every live invocation has at most one attempt waiting, and partitions bound live invocations.
-    assert(this.waiting.length < this.config.worker.partitions * MAX_LIVE_INVOCATIONS_PER_PARTITION, () => `${this.waiting.length} attempts wait for a slot: more than there can be live invocations`);
-    this.waiting.push({ host, id, epoch });
+    assert(this.waiting.size < this.config.worker.partitions * MAX_LIVE_INVOCATIONS_PER_PARTITION, () => `${this.waiting.size} attempts wait for a slot: more than there can be live invocations`);
+    this.waiting.enqueue({ host, id, epoch });
     this.drain();
   }
 
   private drain(): void {
-    while (this.running < this.config.worker.invoker.concurrent_invocations_limit && this.waiting.length > 0) {
-      const next = this.waiting.shift()!;
+    while (this.running < this.config.worker.invoker.concurrent_invocations_limit && this.waiting.size > 0) {
+      const next = this.waiting.dequeue()!;
       this.launch(next.host, next.id, next.epoch);
     }
   }
@@ -117,7 +119,7 @@ export class Invoker implements AttemptRunner {
 
   stop(): void {
     this.stopped = true;
-    this.waiting.length = 0;
+    this.waiting.clear();
     for (const a of [...this.live.values()]) a.abort();
   }
 

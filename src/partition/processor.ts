@@ -1,3 +1,4 @@
+import Queue from 'yocto-queue';
 import { assert, InvariantError } from '../common/assert.js';
 import { partitionKeyOfIdBytes } from '../common/ids.js';
 import type { Logger } from '../common/logger.js';
@@ -69,7 +70,8 @@ const MAX_QUEUED_COMMANDS = 200_000;
  * append is refused until a restart rebuilds the state from the store.
  */
 export class PartitionProcessor implements AttemptHost {
-  private queue: Pending[] = [];
+  // Linked queues: taking a batch off the front is O(batch), not O(queue) as an array's splice(0, n).
+  private readonly queue = new Queue<Pending>();
   private writing = false;
   private closed = false;
   private failure: PartitionFailure | undefined;
@@ -79,7 +81,9 @@ export class PartitionProcessor implements AttemptHost {
   private folded_batches = 0;
   private durable_batches = 0;
   /** Reads waiting for a batch to be durable (durableNow). */
-  private durableWaiters: Array<{ batch: number; resolve: () => void; reject: (err: Error) => void }> = [];
+  /** In the order of their batch numbers (each waits for the newest batch folded when it came). */
+  private newestWaited = 0;
+  private readonly durableWaiters = new Queue<{ batch: number; resolve: () => void; reject: (err: Error) => void }>();
   /** A read waits for a batch written without fsync: the next write syncs, even one with no command. */
   private syncWanted = false;
 
@@ -136,7 +140,7 @@ export class PartitionProcessor implements AttemptHost {
     const command = { timestamp_ms: Date.now(), ...kind } as Command;
     this.checkOwnership(command);
     return new Promise((resolve, reject) => {
-      this.queue.push({ command, durable: options.durable ?? true, resolve, reject });
+      this.queue.enqueue({ command, durable: options.durable ?? true, resolve, reject });
       if (!this.writing) this.scheduleFlush();
     });
   }
@@ -151,7 +155,7 @@ export class PartitionProcessor implements AttemptHost {
   refusal(kind: CommandKind['kind'], fromOutbox = false): Error | undefined {
     if (this.failure !== undefined) return keelError('KEEL0503', { partition: this.partition, reason: this.failure.reason });
     if (this.closed) return keelError('KEEL0502', { partition: this.partition });
-    if (this.queue.length >= MAX_QUEUED_COMMANDS) return keelError('KEEL0501', { partition: this.partition, queued: this.queue.length });
+    if (this.queue.size >= MAX_QUEUED_COMMANDS) return keelError('KEEL0501', { partition: this.partition, queued: this.queue.size });
     if (!fromOutbox && (kind === 'invoke' || kind === 'subscription_records') && this.state.live.size >= this.max_live_invocations) {
       return keelError('KEEL0501', { partition: this.partition, queued: this.state.live.size });
     }
@@ -166,7 +170,7 @@ export class PartitionProcessor implements AttemptHost {
   info(): { applied_position: number; queued_commands: number; max_queued_commands: number; writing: boolean; closed: boolean; failure?: string } {
     return {
       applied_position: this.log.applied_position,
-      queued_commands: this.queue.length,
+      queued_commands: this.queue.size,
       max_queued_commands: MAX_QUEUED_COMMANDS,
       writing: this.writing,
       closed: this.closed || this.failure !== undefined,
@@ -191,7 +195,9 @@ export class PartitionProcessor implements AttemptHost {
     if (this.durable_batches >= batch) return Promise.resolve();
     if (this.closed) return Promise.reject(keelError('KEEL0502', { partition: this.partition }));
     return new Promise((resolve, reject) => {
-      this.durableWaiters.push({ batch, resolve, reject });
+      assert(batch >= this.newestWaited, () => `partition ${this.partition}: a read waits for batch ${batch}, after one waiting for ${this.newestWaited}`);
+      this.newestWaited = batch;
+      this.durableWaiters.enqueue({ batch, resolve, reject });
       this.syncWanted = true;
       if (!this.writing) this.scheduleFlush();
     });
@@ -211,7 +217,7 @@ export class PartitionProcessor implements AttemptHost {
 
   /** Waits for the batch in flight and every queued command, then refuses new ones. */
   async close(): Promise<void> {
-    while (this.writing || this.queue.length > 0) await this.idle;
+    while (this.writing || this.queue.size > 0) await this.idle;
     this.closed = true;
   }
 
@@ -231,8 +237,9 @@ export class PartitionProcessor implements AttemptHost {
   }
 
   private async flush(): Promise<void> {
-    while ((this.queue.length > 0 || this.syncWanted) && this.failure === undefined) {
-      const batch = this.queue.splice(0, MAX_BATCH_COMMANDS);
+    while ((this.queue.size > 0 || this.syncWanted) && this.failure === undefined) {
+      const batch: Pending[] = [];
+      while (batch.length < MAX_BATCH_COMMANDS && this.queue.size > 0) batch.push(this.queue.dequeue()!);
       const records: Buffer[] = [];
       const actions: Action[] = [];
       let bytes = 0;
@@ -296,13 +303,7 @@ export class PartitionProcessor implements AttemptHost {
   private settleDurable(batch: number): void {
     assert(batch >= this.durable_batches && batch <= this.folded_batches, () => `partition ${this.partition}: batch ${batch} durable after ${this.durable_batches}, with ${this.folded_batches} folded`);
     this.durable_batches = batch;
-    if (this.durableWaiters.length === 0) return;
-    const waiting = this.durableWaiters;
-    this.durableWaiters = [];
-    for (const w of waiting) {
-      if (w.batch <= batch) w.resolve();
-      else this.durableWaiters.push(w);
-    }
+    while ((this.durableWaiters.peek()?.batch ?? Infinity) <= batch) this.durableWaiters.dequeue()!.resolve();
   }
 
   private halt(err: unknown, what: string, batch: Pending[]): void {
@@ -311,8 +312,9 @@ export class PartitionProcessor implements AttemptHost {
     this.state.discardWrites();
     const refusal = keelError('KEEL0503', { partition: this.partition, reason });
     this.logger.fatal({ err, code: 'KEEL0503', invariant: err instanceof InvariantError }, `partition ${this.partition} stopped: ${reason}`);
-    for (const p of [...batch, ...this.queue.splice(0)]) p.reject(refusal);
-    for (const w of this.durableWaiters.splice(0)) w.reject(refusal);
+    for (const p of batch) p.reject(refusal);
+    for (const p of this.queue.drain()) p.reject(refusal);
+    for (const w of this.durableWaiters.drain()) w.reject(refusal);
   }
 }
 

@@ -33,23 +33,29 @@ export async function loadState(db: Db, partition: number): Promise<PartitionSta
   // Journals load on first use (PartitionState.journal).
   for await (const [key, timer] of timersTable.scan(db, partition)) state.timers.set(key, timer);
   for await (const [objectKey, id] of locksTable.scan(db, partition)) state.locks.set(objectKey, id);
+  // An inbox's keys end in its zero-padded sequence number: the scan gives each queue in order.
   for await (const [objectKey, entry] of inboxTable.scan(db, partition)) {
     const q = state.inboxes.get(objectKey) ?? [];
+    assert(q.length === 0 || q[q.length - 1]!.seq < entry.seq, () => `partition ${partition}: inbox of ${objectKey} out of order at ${entry.seq}`);
     q.push(entry);
     state.inboxes.set(objectKey, q);
   }
-  for (const q of state.inboxes.values()) q.sort((a, b) => a.seq - b.seq);
   for await (const [objectKey, stateKey, value] of stateTable.scan(db, partition)) {
     const m = state.objectState.get(objectKey) ?? new Map<string, Buffer>();
     m.set(stateKey, value);
     state.objectState.set(objectKey, m);
   }
   for await (const [key, promise] of promisesTable.scan(db, partition)) state.promises.set(key, promise);
-  for await (const entry of outboxTable.scan(db, partition)) state.outbox.set(entry.seq, entry);
+  // In sequence order (zero-padded keys), which the map keeps: delivery follows it.
+  let highestOutbox = 0;
+  for await (const entry of outboxTable.scan(db, partition)) {
+    assert(entry.seq > highestOutbox, () => `partition ${partition}: outbox entry ${entry.seq} after ${highestOutbox}`);
+    highestOutbox = entry.seq;
+    state.outbox.set(entry.seq, entry);
+  }
   for await (const [source, seq] of dedupTable.scan(db, partition)) state.dedup.set(source, seq);
   for await (const p of subscriptionPositionsTable.scan(db, partition)) state.subscriptionPositions.set(positionName(p.subscription_id, p.topic, p.kafka_partition), p);
   state.counters = await fsmTable.read(db, partition);
-  const highestOutbox = Math.max(0, ...state.outbox.keys());
   assert(highestOutbox <= state.counters.outbox_seq, () => `partition ${partition}: outbox entry ${highestOutbox} beyond the outbox counter ${state.counters.outbox_seq}`);
   for (const [objectKey, holder] of state.locks) {
     const s = state.invocations.get(holder);
@@ -67,6 +73,6 @@ export function recoveryActions(state: PartitionState): Action[] {
     else if (s.status === 'backing-off') actions.push({ kind: 'retry', id: s.id, epoch: s.epoch, at_ms: s.next_retry_at_ms ?? 0 });
   }
   for (const timer of state.timers.values()) actions.push({ kind: 'timer', timer });
-  for (const entry of [...state.outbox.values()].sort((a, b) => a.seq - b.seq)) actions.push({ kind: 'outbox', entry });
+  for (const entry of state.outbox.values()) actions.push({ kind: 'outbox', entry });
   return actions;
 }
