@@ -22,7 +22,9 @@ export interface PartitionInfo {
   failure?: string;
   /** Invocations held in memory by status (completed ones only as far as they are kept there). */
   invocations: Record<string, number>;
+  /** Durable timers stored, and those of them held in memory (at most worker.num_timers_in_memory_limit). */
   timers: number;
+  timers_in_memory: number;
   outbox: number;
   inboxed: number;
 }

@@ -104,12 +104,13 @@ export class WorkerIntrospection implements IntrospectionSource {
   }
 
   partitions(): PartitionInfo[] {
+    const inMemory = this.worker.timersInMemory();
     return this.worker.processors.map((p) => {
       const invocations: Record<string, number> = {};
       for (const s of p.state.invocations.values()) invocations[s.status] = (invocations[s.status] ?? 0) + 1;
       let inboxed = 0;
       for (const q of p.state.inboxes.values()) inboxed += q.length;
-      return { partition: p.partition, ...p.info(), invocations, timers: p.state.timers.size, outbox: p.state.outbox.size, inboxed };
+      return { partition: p.partition, ...p.info(), invocations, timers: p.state.counters.timers ?? 0, timers_in_memory: inMemory[p.partition] ?? 0, outbox: p.state.outbox.size, inboxed };
     });
   }
 

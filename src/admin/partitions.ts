@@ -45,6 +45,7 @@ export async function partitionRoutes(app: FastifyInstance, opts: PartitionsRout
         invocations: p.invocations,
         inboxed: p.inboxed,
         timers: p.timers,
+        timers_in_memory: p.timers_in_memory,
         outbox: p.outbox,
         ...(p.failure ? { failure: p.failure } : {}),
       })),

@@ -85,6 +85,8 @@ export interface Config {
       disable_eager_state: boolean;
     };
     cleanup_interval_ms: number;
+    /** Durable timers held in memory per partition; the rest are read from the store as these fire. */
+    num_timers_in_memory_limit: number;
   };
   default_retry_policy: RetryPolicy;
   default_journal_retention_ms: number;
@@ -138,6 +140,7 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'worker.invoker.request_identity_expiration', kind: 'timeout', dflt: 60_000 },
   { path: 'worker.invoker.disable_eager_state', kind: 'bool', dflt: false },
   { path: 'worker.cleanup_interval', kind: 'duration', dflt: 3_600_000 },
+  { path: 'worker.num_timers_in_memory_limit', kind: 'int', dflt: 10_000 },
   { path: 'default_retry_policy.initial_interval', kind: 'duration', dflt: 500 },
   { path: 'default_retry_policy.exponentiation_factor', kind: 'number', dflt: 2 },
   { path: 'default_retry_policy.max_interval', kind: 'duration', dflt: 60_000 },
@@ -445,6 +448,7 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
         disable_eager_state: v<boolean>('worker.invoker.disable_eager_state'),
       },
       cleanup_interval_ms: v<number>('worker.cleanup_interval'),
+      num_timers_in_memory_limit: v<number>('worker.num_timers_in_memory_limit'),
     },
     default_retry_policy: {
       initial_interval_ms: v<number>('default_retry_policy.initial_interval'),

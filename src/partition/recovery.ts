@@ -31,7 +31,6 @@ export async function loadState(db: Db, partition: number): Promise<PartitionSta
   }
   for (const s of state.invocations.values()) if (s.invoked_by_subscription_id) state.countSubscriptionInvocation(s.invoked_by_subscription_id, 1);
   // Journals load on first use (PartitionState.journal).
-  for await (const [key, timer] of timersTable.scan(db, partition)) state.timers.set(key, timer);
   for await (const [objectKey, id] of locksTable.scan(db, partition)) state.locks.set(objectKey, id);
   // An inbox's keys end in its zero-padded sequence number: the scan gives each queue in order.
   for await (const [objectKey, entry] of inboxTable.scan(db, partition)) {
@@ -56,6 +55,8 @@ export async function loadState(db: Db, partition: number): Promise<PartitionSta
   for await (const [source, seq] of dedupTable.scan(db, partition)) state.dedup.set(source, seq);
   for await (const p of subscriptionPositionsTable.scan(db, partition)) state.subscriptionPositions.set(positionName(p.subscription_id, p.topic, p.kafka_partition), p);
   state.counters = await fsmTable.read(db, partition);
+  // Timers are not loaded (the worker reads the next few); a store from before the count was kept is counted once.
+  state.counters.timers ??= await timersTable.count(db, partition);
   assert(highestOutbox <= state.counters.outbox_seq, () => `partition ${partition}: outbox entry ${highestOutbox} beyond the outbox counter ${state.counters.outbox_seq}`);
   for (const [objectKey, holder] of state.locks) {
     const s = state.invocations.get(holder);
@@ -65,14 +66,13 @@ export async function loadState(db: Db, partition: number): Promise<PartitionSta
   return state;
 }
 
-/** The actions that bring a freshly opened partition back to life. */
+/** The actions that bring a freshly opened partition back to life (its timers: TimerWindow.start). */
 export function recoveryActions(state: PartitionState): Action[] {
   const actions: Action[] = [];
   for (const s of state.invocations.values()) {
     if (s.status === 'running') actions.push({ kind: 'start', id: s.id, epoch: s.epoch });
     else if (s.status === 'backing-off') actions.push({ kind: 'retry', id: s.id, epoch: s.epoch, at_ms: s.next_retry_at_ms ?? 0 });
   }
-  for (const timer of state.timers.values()) actions.push({ kind: 'timer', timer });
   for (const entry of state.outbox.values()) actions.push({ kind: 'outbox', entry });
   return actions;
 }

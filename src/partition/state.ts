@@ -55,8 +55,6 @@ export class PartitionState {
   loader: ((key: string) => Buffer | undefined) | undefined;
   /** Journals of invocations that have not completed; completed ones stay on disk only. */
   readonly journals = new Map<string, JournalEntry[]>();
-  /** Timer key → timer. */
-  readonly timers = new Map<string, Timer>();
   /** Virtual object / workflow key (`svc/key`) → invocation holding its exclusive lock. */
   readonly locks = new Map<string, string>();
   /** Key → invocations waiting for the lock, in arrival order, with their inbox sequence. */
@@ -316,17 +314,29 @@ export class PartitionState {
     this.writes.set(fsmTable.key(this.partition), fsmTable.encode(this.counters));
   }
 
+  // Timers live in the store only (the worker's TimerWindow holds the next few in memory).
   putTimer(t: Timer): void {
     const key = timersTable.key(this.partition, t);
-    this.timers.set(key, t);
+    if (this.stored(key)) return;
     this.writes.set(key, Buffer.alloc(0));
+    this.counters.timers = (this.counters.timers ?? 0) + 1;
+    this.putCounters();
   }
 
   deleteTimer(t: Timer): boolean {
     const key = timersTable.key(this.partition, t);
-    if (!this.timers.delete(key)) return false;
+    if (!this.stored(key)) return false;
     this.writes.set(key, null);
+    this.counters.timers = (this.counters.timers ?? 0) - 1;
+    assert(this.counters.timers >= 0, () => `partition ${this.partition}: ${this.counters.timers} timers stored`);
+    this.putCounters();
     return true;
+  }
+
+  /** Whether `key` is in the store as this batch leaves it (its writes, the batch in flight, then the store). */
+  private stored(key: string): boolean {
+    const raw = this.writes.has(key) ? this.writes.get(key) : this.unflushed.has(key) ? this.unflushed.get(key) : this.loader?.(key);
+    return raw !== undefined && raw !== null;
   }
 
   /** Hands over the writes of the current batch and starts a new one. */

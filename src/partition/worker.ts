@@ -14,6 +14,7 @@ import { standaloneTelemetry, type CompletionOutcome, type Telemetry } from '../
 import { KILLED_FAILURE } from './fold/manage.js';
 import { PartitionProcessor, type AttemptHost, type Effects, type PartitionFailure } from './processor.js';
 import type { Action, InvocationStatus, OutboxEntry, Timer } from './state.js';
+import { TimerWindow } from './timers.js';
 
 /**
  * What the worker hands attempts to: the invoker implements it. Defined here so that the
@@ -69,6 +70,8 @@ export class Worker implements Effects {
   private readonly invocationListeners = new Set<InvocationListener>();
   /** Outbox deliveries per source and target partition (`source>target`). */
   private readonly lanes = new Map<string, OutboxLane>();
+  /** Per partition, the durable timers due next (the rest stay in the store). */
+  private readonly timerWindows: TimerWindow[] = [];
 
   constructor(
     private readonly config: Config,
@@ -94,12 +97,22 @@ export class Worker implements Effects {
       ),
     );
     this.processors.push(...opened);
+    for (const p of opened) {
+      const fire = (t: Timer): Promise<void> => p.append({ kind: 'timer_fired', timer_fired: { invocation_id: InvocationId.parse(t.id)!.bytes, completion_id: t.completion_id, wake_up_ms: t.wake_up_ms, kind: t.kind } });
+      this.timerWindows.push(new TimerWindow(db, p.partition, this.config.worker.num_timers_in_memory_limit, fire, this.logger));
+    }
+  }
+
+  /** Durable timers held in memory, per partition (each at most worker.num_timers_in_memory_limit). */
+  timersInMemory(): number[] {
+    return this.timerWindows.map((w) => w.size);
   }
 
   /** Starts the invoker on the recovered state: running attempts restart, timers re-arm. */
   start(runner: AttemptRunner): void {
     this.runner = runner;
     for (const p of this.processors) p.start();
+    for (const w of this.timerWindows) w.start();
     this.cleaner = setInterval(() => {
       if (this.cleaning) return;
       this.cleaning = true;
@@ -147,6 +160,7 @@ export class Worker implements Effects {
     clearInterval(this.cleaner);
     for (const t of this.timers) clearTimeout(t);
     this.timers.clear();
+    for (const w of this.timerWindows) w.stop();
     this.runner?.stop();
     await Promise.all(this.processors.map((p) => p.close()));
   }
@@ -266,7 +280,7 @@ export class Worker implements Effects {
           this.runner?.forward(a.id, a.epoch, a.type, a.payload);
           break;
         case 'timer':
-          this.armTimer(processor, a.timer);
+          this.timerWindows[processor.partition]!.add(a.timer);
           break;
         case 'retry': {
           const id = InvocationId.parse(a.id)!;
@@ -306,13 +320,6 @@ export class Worker implements Effects {
       const failure = s.result?.failure;
       this.telemetry.tracing.invocationCompleted({ ...s, completed_at_ms, outcome, ...(failure ? { failure } : {}) });
     }
-  }
-
-  private armTimer(processor: PartitionProcessor, t: Timer): void {
-    const id = InvocationId.parse(t.id)!;
-    this.at(t.wake_up_ms, () =>
-      processor.append({ kind: 'timer_fired', timer_fired: { invocation_id: id.bytes, completion_id: t.completion_id, wake_up_ms: t.wake_up_ms, kind: t.kind } }),
-    );
   }
 
   /**

@@ -5,6 +5,8 @@ import { statePrefix } from '../keys.js';
 export interface Counters {
   inbox_seq: number;
   outbox_seq: number;
+  /** Timers stored (absent in stores written before it was kept: counted once at open). */
+  timers?: number;
 }
 
 export const fsmTable = {

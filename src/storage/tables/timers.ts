@@ -24,4 +24,18 @@ export const timersTable = {
   async *scan(db: Db, partition: number): AsyncGenerator<[key: string, timer: Timer]> {
     for await (const key of keysIn(db, tableRange(partition, TABLE))) yield [key, timersTable.parse(partition, key)];
   },
+
+  /** The first `limit` timers after `afterKey` (from the first when undefined), in due order. */
+  async after(db: Db, partition: number, afterKey: string | undefined, limit: number): Promise<Array<[key: string, timer: Timer]>> {
+    const range = tableRange(partition, TABLE);
+    const keys = await db.keys({ ...(afterKey === undefined ? { gte: range.gte } : { gt: afterKey }), lt: range.lt, limit }).all();
+    return keys.map((key) => [key, timersTable.parse(partition, key)]);
+  },
+
+  /** How many timers a partition stores (a store written before the count was kept). */
+  async count(db: Db, partition: number): Promise<number> {
+    let n = 0;
+    for await (const _ of keysIn(db, tableRange(partition, TABLE))) n++;
+    return n;
+  },
 };

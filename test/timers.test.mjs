@@ -1,0 +1,81 @@
+// Durable timers with a window of 4 in memory (worker.num_timers_in_memory_limit): many sleeps
+// fire in due order as the window is refilled from the store, before and after a SIGKILL, and
+// memory never holds more than the window.
+import t from 'tap';
+import * as restate from '@restatedev/restate-sdk';
+import { startKeel, serveServices, register, ingress, eventually, adminCall } from './helpers/keel.mjs';
+import { crashAndRestart, getInvocation } from './services/invocation-helpers.mjs';
+
+const woke = [];
+const napper = restate.service({
+  name: 'Napper',
+  handlers: {
+    nap: async (ctx, { ms, n }) => {
+      await ctx.sleep(ms);
+      await ctx.run('woke', () => void woke.push(n));
+      return n;
+    },
+  },
+});
+
+async function partitions(keel) {
+  return (await adminCall(keel, 'GET', '/partitions')).json.partitions;
+}
+
+/**
+ * Sends `count` naps at once, in shuffled order, of durations `step_ms` apart (more than the
+ * sends are apart, so due order is duration order); returns their ids in due order.
+ */
+async function sendNaps(keel, count, base_ms, step_ms, offset) {
+  const order = Array.from({ length: count }, (_, i) => i).sort(() => Math.random() - 0.5);
+  const sent = [];
+  await Promise.all(order.map(async (i) => {
+    const r = await ingress(keel, '/Napper/nap/send', { ms: base_ms + i * step_ms, n: offset + i });
+    t.equal(r.status, 202);
+    sent[i] = r.body.invocationId;
+  }));
+  return sent;
+}
+
+t.test('timers fire in due order across window refills and a SIGKILL; memory holds at most the window', async (t) => {
+  const keel = await startKeel(t, { env: { KEEL_WORKER__PARTITIONS: '1', KEEL_WORKER__NUM_TIMERS_IN_MEMORY_LIMIT: '4' } });
+  await register(keel, await serveServices(t, [napper]));
+
+  const ids = await sendNaps(keel, 30, 1500, 80, 0);
+  let most = 0;
+  const watch = setInterval(async () => {
+    try {
+      for (const p of await partitions(keel)) most = Math.max(most, p.timers_in_memory);
+    } catch {}
+  }, 20);
+  t.teardown(() => clearInterval(watch));
+  const [p0] = await partitions(keel);
+  t.equal(p0.timers, 30, 'every timer is stored');
+  t.ok(p0.timers_in_memory <= 4, `${p0.timers_in_memory} in memory`);
+  for (const id of ids) t.equal((await getInvocation(keel, id)).status, 200);
+  t.same(woke, Array.from({ length: 30 }, (_, i) => i), 'woke in due order, 4 at a time from the store');
+  t.ok(most <= 4, `at most 4 timers in memory (${most})`);
+  t.equal((await partitions(keel))[0].timers, 0, 'fired timers are deleted');
+
+  // Stored before a SIGKILL: the restart reads the first 4, then the next, in order.
+  woke.length = 0;
+  const later = await sendNaps(keel, 20, 2000, 80, 100);
+  await eventually(async () => (await partitions(keel))[0].timers === 20);
+  await crashAndRestart(keel);
+  const [after] = await partitions(keel);
+  t.equal(after.timers, 20, 'the count is kept across the restart');
+  t.ok(after.timers_in_memory <= 4);
+  for (const id of later) t.equal((await getInvocation(keel, id)).status, 200);
+  t.same(woke, Array.from({ length: 20 }, (_, i) => 100 + i), 'in due order after the restart');
+});
+
+t.test('a timer earlier than the window, while the window is full, fires first', async (t) => {
+  woke.length = 0;
+  const keel = await startKeel(t, { env: { KEEL_WORKER__PARTITIONS: '1', KEEL_WORKER__NUM_TIMERS_IN_MEMORY_LIMIT: '2' } });
+  await register(keel, await serveServices(t, [napper]));
+  const slow = await sendNaps(keel, 6, 1500, 80, 10);
+  const fast = await ingress(keel, '/Napper/nap/send', { ms: 300, n: 1 });
+  t.equal((await getInvocation(keel, fast.body.invocationId)).status, 200);
+  for (const id of slow) t.equal((await getInvocation(keel, id)).status, 200);
+  t.same(woke, [1, 10, 11, 12, 13, 14, 15]);
+});
