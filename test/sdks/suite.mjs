@@ -10,12 +10,14 @@ import { startEndpoint, SDKS } from '../helpers/sdks.mjs';
 import { getInvocation, invocationRow, tag, FAST_RETRY, ALWAYS_SUSPEND, crashAndRestart } from '../services/invocation-helpers.mjs';
 import { base58 } from '../../dist/endpoint/identity.js';
 
-/** Restate's suite configurations (its "timers mostly on disk" waits for bounded timers, P11). */
+/** Restate's suite configurations. */
 export const CONFIGS = {
   default: {},
   'always-suspending': ALWAYS_SUSPEND,
   'lazy-state': { KEEL_WORKER__INVOKER__DISABLE_EAGER_STATE: 'true' },
   'single-partition': { KEEL_WORKER__PARTITIONS: '1' },
+  // One timer per partition in memory: the others are read from the store as it fires.
+  'timers-on-disk': { KEEL_WORKER__NUM_TIMERS_IN_MEMORY_LIMIT: '1' },
   // Discovered over HTTP/1.1, the SDKs that serve it announce request-response: every suspension
   // point ends the request and the next attempt replays the journal.
   'http1.1': {},
@@ -106,7 +108,7 @@ export const BEHAVIOURS = [
     await eventually(async () => (await call(c, `/Counter/${key}/get`)).body === 5);
     t.pass('the sent invocation ran');
   }],
-  ['delayed sends', ['default', 'always-suspending'], async (t, c) => {
+  ['delayed sends', ['default', 'always-suspending', 'timers-on-disk'], async (t, c) => {
     const key = tag('delayed');
     const started = Date.now();
     await ok(t, c, '/Proxy/send', { ...counterReq(key, 'add', 1), delayMs: 1500 });
@@ -140,7 +142,7 @@ export const BEHAVIOURS = [
     await eventually(async () => (await call(c, `/ListObject/${key}/get`)).body.length === 10);
     t.same(await ok(t, c, `/ListObject/${key}/get`), reqs.map((_, i) => String(i)), 'calls and sends to one key run in the order issued');
   }],
-  ['sleeps', ['default', 'always-suspending', 'http1.1'], async (t, c) => {
+  ['sleeps', ['default', 'always-suspending', 'http1.1', 'timers-on-disk'], async (t, c) => {
     const started = Date.now();
     await ok(t, c, '/Sleeper/sleepMany', [400, 100, 300, 200, 500]);
     const took = Date.now() - started;
@@ -148,7 +150,7 @@ export const BEHAVIOURS = [
     const many = await Promise.all(Array.from({ length: 20 }, (_, i) => call(c, '/Sleeper/sleep', { ms: 200 + i * 10 })));
     t.same(many.map((r) => r.status), many.map(() => 200), '20 invocations sleeping at once all wake');
   }],
-  ['sleep across failures', ['default', 'always-suspending', 'http1.1'], async (t, c) => {
+  ['sleep across failures', ['default', 'always-suspending', 'http1.1', 'timers-on-disk'], async (t, c) => {
     const tg = tag('sleepfail');
     const started = Date.now();
     const id = await send(c, '/Sleeper/sleep', { ms: 1500, tag: tg });
@@ -160,7 +162,7 @@ export const BEHAVIOURS = [
     t.equal(c.ep.recorded(`${tg}:before`).length, 1, 'the step before the sleep ran once across the endpoint SIGKILL');
     t.equal(c.ep.recorded(`${tg}:after`).length, 1);
   }],
-  ['combinators', ['default', 'always-suspending', 'http1.1'], async (t, c) => {
+  ['combinators', ['default', 'always-suspending', 'http1.1', 'timers-on-disk'], async (t, c) => {
     t.equal(await ok(t, c, '/Awaiter/awakeable', { key: tag('any'), timeoutMs: 200 }), 'timeout', 'any(awakeable, timer): the timer');
     const key = tag('any2');
     const id = await send(c, '/Awaiter/awakeable', { key, timeoutMs: 20_000 });
@@ -300,7 +302,7 @@ export const BEHAVIOURS = [
     t.equal(await ok(t, c, `/Signup/${wf}/status`), 'approved', 'shared handlers read state after the run');
     t.equal(c.ep.recorded(`${wf}:create`).length, 1, 'the run step ran once');
   }],
-  ['Keel killed mid-invocation', ['default', 'always-suspending'], async (t, c) => {
+  ['Keel killed mid-invocation', ['default', 'always-suspending', 'timers-on-disk'], async (t, c) => {
     const key = tag('crash');
     t.equal(await ok(t, c, `/Counter/${key}/add`, 40), 40);
     const tg = tag('sleepcrash');
