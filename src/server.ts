@@ -12,6 +12,7 @@ import { RequestSigner } from './endpoint/identity.js';
 import { Registry } from './metadata/registry.js';
 import { Worker } from './partition/worker.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
+import { upgradeWorkerStore } from './storage/upgrade.js';
 import { openWorkerStore, type Db } from './storage/store.js';
 import { SubscriptionManager } from './subscriptions/manager.js';
 import { directorySize_bytes } from './telemetry/disk.js';
@@ -49,7 +50,7 @@ export class KeelServer {
     const phase = (name: string) => (phases_ms[name] = Math.round(performance.now()));
     // The store opens (after a crash, LevelDB replays its write-ahead log on the thread pool)
     // while the registry opens and the routes are built; the partitions load once it is open.
-    const opening = openWorkerStore(config.worker.storage_db.path);
+    const opening = openWorkerStore(config.worker.storage_db.path, { block_cache_bytes: config.worker.storage_db.block_cache_size_bytes, upgrade: upgradeWorkerStore });
     opening.catch(() => {}); // awaited below, or closed when the start fails before that
     let db: Db | undefined;
     let registry: Registry | undefined;

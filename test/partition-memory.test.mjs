@@ -97,3 +97,49 @@ t.test('a status read while its batch is being written sees the batch, not the s
   state.writesDurable();
   t.equal(state.status(id.text), undefined, 'gone once written');
 });
+
+t.test('object state read back from the store (a cache too small for one object) folds exactly as with everything cached', async (t) => {
+  const { partition: fixture, objectInvoke, objectId, append, ended, MessageType, Outcome, encode, pb } = await import('./helpers/fold.mjs');
+  const id = objectId('Obj', 'k');
+  const run = (cacheBytes) => {
+    const p = fixture(0, cacheBytes);
+    const notes = [];
+    const writes = [];
+    const apply = (cmd) => {
+      const actions = p.apply(cmd);
+      for (const a of actions) if (a.kind === 'forward') notes.push(Buffer.from(a.payload).toString('base64'));
+    };
+    const originalTake = p.state.takeWrites.bind(p.state);
+    p.state.takeWrites = () => {
+      const w = originalTake();
+      writes.push(...w.map(([k, v]) => [k, v === null ? null : Buffer.from(v).toString('base64')]));
+      return w;
+    };
+    apply(objectInvoke(id, 'k'));
+    const set = (key, value) => apply(append(id, 0, MessageType.SetStateCommand, encode(pb.SetState, { key: Buffer.from(key), value: { content: Buffer.from(value) } })));
+    const getLazy = (key, cid) => apply(append(id, 0, MessageType.GetLazyStateCommand, encode(pb.GetLazyState, { key: Buffer.from(key), result_completion_id: cid })));
+    for (let i = 0; i < 10; i++) set(`key${i % 7}`, `value ${i} ${'x'.repeat(i * 10)}`);
+    // What an attempt's start does for its eager state: the whole object, cached when it fits.
+    p.state.stateOf('Obj/k');
+    for (let i = 10; i < 20; i++) set(`key${i % 7}`, `value ${i} ${'x'.repeat(i * 10)}`);
+    const use = p.state.stateCacheUse();
+    getLazy('key3', 1);
+    getLazy('missing', 2);
+    apply(append(id, 0, MessageType.GetLazyStateKeysCommand, encode(pb.GetLazyStateKeys, { result_completion_id: 3 })));
+    apply(append(id, 0, MessageType.ClearStateCommand, encode(pb.ClearState, { key: Buffer.from('key1') })));
+    apply(append(id, 0, MessageType.GetLazyStateKeysCommand, encode(pb.GetLazyStateKeys, { result_completion_id: 4 })));
+    apply(append(id, 0, MessageType.ClearAllStateCommand, encode(pb.ClearAllState, {})));
+    apply(append(id, 0, MessageType.GetLazyStateKeysCommand, encode(pb.GetLazyStateKeys, { result_completion_id: 5 })));
+    set('after', 'clear');
+    apply(ended(id, 0, Outcome.SUSPENDED ?? 1));
+    return { writes, notes, use, keys: p.state.stateKeys('Obj/k'), journal: p.journal(id).map((e) => [e.type, Buffer.from(e.payload).toString('base64')]) };
+  };
+  const cached = run(undefined);
+  const tiny = run(1);
+  t.equal(tiny.use.objects, 0, 'nothing fits the tiny cache: every read went to the store');
+  t.ok(cached.use.objects >= 1, 'the default cache held the object');
+  t.same(tiny.journal, cached.journal, 'the same completions (values, missing key, key lists)');
+  t.same(tiny.writes, cached.writes, 'the same store writes, byte for byte');
+  t.same(tiny.keys, [Buffer.from('after').toString('base64url')]);
+  t.ok(cached.journal.length >= 25);
+});

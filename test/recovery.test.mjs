@@ -155,3 +155,32 @@ t.test('a partition with 300,000 outbox entries opens, and recovery delivers the
   t.equal(seqs.length, N);
   t.ok(seqs.every((s, i) => s === i + 1), 'in sequence order');
 });
+
+t.test('a store of format 2 is upgraded at open: the state-keys index is built from the state table', async (t) => {
+  const fs = await import('node:fs');
+  const os = await import('node:os');
+  const { stateTable } = await import('../dist/storage/tables/state.js');
+  const { stateKeysTable } = await import('../dist/storage/tables/state-keys.js');
+  const { upgradeWorkerStore } = await import('../dist/storage/upgrade.js');
+  const { PartitionState } = await import('../dist/partition/state.js');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'keel-upgrade-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  let db = await openWorkerStore(dir);
+  const b64 = (s) => Buffer.from(s).toString('base64url');
+  for (const [p, obj, key] of [[0, 'Obj/a', 'x'], [0, 'Obj/a', 'y'], [0, 'Obj/b', 'z'], [2, 'Other/c', 'w']]) {
+    await db.put(stateTable.key(p, obj, b64(key)), Buffer.from(`"${key}"`));
+  }
+  // Partition 1 has no keys at all (never used): partition 2 is found all the same.
+  await db.close();
+  fs.writeFileSync(path.join(dir, 'KEEL_STORAGE_VERSION'), '2\n');
+  await t.rejects(openWorkerStore(dir), /RT0009|format version '2'/, 'refused without an upgrade');
+  db = await openWorkerStore(dir, { upgrade: upgradeWorkerStore });
+  t.teardown(() => db.close());
+  t.equal(fs.readFileSync(path.join(dir, 'KEEL_STORAGE_VERSION'), 'utf8').trim(), '3');
+  t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(0, 'Obj/a'))), [b64('x'), b64('y')]);
+  t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(0, 'Obj/b'))), [b64('z')]);
+  t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(2, 'Other/c'))), [b64('w')]);
+  const state = new PartitionState(0, 1);
+  state.loader = (key) => db.getSync(key);
+  t.same([...state.stateOf('Obj/a').keys()], [b64('x'), b64('y')], 'read through the index with no cache');
+});

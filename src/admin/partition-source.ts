@@ -43,11 +43,10 @@ export class WorkerIntrospection implements IntrospectionSource {
   }
 
   async *state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer }> {
-    for (const p of this.worker.processors) {
-      for (const [objectKey, entries] of p.state.objectState) {
-        const { service, key } = splitObjectKey(objectKey);
-        for (const [k, value] of entries) yield { service, key, state_key: Buffer.from(k, 'base64url').toString('utf8'), value };
-      }
+    // From the store: memory holds only the most recently used objects.
+    for await (const [objectKey, k, value] of this.worker.storedState()) {
+      const { service, key } = splitObjectKey(objectKey);
+      yield { service, key, state_key: Buffer.from(k, 'base64url').toString('utf8'), value };
     }
   }
 

@@ -69,7 +69,15 @@ export interface Config {
   meta: { storage_path: string };
   worker: {
     partitions: number;
-    storage_db: { path: string; fsync: boolean; log_retained_records: number };
+    storage_db: {
+      path: string;
+      fsync: boolean;
+      log_retained_records: number;
+      /** Object state kept in memory, all partitions together (split evenly); the rest is read from the store. */
+      state_cache_size_bytes: number;
+      /** The store's own cache of uncompressed blocks (LevelDB's block cache). */
+      block_cache_size_bytes: number;
+    };
     invoker: {
       inactivity_timeout_ms: number;
       abort_timeout_ms: number;
@@ -131,6 +139,8 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'worker.storage_db.path', kind: 'string', dflt: undefined },
   { path: 'worker.storage_db.fsync', kind: 'bool', dflt: true },
   { path: 'worker.storage_db.log_retained_records', kind: 'count', dflt: 100_000 },
+  { path: 'worker.storage_db.state_cache_size', kind: 'size', dflt: 128 * 1024 * 1024 },
+  { path: 'worker.storage_db.block_cache_size', kind: 'size', dflt: 64 * 1024 * 1024 },
   { path: 'worker.invoker.inactivity_timeout', kind: 'timeout', dflt: 60_000 },
   { path: 'worker.invoker.abort_timeout', kind: 'timeout', dflt: 600_000 },
   { path: 'worker.invoker.message_size_limit', kind: 'size', dflt: 32 * 1024 * 1024 },
@@ -436,7 +446,13 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
     meta: { storage_path: v<string | undefined>('meta.storage_path') ?? join(baseDir, 'meta') },
     worker: {
       partitions: v<number>('worker.partitions'),
-      storage_db: { path: v<string | undefined>('worker.storage_db.path') ?? join(baseDir, 'worker'), fsync: v<boolean>('worker.storage_db.fsync'), log_retained_records: v<number>('worker.storage_db.log_retained_records') },
+      storage_db: {
+        path: v<string | undefined>('worker.storage_db.path') ?? join(baseDir, 'worker'),
+        fsync: v<boolean>('worker.storage_db.fsync'),
+        log_retained_records: v<number>('worker.storage_db.log_retained_records'),
+        state_cache_size_bytes: v<number>('worker.storage_db.state_cache_size'),
+        block_cache_size_bytes: v<number>('worker.storage_db.block_cache_size'),
+      },
       invoker: {
         inactivity_timeout_ms: v<number>('worker.invoker.inactivity_timeout'),
         abort_timeout_ms: v<number>('worker.invoker.abort_timeout'),

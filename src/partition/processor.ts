@@ -110,6 +110,8 @@ export class PartitionProcessor implements AttemptHost {
       effects: Effects;
       owns?: (partitionKey: bigint) => boolean;
       max_live_invocations?: number;
+      /** Bytes of object state this partition keeps in memory (PartitionState's default when unset). */
+      state_cache_bytes?: number;
       /** 0 (the default here): every record is kept. */
       log_retained_records?: number;
       logger: Logger;
@@ -119,7 +121,7 @@ export class PartitionProcessor implements AttemptHost {
     },
   ): Promise<PartitionProcessor> {
     const log = await EmbeddedLog.open(db, partition, writer, options.log_retained_records ?? 0);
-    const state = await loadState(db, partition);
+    const state = await loadState(db, partition, options.state_cache_bytes);
     const maxLive = options.max_live_invocations ?? MAX_LIVE_INVOCATIONS_PER_PARTITION;
     const metrics = (options.metrics ?? new KeelMetrics()).partition(partition);
     return new PartitionProcessor(partition, log, state, options.fsync, options.effects, options.owns ?? (() => true), maxLive, options.logger.child({ partition }), metrics, options.observe);

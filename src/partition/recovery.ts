@@ -8,18 +8,17 @@ import { liveTable } from '../storage/tables/live.js';
 import { locksTable } from '../storage/tables/locks.js';
 import { outboxTable } from '../storage/tables/outbox.js';
 import { promisesTable } from '../storage/tables/promises.js';
-import { stateTable } from '../storage/tables/state.js';
 import { positionName, subscriptionPositionsTable } from '../storage/tables/subscription-positions.js';
 import { timersTable } from '../storage/tables/timers.js';
 import { PartitionState, type Action } from './state.js';
 
 /**
- * Loads a partition's materialised state from the store: everything but completed invocations
- * (the fold reads those back when it needs one) and journals (read when first used). Checks what
- * it reads against itself.
+ * Loads what a partition needs in memory from the store: its live invocations, locks, inboxes,
+ * promises, outbox and counters. Completed invocations, journals and object state are read
+ * when the fold needs them; timers by the worker's TimerWindow. Checks what it reads against itself.
  */
-export async function loadState(db: Db, partition: number): Promise<PartitionState> {
-  const state = new PartitionState(partition);
+export async function loadState(db: Db, partition: number, state_cache_bytes?: number): Promise<PartitionState> {
+  const state = new PartitionState(partition, state_cache_bytes);
   state.loader = (key) => db.getSync(key);
   for await (const id of liveTable.scan(db, partition)) {
     const raw = db.getSync(invocationsTable.key(partition, id));
@@ -38,11 +37,6 @@ export async function loadState(db: Db, partition: number): Promise<PartitionSta
     assert(q.length === 0 || q[q.length - 1]!.seq < entry.seq, () => `partition ${partition}: inbox of ${objectKey} out of order at ${entry.seq}`);
     q.push(entry);
     state.inboxes.set(objectKey, q);
-  }
-  for await (const [objectKey, stateKey, value] of stateTable.scan(db, partition)) {
-    const m = state.objectState.get(objectKey) ?? new Map<string, Buffer>();
-    m.set(stateKey, value);
-    state.objectState.set(objectKey, m);
   }
   for await (const [key, promise] of promisesTable.scan(db, partition)) state.promises.set(key, promise);
   // In sequence order (zero-padded keys), which the map keeps: delivery follows it.

@@ -1,3 +1,4 @@
+import { LRUCache } from 'lru-cache';
 import { assert } from '../common/assert.js';
 import type { StateWrite } from '../storage/store.js';
 import { dedupTable } from '../storage/tables/dedup.js';
@@ -11,6 +12,7 @@ import { locksTable } from '../storage/tables/locks.js';
 import { outboxTable, type OutboxEntry } from '../storage/tables/outbox.js';
 import { promisesTable, type PromiseState } from '../storage/tables/promises.js';
 import { stateTable } from '../storage/tables/state.js';
+import { stateKeysTable } from '../storage/tables/state-keys.js';
 import { positionName, subscriptionPositionsTable, type SubscriptionPosition } from '../storage/tables/subscription-positions.js';
 import { timersTable, type Timer } from '../storage/tables/timers.js';
 
@@ -38,6 +40,10 @@ export type Action =
 
 /** Completed invocations kept in memory; older ones are read back from the store when needed. */
 export const COMPLETED_IN_MEMORY = 10_000;
+/** Bytes of object state a partition keeps in memory by default (worker.storage_db.state_cache_size). */
+export const DEFAULT_STATE_CACHE_BYTES = 32 * 1024 * 1024;
+/** What a cached state entry costs beyond its key and value bytes (Map slot, Buffer header). */
+const STATE_ENTRY_OVERHEAD_BYTES = 96;
 
 /**
  * The state of one partition, in memory, written through to the store. Folds change it only
@@ -59,8 +65,11 @@ export class PartitionState {
   readonly locks = new Map<string, string>();
   /** Key → invocations waiting for the lock, in arrival order, with their inbox sequence. */
   readonly inboxes = new Map<string, InboxEntry[]>();
-  /** Key → state entries (state key as base64url → value). */
-  readonly objectState = new Map<string, Map<string, Buffer>>();
+  /**
+   * Object key → its whole state (state key as base64url → value), for the most recently used
+   * objects, bounded in bytes; the store holds every object (`statekeys` lists an object's keys).
+   */
+  private readonly stateCache: LRUCache<string, Map<string, Buffer>>;
   /** `svc/key/name` → workflow promise. */
   readonly promises = new Map<string, PromiseState>();
   readonly outbox = new Map<number, OutboxEntry>();
@@ -84,7 +93,24 @@ export class PartitionState {
    */
   private unflushed = new Map<string, Buffer | null>();
 
-  constructor(readonly partition: number) {}
+  constructor(
+    readonly partition: number,
+    state_cache_bytes = DEFAULT_STATE_CACHE_BYTES,
+  ) {
+    assert(state_cache_bytes > 0, () => `a state cache of ${state_cache_bytes} bytes`);
+    this.stateCache = new LRUCache({ maxSize: state_cache_bytes, sizeCalculation: stateBytes });
+  }
+
+  /** Objects whose state is in memory now, and its bytes (bounded by the cache size). */
+  stateCacheUse(): { objects: number; bytes: number } {
+    return { objects: this.stateCache.size, bytes: this.stateCache.calculatedSize };
+  }
+
+  /** A key as this batch leaves the store: its writes, the batch in flight, then the store. */
+  private read(key: string): Buffer | undefined {
+    const raw = this.writes.has(key) ? this.writes.get(key) : this.unflushed.has(key) ? this.unflushed.get(key) : this.loader?.(key);
+    return raw ?? undefined;
+  }
 
   /**
    * The status of `id`, from memory or else from the store. Both give the same content, so the
@@ -244,27 +270,55 @@ export class PartitionState {
     this.writes.set(inboxTable.key(this.partition, objectKey, e!.seq), null);
   }
 
+  /** The whole state of an object (read from the store when not cached; then cached). */
   stateOf(objectKey: string): ReadonlyMap<string, Buffer> {
-    return this.objectState.get(objectKey) ?? new Map();
+    const cached = this.stateCache.get(objectKey);
+    if (cached !== undefined) return cached;
+    const m = new Map<string, Buffer>();
+    for (const k of this.stateKeys(objectKey)) {
+      const value = this.read(stateTable.key(this.partition, objectKey, k));
+      assert(value !== undefined, () => `partition ${this.partition}: ${objectKey} lists state key ${k}, which is not stored`);
+      m.set(k, value);
+    }
+    if (m.size > 0) this.stateCache.set(objectKey, m);
+    return m;
+  }
+
+  /** An object's state keys (base64url), sorted. */
+  stateKeys(objectKey: string): string[] {
+    const cached = this.stateCache.get(objectKey);
+    if (cached !== undefined) return [...cached.keys()].sort();
+    const raw = this.read(stateKeysTable.key(this.partition, objectKey));
+    return raw === undefined ? [] : stateKeysTable.decode(raw);
+  }
+
+  /** One state value: one store read when the object is not cached. */
+  stateValue(objectKey: string, stateKey: string): Buffer | undefined {
+    const cached = this.stateCache.get(objectKey);
+    if (cached !== undefined) return cached.get(stateKey);
+    return this.read(stateTable.key(this.partition, objectKey, stateKey));
   }
 
   setState(objectKey: string, stateKey: string, value: Buffer | null): void {
-    let m = this.objectState.get(objectKey);
-    if (value === null) {
-      m?.delete(stateKey);
-      if (m?.size === 0) this.objectState.delete(objectKey);
-    } else {
-      if (m === undefined) {
-        m = new Map();
-        this.objectState.set(objectKey, m);
-      }
-      m.set(stateKey, value);
+    const cached = this.stateCache.get(objectKey);
+    const keys = cached !== undefined ? [...cached.keys()].sort() : this.stateKeys(objectKey);
+    const had = keys.includes(stateKey);
+    if (value === null ? had : !had) {
+      const next = value === null ? keys.filter((k) => k !== stateKey) : [...keys, stateKey].sort();
+      this.writes.set(stateKeysTable.key(this.partition, objectKey), next.length > 0 ? stateKeysTable.encode(next) : null);
+    }
+    if (cached !== undefined) {
+      if (value === null) cached.delete(stateKey);
+      else cached.set(stateKey, value);
+      // Set again: the cache sizes an entry when it is set.
+      if (cached.size === 0) this.stateCache.delete(objectKey);
+      else this.stateCache.set(objectKey, cached);
     }
     this.writes.set(stateTable.key(this.partition, objectKey, stateKey), value);
   }
 
   clearState(objectKey: string): void {
-    for (const k of [...this.stateOf(objectKey).keys()]) this.setState(objectKey, k, null);
+    for (const k of this.stateKeys(objectKey)) this.setState(objectKey, k, null);
   }
 
   putPromise(key: string, p: PromiseState): void {
@@ -357,4 +411,10 @@ export class PartitionState {
     this.writes = new Map();
     this.unflushed = new Map();
   }
+}
+
+function stateBytes(m: Map<string, Buffer>, objectKey: string): number {
+  let bytes = objectKey.length + STATE_ENTRY_OVERHEAD_BYTES;
+  for (const [k, v] of m) bytes += k.length + v.length + STATE_ENTRY_OVERHEAD_BYTES;
+  return bytes;
 }

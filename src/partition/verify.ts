@@ -8,14 +8,15 @@ import { PartitionState } from './state.js';
 /**
  * Folds a partition's whole log into fresh state and compares every state key with the
  * store. Returns the keys that differ (empty when the materialised state is exactly the fold).
- * Throws when the log no longer starts at position 1.
+ * Throws when the log no longer starts at position 1. `state_cache_bytes`: the object state the
+ * rebuild keeps in memory (a tiny one reads every object back from what it rebuilt).
  */
-export async function verifyPartition(db: Db, partition: number): Promise<string[]> {
+export async function verifyPartition(db: Db, partition: number, state_cache_bytes?: number): Promise<string[]> {
   const log = await EmbeddedLog.open(db, partition);
   const first = await log.first_position();
   // A rebuild needs every record: a trimmed log cannot be checked (and saying "equal" would lie).
   if (first > 1) throw new Error(`partition ${partition}: the log is trimmed before position ${first} (worker.storage_db.log_retained_records); it cannot be rebuilt from position 1`);
-  const fresh = new PartitionState(partition);
+  const fresh = new PartitionState(partition, state_cache_bytes);
   const rebuilt = new Map<string, Buffer>();
   fresh.loader = (key) => rebuilt.get(key);
   for await (const [, record] of log.read(1)) {

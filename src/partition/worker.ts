@@ -10,6 +10,7 @@ import { tablePrefix } from '../storage/keys.js';
 import { expiryTable } from '../storage/tables/expiry.js';
 import { INVOCATIONS_TABLE, invocationsTable } from '../storage/tables/invocations.js';
 import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
+import { stateTable } from '../storage/tables/state.js';
 import { standaloneTelemetry, type CompletionOutcome, type Telemetry } from '../telemetry/index.js';
 import { KILLED_FAILURE } from './fold/manage.js';
 import { PartitionProcessor, type AttemptHost, type Effects, type PartitionFailure } from './processor.js';
@@ -86,6 +87,7 @@ export class Worker implements Effects {
     const options = {
       fsync: this.config.worker.storage_db.fsync,
       log_retained_records: this.config.worker.storage_db.log_retained_records,
+      state_cache_bytes: Math.max(1, Math.floor(this.config.worker.storage_db.state_cache_size_bytes / this.config.worker.partitions)),
       effects: this,
       logger: this.logger,
       metrics: this.telemetry.metrics,
@@ -242,6 +244,11 @@ export class Worker implements Effects {
   /** The stored journal of an invocation (completed ones included, until their retention ends). */
   readJournal(id: InvocationId): Promise<JournalEntry[]> {
     return journalTable.read(this.db!, this.processorFor(id).partition, id.text);
+  }
+
+  /** Every object's state as stored (what durable batches wrote), partition by partition. */
+  async *storedState(): AsyncGenerator<[objectKey: string, stateKey: string, value: Buffer]> {
+    for (const p of this.processors) yield* stateTable.scan(this.db!, p.partition);
   }
 
   /** One stored journal entry, or undefined once it is gone (journal retention). */

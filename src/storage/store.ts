@@ -5,8 +5,15 @@ import { KeelError } from '../errors/index.js';
 
 export type Db = ClassicLevel<string, Buffer>;
 
-/** 2: the `live` index of invocations that have not completed. */
-export const WORKER_FORMAT_VERSION = 2;
+/** 2: the `live` index of invocations that have not completed. 3: the `statekeys` index. */
+export const WORKER_FORMAT_VERSION = 3;
+
+export interface OpenOptions {
+  /** LevelDB's block cache (classic-level's default: 8 MiB). */
+  block_cache_bytes?: number;
+  /** Brings a store of an older format version to this one (storage/upgrade.ts); without it, such a store is refused. */
+  upgrade?: (db: Db, from: number) => Promise<void>;
+}
 const VERSION_FILE = 'KEEL_STORAGE_VERSION';
 
 /**
@@ -14,9 +21,10 @@ const VERSION_FILE = 'KEEL_STORAGE_VERSION';
  * the partition). A fresh directory gets a format version file; a non-empty one without it is
  * refused (RT0009), and so is a directory another process has open (RT0005).
  */
-export async function openWorkerStore(path: string): Promise<Db> {
+export async function openWorkerStore(path: string, options: OpenOptions = {}): Promise<Db> {
   mkdirSync(path, { recursive: true });
   const versionFile = join(path, VERSION_FILE);
+  let from: number | undefined;
   if (!existsSync(versionFile)) {
     if (readdirSync(path).length > 0) {
       throw new KeelError('RT0009', `worker storage ${path} is not empty but has no ${VERSION_FILE} file: wipe it or set another worker.storage_db.path`);
@@ -25,10 +33,27 @@ export async function openWorkerStore(path: string): Promise<Db> {
   } else {
     const version = readFileSync(versionFile, 'utf8').trim();
     if (version !== String(WORKER_FORMAT_VERSION)) {
-      throw new KeelError('RT0009', `worker storage ${path} has format version '${version}', this server reads version ${WORKER_FORMAT_VERSION}: use the server version that wrote it, wipe it or set another worker.storage_db.path`);
+      const upgradable = options.upgrade !== undefined && /^[0-9]+$/.test(version) && Number(version) >= 2 && Number(version) < WORKER_FORMAT_VERSION;
+      if (!upgradable) {
+        throw new KeelError('RT0009', `worker storage ${path} has format version '${version}', this server reads version ${WORKER_FORMAT_VERSION}: use the server version that wrote it, wipe it or set another worker.storage_db.path`);
+      }
+      from = Number(version);
     }
   }
-  const db: Db = new ClassicLevel<string, Buffer>(join(path, 'db'), { keyEncoding: 'utf8', valueEncoding: 'buffer' });
+  const db = await openLevel(path, options);
+  if (from !== undefined) {
+    await options.upgrade!(db, from);
+    writeFileSync(versionFile, `${WORKER_FORMAT_VERSION}\n`);
+  }
+  return db;
+}
+
+async function openLevel(path: string, options: OpenOptions): Promise<Db> {
+  const db: Db = new ClassicLevel<string, Buffer>(join(path, 'db'), {
+    keyEncoding: 'utf8',
+    valueEncoding: 'buffer',
+    ...(options.block_cache_bytes !== undefined ? { cacheSize: options.block_cache_bytes } : {}),
+  });
   try {
     await db.open();
   } catch (err) {

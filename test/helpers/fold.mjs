@@ -10,11 +10,12 @@ export { MessageType, Outcome, Then, TimerKind, ManageAction, encode, decode, pb
 
 /**
  * A partition whose writes land in a Map. `apply(cmd)` folds one command at the next
- * millisecond and returns the actions it asked for.
+ * millisecond and returns the actions it asked for. `stateCacheBytes`: the object state it
+ * keeps in memory (its default when undefined).
  */
-export function partition(number = 0) {
+export function partition(number = 0, stateCacheBytes = undefined) {
   const store = new Map();
-  const state = new PartitionState(number);
+  const state = new PartitionState(number, stateCacheBytes);
   state.loader = (key) => store.get(key);
   let now = 1_000_000;
   return {

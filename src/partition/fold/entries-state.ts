@@ -48,7 +48,7 @@ export const stateEntries: Array<[number, EntryRule]> = [
       check: read,
       apply(ctx: FoldContext, s, e) {
         const m = decode(pb.GetLazyState, e.payload);
-        const value = ctx.state.stateOf(objectKeyOf(s.service, s.key)).get(b64(m.key));
+        const value = ctx.state.stateValue(objectKeyOf(s.service, s.key), b64(m.key));
         const id = m.result_completion_id ?? 0;
         notify(ctx, s, notification(MessageType.GetLazyStateCompletion, { completion_id: id, ...(value === undefined ? { void: {} } : { value: { content: value } }) }), { completion: id });
       },
@@ -60,7 +60,7 @@ export const stateEntries: Array<[number, EntryRule]> = [
       check: read,
       apply(ctx: FoldContext, s, e) {
         const m = decode(pb.GetLazyStateKeys, e.payload);
-        const keys = [...ctx.state.stateOf(objectKeyOf(s.service, s.key)).keys()].sort().map((k) => Buffer.from(k, 'base64url'));
+        const keys = ctx.state.stateKeys(objectKeyOf(s.service, s.key)).map((k) => Buffer.from(k, 'base64url'));
         const id = m.result_completion_id ?? 0;
         notify(ctx, s, notification(MessageType.GetLazyStateKeysCompletion, { completion_id: id, state_keys: { keys } }), { completion: id });
       },
