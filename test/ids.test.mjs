@@ -58,3 +58,19 @@ t.test('ids remembered by bytes: two ids that share the bytes the memo is keyed 
   t.equal(InvocationId.fromBytes(a).text, reference(a), 'the first again, after the second took its memo slot');
   t.ok(InvocationId.fromBytes(Uint8Array.from(b)).bytes.equals(b), 'a Uint8Array view finds the same id');
 });
+
+t.test('awakeable ids decode with or without base64 padding (the Java SDK pads them)', async (t) => {
+  const { decodeAwakeableId } = await import('../dist/common/ids.js');
+  const id = InvocationId.random(randomPartitionKey());
+  const raw = Buffer.concat([Buffer.from(id.bytes), Buffer.from([0, 0, 0, 17])]);
+  const unpadded = `sign_1${raw.toString('base64url')}`;
+  const padded = `sign_1${raw.toString('base64').replaceAll('+', '-').replaceAll('/', '_')}`;
+  t.ok(padded.endsWith('='), `Java's form ends in padding: ${padded}`);
+  for (const text of [unpadded, padded]) {
+    const d = decodeAwakeableId(text);
+    t.equal(d?.invocation.text, id.text, text);
+    t.equal(d?.signalIndex, 17);
+  }
+  t.equal(decodeAwakeableId(`${unpadded}===`), undefined, 'three pad characters are not base64');
+  t.equal(decodeAwakeableId(`sign_1=${raw.toString('base64url')}`), undefined, 'padding only at the end');
+});

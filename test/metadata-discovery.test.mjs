@@ -105,7 +105,7 @@ t.test('META0013: bad discovery responses', async (t) => {
     { body: manifest({ services: [{ name: 'X', ty: 'ACTOR', handlers: [] }] }), re: /ty/ },
     { body: manifest({ services: [{ name: '1bad', ty: 'SERVICE', handlers: [] }] }), re: /service name/ },
     { body: manifest({ services: [{ name: 'Ok', ty: 'SERVICE', handlers: [{ name: 'has-dash' }] }] }), re: /handler name/ },
-    { body: manifest({ services: [{ name: 'Ok', ty: 'SERVICE', handlers: [{ name: 'h', ty: 'SHARED' }] }] }), re: /plain service/ },
+    { body: manifest({ services: [{ name: 'Ok', ty: 'SERVICE', handlers: [{ name: 'h', ty: 'EXCLUSIVE' }] }] }), re: /plain service can only be SHARED/ },
     { body: manifest({ minProtocolVersion: undefined }), re: /ProtocolVersion/ },
     { body: manifest({ services: [{ name: 'Ok', ty: 'SERVICE', handlers: [{ name: 'h', inactivityTimeout: 'soon' }] }] }), re: /inactivityTimeout/ },
   ];
@@ -113,6 +113,21 @@ t.test('META0013: bad discovery responses', async (t) => {
     const raw = await serveRawH1(t, c.contentType === undefined ? { body: c.body } : { contentType: c.contentType, body: c.body });
     await rejectsCode(t, discover({ uri: raw.uri, use_http_11: true }), 'META0013', c.re);
   }
+});
+
+t.test('handler types as Restate maps them: SHARED on a plain service (the Java SDK sends it) is no type; a workflow handler without one is SHARED', async (t) => {
+  const raw = await serveRawH1(t, {
+    contentType: 'application/vnd.restate.endpointmanifest.v4+json',
+    body: manifest({
+      services: [
+        { name: 'Svc', ty: 'SERVICE', handlers: [{ name: 'a', ty: 'SHARED' }, { name: 'b' }] },
+        { name: 'Flow', ty: 'WORKFLOW', handlers: [{ name: 'run', ty: 'WORKFLOW' }, { name: 'peek' }] },
+      ],
+    }),
+  });
+  const d = await discover({ uri: raw.uri, use_http_11: true });
+  t.same(d.services[0].handlers.map((h) => h.ty), [undefined, undefined]);
+  t.same(d.services[1].handlers.map((h) => h.ty), ['Workflow', 'Shared']);
 });
 
 t.test('manifest fields: defaults, retention, retry policy, private, metadata', async (t) => {

@@ -194,7 +194,8 @@ export function deterministicUuid(...parts: string[]): Buffer {
  * `sign_1…` since protocol v5, `prom_1…` before.
  */
 export function decodeAwakeableId(text: string): { invocation: InvocationId; signalIndex: number } | undefined {
-  const m = /^(sign|prom)_1([A-Za-z0-9_-]+)$/.exec(text);
+  // With or without base64 padding: the Java SDK pads its ids, the others do not (Restate takes both).
+  const m = /^(sign|prom)_1([A-Za-z0-9_-]+)={0,2}$/.exec(text);
   if (!m) return undefined;
   const raw = Buffer.from(m[2]!, 'base64url');
   if (raw.length !== INVOCATION_ID_BYTES + 4) return undefined;

@@ -310,13 +310,16 @@ function parseHandler(h: unknown, serviceTy: ServiceType, servicePrivate: boolea
     ty = typeof h.ty === 'string' ? HANDLER_TY[h.ty] : undefined;
     if (!ty) throw bad(where, `handler '${name}' has an invalid ty ${JSON.stringify(h.ty)}`);
   }
+  // As Restate maps them: a plain service's handler may say SHARED (the Java SDK does) and has
+  // no type; a workflow handler without a type is SHARED.
   if (serviceTy === 'Service') {
-    if (ty !== undefined) throw bad(where, `handler '${name}' of a plain service must not have a ty`);
+    if (ty !== undefined && ty !== 'Shared') throw bad(where, `handler '${name}' of a plain service can only be SHARED or have no ty, not ${JSON.stringify(h.ty)}`);
+    ty = undefined;
   } else if (serviceTy === 'VirtualObject') {
     ty ??= 'Exclusive';
     if (ty === 'Workflow') throw bad(where, `handler '${name}' of a virtual object cannot be of type WORKFLOW`);
   } else {
-    ty ??= 'Workflow';
+    ty ??= 'Shared';
     if (ty === 'Exclusive') throw bad(where, `handler '${name}' of a workflow cannot be EXCLUSIVE`);
   }
   let input_content_type: string | undefined = '*/*';
