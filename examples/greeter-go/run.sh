@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the Greeter (cached outside the clone, in ${KEEL_SDK_CACHE:-$HOME/.cache/keel-sdks}/greeter-go/)
+# Builds the Greeter (cached outside the clone, in ${SDK_BUILD_CACHE:-$HOME/.cache/keel-sdks}/greeter-go/)
 # and runs it on $PORT (default 9080).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -11,7 +11,7 @@ export GOTOOLCHAIN=local
 have=$(go env GOVERSION 2>/dev/null) || fail "go env failed"
 have=${have#go}
 [[ $(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1) == "$need" ]] || fail "found $have"
-bin="${KEEL_SDK_CACHE:-$HOME/.cache/keel-sdks}/greeter-go/greeter"
+bin="${SDK_BUILD_CACHE:-$HOME/.cache/keel-sdks}/greeter-go/greeter"
 mkdir -p "$(dirname "$bin")"
 go build -buildvcs=false -o "$bin" .
 exec "$bin"

@@ -11,6 +11,6 @@ for tool in cargo rustc; do
   fi
 done
 # The target dir is the one the Rust SDK tests share, outside the clone: dependencies compile once.
-export CARGO_TARGET_DIR="${KEEL_SDK_CACHE:-$HOME/.cache/keel-sdks}/rust-target"
+export CARGO_TARGET_DIR="${SDK_BUILD_CACHE:-$HOME/.cache/keel-sdks}/rust-target"
 cargo build --release --locked --quiet
 exec "$CARGO_TARGET_DIR/release/keel-greeter-rust"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the Go SDK test services into ${KEEL_SDK_CACHE:-$HOME/.cache/keel-sdks}/go/, outside the clone.
+# Builds the Go SDK test services into ${SDK_BUILD_CACHE:-$HOME/.cache/keel-sdks}/go/, outside the clone.
 # Go's build cache makes a rebuild with nothing changed a quick no-op.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -11,6 +11,6 @@ export GOTOOLCHAIN=local
 have=$(go env GOVERSION 2>/dev/null) || fail "go env failed"
 have=${have#go}
 [[ $(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1) == "$need" ]] || fail "found $have"
-out="${KEEL_SDK_CACHE:-$HOME/.cache/keel-sdks}/go"
+out="${SDK_BUILD_CACHE:-$HOME/.cache/keel-sdks}/go"
 mkdir -p "$out"
 go build -buildvcs=false -o "$out/keel-sdk-go" .

@@ -1,3 +1,3 @@
 #!/usr/bin/env bash
 # exec: the process the caller spawned is the service, so its signals reach it.
-exec "${KEEL_SDK_CACHE:-$HOME/.cache/keel-sdks}/go/keel-sdk-go" "$@"
+exec "${SDK_BUILD_CACHE:-$HOME/.cache/keel-sdks}/go/keel-sdk-go" "$@"

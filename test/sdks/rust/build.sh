@@ -11,5 +11,5 @@ for tool in cargo rustc; do
     exit 1
   fi
 done
-export CARGO_TARGET_DIR="${KEEL_SDK_CACHE:-$HOME/.cache/keel-sdks}/rust-target"
+export CARGO_TARGET_DIR="${SDK_BUILD_CACHE:-$HOME/.cache/keel-sdks}/rust-target"
 cargo build --release --locked --quiet
