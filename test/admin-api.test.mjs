@@ -139,6 +139,7 @@ t.test('error bodies and statuses', async (t) => {
   const h1only = await serveH1(t, [greeter]);
   const e14 = await call('POST', '/v4/deployments', cliBody(h1only));
   t.equal(e14.json.restate_code, 'META0014');
+  t.equal(e14.status, 502, "the endpoint's answer is the problem: a bad gateway, not a fault of Keel");
   t.match(e14.json.message, /use-http1\.1/);
 
   const ep = await serveSwitchH2(t, [greeter]);

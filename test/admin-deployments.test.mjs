@@ -40,3 +40,16 @@ t.test('a superseded deployment with an unfinished invocation pinned to it is ke
   t.equal(removed.status, 202, 'removed once nothing unfinished is pinned to it');
   t.equal((await adminCall(keel, 'GET', `/deployments/${first.id}`)).status, 404);
 });
+
+t.test("registering Keel's own ingress, admin or SQL address is refused with 400 KEEL0007, not a protocol error", async (t) => {
+  const keel = await startKeel(t);
+  const pg = `http://localhost:${keel.pgsql.port}`;
+  for (const [uri, name] of [[keel.admin, 'admin'], [`${keel.ingress}/`, 'ingress'], [pg, 'SQL']]) {
+    const r = await adminCall(keel, 'POST', '/deployments', { uri });
+    t.equal(r.status, 400, `${name}: ${r.text}`);
+    t.equal(r.json.restate_code, 'KEEL0007');
+    t.match(r.json.message, new RegExp(`Keel's own ${name}`));
+  }
+  t.equal(keel.logLines('KEEL0007').length, 3, 'each logged with its code');
+  t.same(keel.logLines('RT0006'), [], 'nothing internal');
+});

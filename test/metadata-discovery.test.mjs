@@ -78,6 +78,7 @@ t.test('META0014: HTTP/1.1-only endpoint discovered over HTTP/2', async (t) => {
   const uri = await serveH1(t, [greeter]);
   const err = await rejectsCode(t, discover({ uri }), 'META0014', /use_http_11|--use-http1\.1/);
   t.match(err.message, uri.replace(/\/$/, ''));
+  t.equal(err.status, 502);
 });
 
 t.test('META0015: BIDI_STREAM over HTTP/1.1', async (t) => {
@@ -111,7 +112,8 @@ t.test('META0013: bad discovery responses', async (t) => {
   ];
   for (const c of cases) {
     const raw = await serveRawH1(t, c.contentType === undefined ? { body: c.body } : { contentType: c.contentType, body: c.body });
-    await rejectsCode(t, discover({ uri: raw.uri, use_http_11: true }), 'META0013', c.re);
+    const err = await rejectsCode(t, discover({ uri: raw.uri, use_http_11: true }), 'META0013', c.re);
+    t.equal(err.status, 502, 'a bad gateway');
   }
 });
 

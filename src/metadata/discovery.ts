@@ -54,13 +54,13 @@ function discoveryError(err: unknown, where: string): KeelError {
         'META0014',
         `error when calling '${where}' over HTTP/2: ${err.message}. The endpoint may only speak HTTP/1.1: ` +
           `register it with "use_http_11": true (restate CLI: --use-http1.1)`,
-        500,
+        undefined,
         { cause: err },
       );
     case 'invalid-request':
       return new KeelError('KEEL0002', `the discovery request to '${where}' cannot be sent: ${err.message} (check additional_headers)`, 400, { cause: err });
     case 'too-large':
-      return new KeelError('META0013', `bad discovery response from '${where}': ${err.message}`, 500, { cause: err });
+      return new KeelError('META0013', `bad discovery response from '${where}': ${err.message}`, undefined, { cause: err });
     case 'function-error':
       return new KeelError('META0003', `error when invoking '${where}' for discovery: ${err.message}. ${UNREACHABLE_REMEDY}`, 502, { cause: err });
     case 'unreachable':
@@ -90,6 +90,8 @@ export function discoverUrl(uri: string): URL {
 }
 
 export interface DiscoverOptions {
+  /** Keel's own listeners (`name`: ingress, admin, pgsql; `address`: host:port as bound): never a deployment. */
+  own?: ReadonlyArray<{ name: string; address: string }>;
   timeoutMs?: number;
   connectTimeoutMs?: number;
   /** Signs the discovery request (request identity v1). */
@@ -117,6 +119,7 @@ export async function discover(target: DiscoveryTarget, opts: DiscoverOptions = 
       res = await fetchLambda(arn, target.assume_role_arn, '/discover', request);
     } else {
       const url = discoverUrl(target.uri);
+      refuseOwnAddress(url, opts.own ?? []);
       [where, transport] = [url.toString(), target.use_http_11 ? 'HTTP/1.1' : 'HTTP/2.0'];
       res = await (target.use_http_11 ? fetchHttp1(url, request) : fetchHttp2(url, request));
     }
@@ -125,6 +128,26 @@ export async function discover(target: DiscoveryTarget, opts: DiscoverOptions = 
     throw discoveryError(err, target.arn !== undefined ? target.arn : discoverUrl(target.uri).toString());
   }
   return readManifest(res, where, transport);
+}
+
+const LOCAL_HOSTS = new Set(['localhost', '0.0.0.0', '[::]', '[::1]', '::1']);
+
+/**
+ * A URI that is one of Keel's own listeners is the caller's mistake (registering the admin port,
+ * say): refused with what it is, before Keel talks to itself and gets a protocol error back.
+ */
+function refuseOwnAddress(url: URL, own: ReadonlyArray<{ name: string; address: string }>): void {
+  const port = url.port !== '' ? url.port : url.protocol === 'https:' ? '443' : '80';
+  const host = url.hostname.toLowerCase();
+  const local = LOCAL_HOSTS.has(host) || /^127\.\d+\.\d+\.\d+$/.test(host);
+  for (const { name, address } of own) {
+    const cut = address.lastIndexOf(':');
+    const [boundHost, boundPort] = [address.slice(0, cut).toLowerCase(), address.slice(cut + 1)];
+    if (boundPort !== port) continue;
+    if (local || host === boundHost || (boundHost === '0.0.0.0' && host === '0.0.0.0')) {
+      throw new KeelError('KEEL0007', `invalid deployment uri '${url.origin}': it is Keel's own ${name} address (${address}); register the address your service endpoint listens on`, 400);
+    }
+  }
 }
 
 function readManifest(res: FetchResponse, where: string, transport: TransportName): DiscoveredEndpoint {
@@ -139,21 +162,20 @@ function readManifest(res: FetchResponse, where: string, transport: TransportNam
       'META0013',
       `bad discovery response from '${where}': unsupported content-type '${contentType || '(none)'}'; ` +
         `expected one of ${MANIFEST_ACCEPT}`,
-      500,
     );
   }
   let manifest: unknown;
   try {
     manifest = JSON.parse(res.body.toString('utf8'));
   } catch (err) {
-    throw new KeelError('META0013', `bad discovery response from '${where}': manifest is not JSON: ${(err as Error).message}`, 500);
+    throw new KeelError('META0013', `bad discovery response from '${where}': manifest is not JSON: ${(err as Error).message}`);
   }
   const sdk = res.headers['x-restate-server'];
   return parseManifest(manifest, { url: where, transport, sdk_version: sdk || undefined });
 }
 
 function bad(where: string, why: string): KeelError {
-  return new KeelError('META0013', `bad discovery response from '${where}': ${why}`, 500);
+  return new KeelError('META0013', `bad discovery response from '${where}': ${why}`);
 }
 
 const SERVICE_TY: Record<string, ServiceType> = { SERVICE: 'Service', VIRTUAL_OBJECT: 'VirtualObject', WORKFLOW: 'Workflow' };

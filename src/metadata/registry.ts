@@ -181,6 +181,11 @@ export class Registry {
   static async open(config: Config, logger: Logger, opts: RegistryOptions = {}): Promise<Registry> {
     const { log, records } = await MetaLog.open(config.meta.storage_path);
     const discoverOptions = {
+      own: [
+        { name: 'ingress', address: config.ingress.bind_address },
+        { name: 'admin', address: config.admin.bind_address },
+        { name: 'SQL (PostgreSQL wire)', address: config.admin.query_engine.pgsql_bind_address },
+      ],
       timeoutMs: opts.discoveryTimeoutMs ?? config.admin.discovery_timeout_ms,
       connectTimeoutMs: config.worker.invoker.connect_timeout_ms,
       ...(opts.signer !== undefined ? { signer: opts.signer } : {}),
