@@ -203,6 +203,19 @@ export const BEHAVIOURS = [
     await ok(t, c, '/Awaiter/resolve', { id: await heldId(c, k3), value: 'from a handler' });
     t.equal((await getInvocation(c.keel, id3)).body, 'from a handler', 'resolved from another handler');
   }],
+  ['named signals', ['default', 'always-suspending', 'http1.1'], async (t, c) => {
+    const id = await send(c, '/Signals/wait', { name: 'approved' });
+    // The signal may arrive before the handler awaits it: Keel keeps it for the invocation.
+    await ok(t, c, '/Signals/send', { id, name: 'approved', value: 'yes' });
+    const out = await getInvocation(c.keel, id);
+    t.same([out.status, out.body], [200, 'yes'], 'a signal resolved from another handler');
+    const id2 = await send(c, '/Signals/wait', { name: 'approved' });
+    await eventually(async () => (await invocationRow(c.keel, id2))?.status === (c.config === 'default' ? 'running' : 'suspended'));
+    await ok(t, c, '/Signals/reject', { id: id2, name: 'approved', reason: 'denied' });
+    const rej = await terminalOutcome(c, id2);
+    t.ok(rej.status >= 400, `a rejected signal fails the invocation (${rej.status})`);
+    t.match(rej.message, /denied/);
+  }],
   ['cancellation', ['default', 'always-suspending'], async (t, c) => {
     const key = tag('cancel');
     const id = await send(c, '/Awaiter/awakeable', { key });

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the Rust SDK test services. The target dir lives outside the clone and is shared by every
-# Rust crate here, so the SDK's dependency tree compiles once; a warm rebuild is a no-op check.
+# Builds the Rust SDK test services (or the crate in the directory given, as rust-v5/build.sh
+# does). The target dir lives outside the clone and is shared by every Rust crate here, so the
+# SDK's dependency tree compiles once; a warm rebuild is a no-op check.
 set -euo pipefail
-cd "$(dirname "$0")"
+cd "${1:-$(dirname "$0")}"
 need=1.90
 for tool in cargo rustc; do
   have=$("$tool" --version 2>/dev/null | awk '{print $2}') || have=

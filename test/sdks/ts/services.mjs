@@ -142,6 +142,15 @@ const awakeableHolder = restate.object({
   },
 });
 
+const signals = restate.service({
+  name: 'Signals',
+  handlers: {
+    wait: async (ctx, { name }) => ctx.signal(name),
+    send: async (ctx, { id, name, value }) => void ctx.invocation(id).signal(name).resolve(value),
+    reject: async (ctx, { id, name, reason }) => void ctx.invocation(id).signal(name).reject(reason),
+  },
+});
+
 const failing = restate.service({
   name: 'Failing',
   handlers: {
@@ -239,7 +248,7 @@ const signup = restate.workflow({
   },
 });
 
-const services = [counter, listObject, proxy, sleeper, awaiter, awakeableHolder, failing, runner, nonDeterministic, echo, signup];
+const services = [counter, listObject, proxy, sleeper, awaiter, awakeableHolder, signals, failing, runner, nonDeterministic, echo, signup];
 const identityKeys = process.env.IDENTITY_KEY ? [process.env.IDENTITY_KEY] : undefined;
 const handler = restate.createEndpointHandler({ services, ...(identityKeys ? { identityKeys } : {}) });
 // One port for HTTP/2 (prior knowledge) and HTTP/1.1, as the Python and Java SDKs serve: Node's
