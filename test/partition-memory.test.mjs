@@ -121,8 +121,9 @@ t.test('object state read back from the store (a cache too small for one object)
     for (let i = 0; i < 10; i++) set(`key${i % 7}`, `value ${i} ${'x'.repeat(i * 10)}`);
     // What an attempt's start does for its eager state: the whole object, cached when it fits.
     p.state.stateOf('Obj/k');
+    const loaded = p.state.stateCacheUse();
     for (let i = 10; i < 20; i++) set(`key${i % 7}`, `value ${i} ${'x'.repeat(i * 10)}`);
-    const use = p.state.stateCacheUse();
+    const use = { ...p.state.stateCacheUse(), grew: p.state.stateCacheUse().bytes - loaded.bytes };
     getLazy('key3', 1);
     getLazy('missing', 2);
     apply(append(id, 0, MessageType.GetLazyStateKeysCommand, encode(pb.GetLazyStateKeys, { result_completion_id: 3 })));
@@ -138,6 +139,7 @@ t.test('object state read back from the store (a cache too small for one object)
   const tiny = run(1);
   t.equal(tiny.use.objects, 0, 'nothing fits the tiny cache: every read went to the store');
   t.ok(cached.use.objects >= 1, 'the default cache held the object');
+  t.ok(cached.use.grew > 500, `the cache counts the bytes an object gains after it is cached (${cached.use.grew})`);
   t.same(tiny.journal, cached.journal, 'the same completions (values, missing key, key lists)');
   t.same(tiny.writes, cached.writes, 'the same store writes, byte for byte');
   t.same(tiny.keys, [Buffer.from('after').toString('base64url')]);

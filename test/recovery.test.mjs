@@ -147,7 +147,7 @@ t.test('a partition with 300,000 outbox entries opens, and recovery delivers the
     }
     await batch.write();
   }
-  await db.put(fsmTable.key(0), fsmTable.encode({ inbox_seq: 0, outbox_seq: N }));
+  await db.put(fsmTable.key(0), fsmTable.encode({ inbox_seq: 0, outbox_seq: N, timers: 0 }));
   // Before: Math.max(0, ...outbox.keys()) threw a RangeError (reported as a corrupt store).
   const state = await loadState(db, 0);
   t.equal(state.outbox.size, N);
@@ -170,7 +170,12 @@ t.test('a store of format 2 is upgraded at open: the state-keys index is built f
   for (const [p, obj, key] of [[0, 'Obj/a', 'x'], [0, 'Obj/a', 'y'], [0, 'Obj/b', 'z'], [2, 'Other/c', 'w']]) {
     await db.put(stateTable.key(p, obj, b64(key)), Buffer.from(`"${key}"`));
   }
-  // Partition 1 has no keys at all (never used): partition 2 is found all the same.
+  // Partition 1 has no keys at all (never used): partition 2 is found all the same, and so is 12
+  // (after 1, before 2 in key order). Two timers stored in partition 2, counted by the upgrade.
+  await db.put(stateTable.key(12, 'Obj/d', b64('v')), Buffer.from('"v"'));
+  await db.put('p2/s/timer/0000000000001000/inv_x/0.1', Buffer.alloc(0));
+  await db.put('p2/s/timer/0000000000002000/inv_y/0.1', Buffer.alloc(0));
+  await db.put('p2/s/counters', Buffer.from('{"inbox_seq":3,"outbox_seq":4}'));
   await db.close();
   fs.writeFileSync(path.join(dir, 'KEEL_STORAGE_VERSION'), '2\n');
   await t.rejects(openWorkerStore(dir), /RT0009|format version '2'/, 'refused without an upgrade');
@@ -180,6 +185,9 @@ t.test('a store of format 2 is upgraded at open: the state-keys index is built f
   t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(0, 'Obj/a'))), [b64('x'), b64('y')]);
   t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(0, 'Obj/b'))), [b64('z')]);
   t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(2, 'Other/c'))), [b64('w')]);
+  t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(12, 'Obj/d'))), [b64('v')], 'partition 12, found by seeking');
+  t.same(JSON.parse(await db.get('p2/s/counters')), { inbox_seq: 3, outbox_seq: 4, timers: 2 }, 'the timers counted into the counters');
+  t.same(JSON.parse(await db.get('p0/s/counters')), { inbox_seq: 0, outbox_seq: 0, timers: 0 });
   const state = new PartitionState(0, 1);
   state.loader = (key) => db.getSync(key);
   t.same([...state.stateOf('Obj/a').keys()], [b64('x'), b64('y')], 'read through the index with no cache');

@@ -109,7 +109,7 @@ export class WorkerIntrospection implements IntrospectionSource {
       for (const s of p.state.invocations.values()) invocations[s.status] = (invocations[s.status] ?? 0) + 1;
       let inboxed = 0;
       for (const q of p.state.inboxes.values()) inboxed += q.length;
-      return { partition: p.partition, ...p.info(), invocations, timers: p.state.counters.timers ?? 0, timers_in_memory: inMemory[p.partition] ?? 0, outbox: p.state.outbox.size, inboxed };
+      return { partition: p.partition, ...p.info(), invocations, timers: p.state.counters.timers, timers_in_memory: inMemory[p.partition] ?? 0, outbox: p.state.outbox.size, inboxed };
     });
   }
 

@@ -9,7 +9,6 @@ import { locksTable } from '../storage/tables/locks.js';
 import { outboxTable } from '../storage/tables/outbox.js';
 import { promisesTable } from '../storage/tables/promises.js';
 import { positionName, subscriptionPositionsTable } from '../storage/tables/subscription-positions.js';
-import { timersTable } from '../storage/tables/timers.js';
 import { PartitionState, type Action } from './state.js';
 
 /**
@@ -49,8 +48,8 @@ export async function loadState(db: Db, partition: number, state_cache_bytes?: n
   for await (const [source, seq] of dedupTable.scan(db, partition)) state.dedup.set(source, seq);
   for await (const p of subscriptionPositionsTable.scan(db, partition)) state.subscriptionPositions.set(positionName(p.subscription_id, p.topic, p.kafka_partition), p);
   state.counters = await fsmTable.read(db, partition);
-  // Timers are not loaded (the worker reads the next few); a store from before the count was kept is counted once.
-  state.counters.timers ??= await timersTable.count(db, partition);
+  // Timers are not loaded (the worker's TimerWindow reads the next few); the count comes with the counters.
+  assert(Number.isInteger(state.counters.timers) && state.counters.timers >= 0, () => `partition ${partition}: ${state.counters.timers} timers counted`);
   assert(highestOutbox <= state.counters.outbox_seq, () => `partition ${partition}: outbox entry ${highestOutbox} beyond the outbox counter ${state.counters.outbox_seq}`);
   for (const [objectKey, holder] of state.locks) {
     const s = state.invocations.get(holder);

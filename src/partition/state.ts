@@ -3,7 +3,7 @@ import { assert } from '../common/assert.js';
 import type { StateWrite } from '../storage/store.js';
 import { dedupTable } from '../storage/tables/dedup.js';
 import { expiryTable } from '../storage/tables/expiry.js';
-import { fsmTable, type Counters } from '../storage/tables/fsm.js';
+import { EMPTY_COUNTERS, fsmTable, type Counters } from '../storage/tables/fsm.js';
 import { inboxTable, type InboxEntry } from '../storage/tables/inbox.js';
 import { invocationsTable, type InvocationStatus } from '../storage/tables/invocations.js';
 import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
@@ -40,7 +40,7 @@ export type Action =
 
 /** Completed invocations kept in memory; older ones are read back from the store when needed. */
 export const COMPLETED_IN_MEMORY = 10_000;
-/** Bytes of object state a partition keeps in memory by default (worker.storage_db.state_cache_size). */
+/** Bytes of object state a partition keeps in memory when none is given (the server gives worker.storage_db.state_cache_size / partitions). */
 export const DEFAULT_STATE_CACHE_BYTES = 32 * 1024 * 1024;
 /** What a cached state entry costs beyond its key and value bytes (Map slot, Buffer header). */
 const STATE_ENTRY_OVERHEAD_BYTES = 96;
@@ -75,7 +75,7 @@ export class PartitionState {
   readonly outbox = new Map<number, OutboxEntry>();
   /** Source partition → last outbox sequence applied from it. */
   readonly dedup = new Map<number, number>();
-  counters: Counters = { inbox_seq: 0, outbox_seq: 0 };
+  counters: Counters = { ...EMPTY_COUNTERS };
   /** Where each (subscription, topic, Kafka partition) consumed here stands (see `positionName`). */
   readonly subscriptionPositions = new Map<string, SubscriptionPosition>();
   /**
@@ -301,24 +301,31 @@ export class PartitionState {
 
   setState(objectKey: string, stateKey: string, value: Buffer | null): void {
     const cached = this.stateCache.get(objectKey);
-    const keys = cached !== undefined ? [...cached.keys()].sort() : this.stateKeys(objectKey);
-    const had = keys.includes(stateKey);
+    const had = cached !== undefined ? cached.has(stateKey) : this.read(stateTable.key(this.partition, objectKey, stateKey)) !== undefined;
+    // The index changes only with the set of keys, not with their values.
     if (value === null ? had : !had) {
+      const keys = this.stateKeys(objectKey);
       const next = value === null ? keys.filter((k) => k !== stateKey) : [...keys, stateKey].sort();
       this.writes.set(stateKeysTable.key(this.partition, objectKey), next.length > 0 ? stateKeysTable.encode(next) : null);
     }
     if (cached !== undefined) {
+      // A copy: a value decoded from a message is a view that would keep the whole message alive.
       if (value === null) cached.delete(stateKey);
-      else cached.set(stateKey, value);
-      // Set again: the cache sizes an entry when it is set.
-      if (cached.size === 0) this.stateCache.delete(objectKey);
-      else this.stateCache.set(objectKey, cached);
+      else cached.set(stateKey, Buffer.from(value));
+      // lru-cache sizes an entry only when a different value is set: delete, then set.
+      this.stateCache.delete(objectKey);
+      if (cached.size > 0) this.stateCache.set(objectKey, cached);
     }
     this.writes.set(stateTable.key(this.partition, objectKey, stateKey), value);
   }
 
+  /** Clears every state key of an object: one index write, whatever the number of keys. */
   clearState(objectKey: string): void {
-    for (const k of this.stateKeys(objectKey)) this.setState(objectKey, k, null);
+    const keys = this.stateKeys(objectKey);
+    if (keys.length === 0) return;
+    for (const k of keys) this.writes.set(stateTable.key(this.partition, objectKey, k), null);
+    this.writes.set(stateKeysTable.key(this.partition, objectKey), null);
+    this.stateCache.delete(objectKey);
   }
 
   putPromise(key: string, p: PromiseState): void {
@@ -373,7 +380,7 @@ export class PartitionState {
     const key = timersTable.key(this.partition, t);
     if (this.stored(key)) return;
     this.writes.set(key, Buffer.alloc(0));
-    this.counters.timers = (this.counters.timers ?? 0) + 1;
+    this.counters.timers += 1;
     this.putCounters();
   }
 
@@ -381,7 +388,7 @@ export class PartitionState {
     const key = timersTable.key(this.partition, t);
     if (!this.stored(key)) return false;
     this.writes.set(key, null);
-    this.counters.timers = (this.counters.timers ?? 0) - 1;
+    this.counters.timers -= 1;
     assert(this.counters.timers >= 0, () => `partition ${this.partition}: ${this.counters.timers} timers stored`);
     this.putCounters();
     return true;

@@ -8,6 +8,8 @@ import { timersTable, type Timer } from '../storage/tables/timers.js';
 
 /** setTimeout takes at most a signed 32-bit delay; a later timer is armed again at that bound. */
 const MAX_TIMEOUT_MS = 2_147_483_647;
+/** A timer whose firing was refused, or a failed read of the store, is tried again after this. */
+const TIMER_RETRY_MS = 1_000;
 
 interface Armed {
   key: string;
@@ -44,7 +46,7 @@ export class TimerWindow {
     return this.window.length;
   }
 
-  /** Reads the first timers from the store and arms the earliest. */
+  /** Reads the first timers from the store and arms the earliest. Once only: after stop() a window stays stopped. */
   start(): void {
     this.refill();
   }
@@ -113,11 +115,26 @@ export class TimerWindow {
     let due = 0;
     while (due < this.window.length && this.window[due]!.timer.wake_up_ms <= now_ms) due++;
     // At most `limit`: the splice is bounded by the window, not by the timers stored.
-    for (const { timer } of this.window.splice(0, due)) {
-      // A timer fired twice (after a restart) or deleted meanwhile is ignored by the fold.
-      this.fire(timer).catch((err) => this.logger.error({ err, code: 'RT0006', partition: this.partition }, 'cannot append a timer command'));
-    }
+    for (const armed of this.window.splice(0, due)) this.fireOne(armed);
     this.arm();
+  }
+
+  /**
+   * Appends the timer's firing. A timer fired twice (after a restart) or deleted meanwhile is
+   * ignored by the fold. Refused (a full partition queue), it goes back into the window a second
+   * later: it is at or below `loadedThrough`, so no refill would read it again.
+   */
+  private fireOne(armed: Armed): void {
+    const retry = (err: unknown): void => {
+      if (this.stopped) return;
+      this.logger.warn({ err, code: (err as { code?: string })?.code ?? 'RT0006', partition: this.partition }, 'a timer could not fire; trying again in 1 s');
+      setTimeout(() => this.add(armed.timer), TIMER_RETRY_MS).unref();
+    };
+    try {
+      this.fire(armed.timer).catch(retry);
+    } catch (err) {
+      retry(err);
+    }
   }
 
   /** Reads the next `limit` timers after the window from the store; arrivals meanwhile wait. */
@@ -138,10 +155,15 @@ export class TimerWindow {
         this.arm();
       })
       .catch((err) => {
+        const arrivals = this.arrivals ?? [];
         this.arrivals = undefined;
         if (this.stopped) return;
         this.logger.error({ err, code: 'RT0006', partition: this.partition }, 'cannot read timers from the store; trying again in 1 s');
-        this.handle = setTimeout(() => this.refill(), 1_000);
+        // The window is empty and incomplete: arrivals at or below loadedThrough are kept, the rest
+        // wait in the store for the next refill.
+        for (const a of arrivals) this.place(a);
+        if (this.window.length > 0) this.arm();
+        else setTimeout(() => (this.window.length === 0 ? this.refill() : this.arm()), TIMER_RETRY_MS).unref();
       });
   }
 }

@@ -42,7 +42,12 @@ export async function openWorkerStore(path: string, options: OpenOptions = {}): 
   }
   const db = await openLevel(path, options);
   if (from !== undefined) {
-    await options.upgrade!(db, from);
+    try {
+      await options.upgrade!(db, from);
+    } catch (err) {
+      await db.close().catch(() => {});
+      throw err;
+    }
     writeFileSync(versionFile, `${WORKER_FORMAT_VERSION}\n`);
   }
   return db;

@@ -17,6 +17,8 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const RUST_NO_METADATA = "restate-sdk's TerminalError has no metadata: it always sends an empty list (src/errors.rs, 0.10 and 0.13)";
 
 const JAVA_NO_METADATA = 'sdk-java 2.4.0 (the newest on Maven Central here) has no TerminalException metadata (added in 2.7.0)';
+const JAVA_NO_SIGNALS = 'sdk-java 2.4.0 has no named-signal API (Context has awakeables only; the signal handles of sdk-core are internal)';
+const JAVA_UNSUPPORTED = { 'terminal error metadata': JAVA_NO_METADATA, 'named signals': JAVA_NO_SIGNALS };
 
 export const SDKS = {
   ts: { dir: 'test/sdks/ts', protocol: [5, 7], http1: true },
@@ -24,10 +26,17 @@ export const SDKS = {
   python: { dir: 'test/sdks/python', protocol: [5, 7], http1: true },
   // sdk-java 2.4.0 is the newest Maven Central serves here: v5–v6 on every JDK (the native core
   // that brings v7 on Java >= 23 came in 2.9).
-  java: { dir: 'test/sdks/java', protocol: [5, 6], http1: true, env: { JAVA_VERSION: '25' }, unsupported: { 'terminal error metadata': JAVA_NO_METADATA } },
-  java17: { dir: 'test/sdks/java', protocol: [5, 6], http1: true, env: { JAVA_VERSION: '17' }, unsupported: { 'terminal error metadata': JAVA_NO_METADATA } },
+  java: { dir: 'test/sdks/java', protocol: [5, 6], http1: true, env: { JAVA_VERSION: '25' }, unsupported: JAVA_UNSUPPORTED },
+  java17: { dir: 'test/sdks/java', protocol: [5, 6], http1: true, env: { JAVA_VERSION: '17' }, unsupported: JAVA_UNSUPPORTED },
   rust: { dir: 'test/sdks/rust', protocol: [5, 7], unsupported: { 'terminal error metadata': RUST_NO_METADATA } },
-  'rust-v5': { dir: 'test/sdks/rust-v5', protocol: [5, 5], unsupported: { 'terminal error metadata': RUST_NO_METADATA } },
+  'rust-v5': {
+    dir: 'test/sdks/rust-v5',
+    protocol: [5, 5],
+    unsupported: {
+      'terminal error metadata': RUST_NO_METADATA,
+      'named signals': 'restate-sdk 0.10 has no named-signal API (its InvocationHandle has invocation_id and cancel only)',
+    },
+  },
 };
 
 const built = new Set();

@@ -388,6 +388,39 @@ func awakeableHolder() restate.ServiceDefinition {
 		}))
 }
 
+// ---- Signals ----
+
+type signalWaitReq struct {
+	Name string `json:"name"`
+}
+
+type signalSendReq struct {
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+type signalRejectReq struct {
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
+func signals() restate.ServiceDefinition {
+	return restate.NewService("Signals").
+		Handler("wait", restate.NewServiceHandler(func(ctx restate.Context, req signalWaitReq) (string, error) {
+			return restate.Signal[string](ctx, req.Name).Result()
+		})).
+		Handler("send", restate.NewServiceHandler(func(ctx restate.Context, req signalSendReq) (Void, error) {
+			restate.ResolveSignal(ctx, req.ID, req.Name, req.Value)
+			return Void{}, nil
+		})).
+		Handler("reject", restate.NewServiceHandler(func(ctx restate.Context, req signalRejectReq) (Void, error) {
+			restate.RejectSignal(ctx, req.ID, req.Name, errors.New(req.Reason))
+			return Void{}, nil
+		}))
+}
+
 // ---- Failing ----
 
 type terminalReq struct {
@@ -592,6 +625,7 @@ func main() {
 		Bind(sleeper()).
 		Bind(awaiter()).
 		Bind(awakeableHolder()).
+		Bind(signals()).
 		Bind(failing()).
 		Bind(runner()).
 		Bind(nonDeterministicObject()).

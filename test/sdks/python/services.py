@@ -263,6 +263,26 @@ async def awaiter_reject(ctx: restate.Context, req) -> Null:
     ctx.reject_awakeable(req["id"], req["reason"])
 
 
+# --- Signals -----------------------------------------------------------------
+
+signals = restate.Service("Signals")
+
+
+@signals.handler("wait")
+async def signals_wait(ctx: restate.Context, req) -> str:
+    return await ctx.signal(req["name"], serde=JSON)
+
+
+@signals.handler("send", output_serde=JSON)
+async def signals_send(ctx: restate.Context, req) -> Null:
+    ctx.resolve_signal(req["id"], req["name"], req["value"], serde=JSON)
+
+
+@signals.handler("reject", output_serde=JSON)
+async def signals_reject(ctx: restate.Context, req) -> Null:
+    ctx.reject_signal(req["id"], req["name"], req["reason"])
+
+
 # --- Failing -----------------------------------------------------------------
 
 failing = restate.Service("Failing")
@@ -426,5 +446,5 @@ async def signup_status(ctx: restate.WorkflowSharedContext) -> Null:
     return await ctx.get("status", serde=JSON)
 
 
-SERVICES = [counter, list_object, proxy, sleeper, holder, awaiter, failing, runner,
+SERVICES = [counter, list_object, proxy, sleeper, holder, awaiter, signals, failing, runner,
             non_deterministic, echo, signup]

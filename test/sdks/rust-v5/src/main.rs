@@ -701,6 +701,7 @@ impl Signup for SignupImpl {
     }
 }
 
+// No Signals service (CONTRACT.md): restate-sdk 0.10 has no named-signal API.
 #[tokio::main]
 async fn main() {
     let port: u16 = std::env::var("PORT")

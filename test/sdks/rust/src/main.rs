@@ -423,6 +423,55 @@ impl AwakeableHolder {
     }
 }
 
+// ---- Signals
+
+#[derive(serde::Deserialize)]
+struct SignalWaitReq {
+    name: String,
+}
+
+#[derive(serde::Deserialize)]
+struct SignalSendReq {
+    id: String,
+    name: String,
+    value: String,
+}
+
+#[derive(serde::Deserialize)]
+struct SignalRejectReq {
+    id: String,
+    name: String,
+    reason: String,
+}
+
+struct Signals;
+
+#[restate_sdk::service]
+impl Signals {
+    #[handler]
+    async fn wait(&self, ctx: Context<'_>, req: Json<SignalWaitReq>) -> HandlerResult<String> {
+        Ok(ctx.signal::<String>(&req.into_inner().name).await?)
+    }
+
+    #[handler]
+    async fn send(&self, ctx: Context<'_>, req: Json<SignalSendReq>) -> HandlerResult<()> {
+        let req = req.into_inner();
+        ctx.invocation_handle(req.id)
+            .signal(req.name)
+            .resolve(req.value);
+        Ok(())
+    }
+
+    #[handler]
+    async fn reject(&self, ctx: Context<'_>, req: Json<SignalRejectReq>) -> HandlerResult<()> {
+        let req = req.into_inner();
+        ctx.invocation_handle(req.id)
+            .signal(req.name)
+            .reject(TerminalError::new(req.reason));
+        Ok(())
+    }
+}
+
 // ---- Failing
 
 #[derive(serde::Deserialize)]
@@ -676,6 +725,7 @@ async fn main() {
         .bind(Sleeper)
         .bind(Awaiter)
         .bind(AwakeableHolder)
+        .bind(Signals)
         .bind(Failing)
         .bind(Runner)
         .bind(NonDeterministic)

@@ -4,7 +4,10 @@ import dev.restate.sdk.auth.signing.RestateRequestIdentityVerifier;
 import dev.restate.sdk.endpoint.Endpoint;
 import dev.restate.sdk.http.vertx.RestateHttpServer;
 
-/** One endpoint serving every service of test/sdks/CONTRACT.md. */
+/**
+ * One endpoint serving every service of test/sdks/CONTRACT.md but Signals: sdk-java 2.4.0 has no
+ * named-signal API.
+ */
 public class Main {
   public static void main(String[] args) {
     Endpoint.Builder endpoint =
