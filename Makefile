@@ -1,5 +1,5 @@
 # Keel: `make run` starts the server, `make test` runs the tests (both install and build first).
-.PHONY: install build run example example-go example-python example-java example-rust test bench clean
+.PHONY: install build sdks run example example-go example-python example-java example-rust test bench clean
 
 NPM_STAMP := node_modules/.package-lock.json
 
@@ -19,6 +19,12 @@ run: build
 example: install
 	npm exec -- node examples/greeter/greeter.mjs
 
+# The SDK test services (test/sdks/*) and the Greeters (examples/greeter-*) in Go, Python, Java and
+# Rust: each build.sh installs its SDK by package name into ~/.cache/keel-sdks (or SDK_BUILD_CACHE)
+# and is a quick check once built; a missing toolchain fails with what to install.
+sdks:
+	@for f in test/sdks/*/build.sh examples/greeter-*/build.sh; do echo "building $$(dirname $$f)"; bash $$f || exit 1; done
+
 # The Greeter in the other SDKs: each run.sh installs its SDK by package name (cached outside the
 # clone), builds and serves on PORT (default 9080).
 example-go example-python example-java example-rust: example-%:
@@ -26,7 +32,7 @@ example-go example-python example-java example-rust: example-%:
 
 # On a failure, the failing assertions again at the end, where a log's tail shows them (results of
 # test files that no longer exist are removed first: they named failures that were not this run's).
-test: build
+test: build sdks
 	rm -rf .tap/test-results
 	npm test || { echo '== failed (details: .tap/test-results) =='; \
 	  grep -rh -A14 '^ *not ok' .tap/test-results | head -n 120; \

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds the Java SDK test services into $SDK_BUILD_CACHE/java (jar + dependency jars in lib/).
+# Builds the Java SDK test services into $SDK_BUILD_CACHE/java (jar + dependency jars in lib/) —
+# or the Maven project in $1 into $2 (examples/greeter-java/build.sh does).
 # Idempotent: skipped when the hash of pom.xml and src/ matches the last build's.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-out=${SDK_BUILD_CACHE:-$HOME/.cache/keel-sdks}/java
+here=$(cd "${1:-$(dirname "$0")}" && pwd)
+out=${2:-${SDK_BUILD_CACHE:-$HOME/.cache/keel-sdks}/java}
 
 need() {
   echo "keel: the Java SDK tests need a JDK >= 17 and Maven ($1; install: apt-get install openjdk-17-jdk-headless maven)" >&2
@@ -24,7 +25,7 @@ if [ -f "$out/stamp" ] && [ "$(cat "$out/stamp")" = "$stamp" ] && [ -d "$out/lib
 fi
 
 rm -rf "$out/lib" "$out/stamp"
-echo "keel: building the Java SDK test services (log: $out/build.log)" >&2
+echo "keel: building $here (log: $out/build.log)" >&2
 if ! mvn -B -Dstyle.color=never -f "$here/pom.xml" -DskipTests \
   -Dkeel.buildDir="$out/target" -Dkeel.libDir="$out/lib" package >"$out/build.log" 2>&1; then
   grep -E '^\[(ERROR|WARNING)\]' "$out/build.log" >&2 || tail -40 "$out/build.log" >&2
