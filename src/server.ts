@@ -149,8 +149,7 @@ function sampleQueues(metrics: KeelMetrics, config: Config, worker: Worker, invo
     endpoints: () => endpoints.http2Stats(),
     partitions: () =>
       worker.processors.map((p) => {
-        const invocations = new Map<string, number>();
-        for (const s of p.state.invocations.values()) if (s.status !== 'completed') invocations.set(s.status, (invocations.get(s.status) ?? 0) + 1);
+        const invocations = new Map(Object.entries(p.state.counters.statuses));
         return { partition: p.partition, queued_commands: p.info().queued_commands, outbox_entries: p.state.outbox.size, invocations };
       }),
     storeSizes: async () => [

@@ -259,8 +259,8 @@ t.test('delete without force: invocations still pinned keep a superseded deploym
   const introspection = {
     invocationRecords: async function* () {}, watchInvocations: () => () => {}, journalEntries: async () => [],
     // inv_1 (suspended) is pinned to the deployment; a completed one would not count
-    unfinishedPinnedTo: (id) => (id === pinnedTo ? 1 : 0),
-    state: async function* () {}, inbox: () => [], locks: () => [], promises: async function* () {},
+    unfinishedPinnedTo: async (id) => (id === pinnedTo ? 1 : 0),
+    state: async function* () {}, inbox: () => [], locks: async function* () {}, promises: async function* () {},
     manage: async () => ({ status: 501 }),
   };
   const app = await createAdminServer({ config, registry, logger: silentLogger, introspection });

@@ -1,7 +1,7 @@
 // Completed invocations leave memory past a bound and are read back from the store on demand;
 // the fold gives the same result either way.
 import t from 'tap';
-import { COMPLETED_IN_MEMORY, PartitionState } from '../dist/partition/state.js';
+import { IDLE_STATUSES_IN_MEMORY, PartitionState } from '../dist/partition/state.js';
 import { fold } from '../dist/partition/fold/index.js';
 import { Outcome } from '../dist/log/commands.js';
 import { MessageType, encode, pb } from '../dist/protocol/messages.js';
@@ -36,7 +36,7 @@ function complete(apply, id, result) {
 
 t.test('memory holds a bounded number of completed invocations; the rest come back from the store', async (t) => {
   const { state, store, apply } = partition();
-  const total = COMPLETED_IN_MEMORY + 500;
+  const total = IDLE_STATUSES_IN_MEMORY + 500;
   const ids = [];
   for (let i = 0; i < total; i++) {
     const id = idempotentInvocationId('Svc', '', 'h', `key-${i}`);
@@ -44,7 +44,7 @@ t.test('memory holds a bounded number of completed invocations; the rest come ba
     apply({ kind: 'invoke', invoke: { invocation_id: id.bytes, service: 'Svc', handler: 'h', idempotency_key: `key-${i}`, service_type: 'Service' } });
     complete(apply, id, i);
   }
-  t.ok(state.invocations.size <= COMPLETED_IN_MEMORY, `in memory: ${state.invocations.size}`);
+  t.ok(state.invocations.size <= IDLE_STATUSES_IN_MEMORY, `in memory: ${state.invocations.size}`);
   t.notOk(state.invocations.has(ids[0].text), 'the oldest completed invocation left memory');
   const first = state.status(ids[0].text);
   t.equal(first?.status, 'completed', 'read back from the store');
@@ -69,7 +69,7 @@ t.test('running invocations are never evicted', async (t) => {
   const { state, apply } = partition();
   const running = InvocationId.fromBytes(idempotentInvocationId('Svc', '', 'h', 'running').bytes);
   apply({ kind: 'invoke', invoke: { invocation_id: running.bytes, service: 'Svc', handler: 'h', service_type: 'Service' } });
-  for (let i = 0; i < COMPLETED_IN_MEMORY + 10; i++) {
+  for (let i = 0; i < IDLE_STATUSES_IN_MEMORY + 10; i++) {
     const id = idempotentInvocationId('Svc', '', 'h', `c-${i}`);
     apply({ kind: 'invoke', invoke: { invocation_id: id.bytes, service: 'Svc', handler: 'h', service_type: 'Service' } });
     complete(apply, id, i);

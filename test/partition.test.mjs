@@ -192,7 +192,7 @@ t.test('subscription positions and pending counts come back when a partition reo
   await p.close();
   const again = await PartitionProcessor.open(db, new GroupWriter(db), 4, { fsync: true, effects, logger: silentLogger });
   t.match(again.state.subscriptionPosition('sub_1bbbbbbbbbbbbbbbbbbbbbb', 'orders', 0), { next_offset: 3, delivered: 3 });
-  t.equal(again.state.subscriptionPending.get('sub_1bbbbbbbbbbbbbbbbbbbbbb'), 3);
+  t.equal(again.state.subscriptionPending('sub_1bbbbbbbbbbbbbbbbbbbbbb'), 3);
   t.same(await verifyPartition(db, 4), [], 'the stored position is the fold of the log');
 });
 
@@ -246,11 +246,11 @@ t.test('past its bound of live invocations a partition refuses new ones with 503
   await p.append({ kind: 'journal_append', journal_append: { invocation_id: ids[0], epoch: 0, entry_type: 0x0401, entry: output } });
   await p.append({ kind: 'attempt_ended', attempt_ended: { invocation_id: ids[0], epoch: 0, outcome: 0 } });
   await p.append(invoke(4));
-  t.equal(p.state.live.size, 3);
+  t.equal(p.state.liveInvocations(), 3);
   // What another partition's outbox delivers is taken past the bound: it comes in sequence order,
   // and a refused invoke would hold back the call results behind it.
   await p.append({ ...invoke(5), source_partition: 7, source_seq: 1 });
-  t.equal(p.state.live.size, 4);
+  t.equal(p.state.liveInvocations(), 4);
   await t.rejects(p.append(invoke(6)), { code: 'KEEL0501' }, 'new work still waits');
 });
 

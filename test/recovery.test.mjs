@@ -147,7 +147,7 @@ t.test('a partition with 300,000 outbox entries opens, and recovery delivers the
     }
     await batch.write();
   }
-  await db.put(fsmTable.key(0), fsmTable.encode({ inbox_seq: 0, outbox_seq: N, timers: 0 }));
+  await db.put(fsmTable.key(0), fsmTable.encode({ inbox_seq: 0, outbox_seq: N, timers: 0, statuses: {}, subscriptions: {} }));
   // Before: Math.max(0, ...outbox.keys()) threw a RangeError (reported as a corrupt store).
   const state = await loadState(db, 0);
   t.equal(state.outbox.size, N);
@@ -176,18 +176,35 @@ t.test('a store of format 2 is upgraded at open: the state-keys index is built f
   await db.put('p2/s/timer/0000000000001000/inv_x/0.1', Buffer.alloc(0));
   await db.put('p2/s/timer/0000000000002000/inv_y/0.1', Buffer.alloc(0));
   await db.put('p2/s/counters', Buffer.from('{"inbox_seq":3,"outbox_seq":4}'));
+  // Three unfinished invocations in partition 2 (format 3's live index) and one completed: the
+  // upgrade to 4 counts them by status and subscription and indexes the one that runs to restart.
+  const { invocationsTable } = await import('../dist/storage/tables/invocations.js');
+  const { liveTable } = await import('../dist/storage/tables/live.js');
+  const { restartTable } = await import('../dist/storage/tables/restart.js');
+  const inv = (id, status, extra = {}) => ({ id, service: 'S', handler: 'h', key: '', service_type: 'Service', handler_type: '', status, epoch: 0, journal_length: 1, created_at_ms: 1, modified_at_ms: 1, retry_count: 0, completion_retention_ms: 0, journal_retention_ms: 0, ...extra });
+  for (const s of [inv('inv_run', 'running'), inv('inv_sleep', 'suspended', { invoked_by_subscription_id: 'sub_1' }), inv('inv_sleep2', 'suspended'), inv('inv_done', 'completed')]) {
+    await db.put(invocationsTable.key(2, s.id), invocationsTable.encode(s));
+    if (s.status !== 'completed') await db.put(liveTable.key(2, s.id), liveTable.value);
+  }
   await db.close();
   fs.writeFileSync(path.join(dir, 'KEEL_STORAGE_VERSION'), '2\n');
   await t.rejects(openWorkerStore(dir), /RT0009|format version '2'/, 'refused without an upgrade');
   db = await openWorkerStore(dir, { upgrade: upgradeWorkerStore });
   t.teardown(() => db.close());
-  t.equal(fs.readFileSync(path.join(dir, 'KEEL_STORAGE_VERSION'), 'utf8').trim(), '3');
+  t.equal(fs.readFileSync(path.join(dir, 'KEEL_STORAGE_VERSION'), 'utf8').trim(), '4');
   t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(0, 'Obj/a'))), [b64('x'), b64('y')]);
   t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(0, 'Obj/b'))), [b64('z')]);
   t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(2, 'Other/c'))), [b64('w')]);
   t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(12, 'Obj/d'))), [b64('v')], 'partition 12, found by seeking');
-  t.same(JSON.parse(await db.get('p2/s/counters')), { inbox_seq: 3, outbox_seq: 4, timers: 2 }, 'the timers counted into the counters');
-  t.same(JSON.parse(await db.get('p0/s/counters')), { inbox_seq: 0, outbox_seq: 0, timers: 0 });
+  t.same(
+    JSON.parse(await db.get('p2/s/counters')),
+    { inbox_seq: 3, outbox_seq: 4, timers: 2, statuses: { running: 1, suspended: 2 }, subscriptions: { sub_1: 1 } },
+    'the timers and the unfinished invocations counted into the counters',
+  );
+  t.same(JSON.parse(await db.get('p0/s/counters')), { inbox_seq: 0, outbox_seq: 0, timers: 0, statuses: {}, subscriptions: {} });
+  const restarting = [];
+  for await (const id of restartTable.scan(db, 2)) restarting.push(id);
+  t.same(restarting, ['inv_run'], 'only the invocation that runs is indexed to restart');
   const state = new PartitionState(0, 1);
   state.loader = (key) => db.getSync(key);
   t.same([...state.stateOf('Obj/a').keys()], [b64('x'), b64('y')], 'read through the index with no cache');

@@ -45,10 +45,10 @@ export interface IntrospectionSource {
   /** The stored journal of an invocation, undecoded (empty when there is none). */
   journalEntries(id: string): Promise<RawJournalEntry[]>;
   /** How many invocations that have not completed are pinned to the deployment `id`. */
-  unfinishedPinnedTo(deploymentId: string): number;
+  unfinishedPinnedTo(deploymentId: string): Promise<number>;
   state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer }>;
   inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number }>;
-  locks(): Iterable<{ service: string; key: string; id: string }>;
+  locks(): AsyncIterable<{ service: string; key: string; id: string }>;
   promises(): AsyncIterable<{ service: string; key: string; name: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }>;
   manage(id: string, action: ManageAction): Promise<{ status: number; body?: unknown }>;
   /**
@@ -68,10 +68,10 @@ export const emptySource: IntrospectionSource = {
   invocationRecords: async function* () {},
   watchInvocations: () => () => {},
   journalEntries: async () => [],
-  unfinishedPinnedTo: () => 0,
+  unfinishedPinnedTo: async () => 0,
   state: async function* () {},
   inbox: () => [],
-  locks: () => [],
+  locks: async function* () {},
   promises: async function* () {},
   manage: async () => ({ status: 501, body: { message: '[KEEL0009] invocation management is not available on this server', restate_code: 'KEEL0009' } }),
 };
@@ -415,8 +415,8 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
       if (keyed(filter, r.service, r.key)) yield { service_name: r.service, service_key: r.key, id: r.id, sequence_number: r.seq, created_at: ts(r.created_at_ms) };
     }
   },
-  sys_keyed_service_status: function* ({ source }, filter) {
-    for (const r of source.locks()) if (keyed(filter, r.service, r.key)) yield { service_name: r.service, service_key: r.key, invocation_id: r.id };
+  sys_keyed_service_status: async function* ({ source }, filter) {
+    for await (const r of source.locks()) if (keyed(filter, r.service, r.key)) yield { service_name: r.service, service_key: r.key, invocation_id: r.id };
   },
   sys_promise: async function* ({ source }, filter) {
     for await (const p of source.promises()) if (keyed(filter, p.service, p.key)) yield promiseRow(p);

@@ -33,12 +33,9 @@ export class WorkerIntrospection implements IntrospectionSource {
     return parsed === undefined ? [] : this.worker.readJournal(parsed);
   }
 
-  unfinishedPinnedTo(deploymentId: string): number {
-    // Every invocation that has not completed is in memory (only completed ones are evicted).
+  async unfinishedPinnedTo(deploymentId: string): Promise<number> {
     let pinned = 0;
-    for (const p of this.worker.processors) {
-      for (const s of p.state.invocations.values()) if (s.deployment_id === deploymentId && s.status !== 'completed') pinned++;
-    }
+    for await (const s of this.worker.unfinishedInvocations()) if (s.deployment_id === deploymentId) pinned++;
     return pinned;
   }
 
@@ -61,36 +58,32 @@ export class WorkerIntrospection implements IntrospectionSource {
     }
   }
 
-  *locks(): Iterable<{ service: string; key: string; id: string }> {
-    for (const p of this.worker.processors) {
-      for (const [objectKey, id] of p.state.locks) {
-        const { service, key } = splitObjectKey(objectKey);
-        yield { service, key, id };
-      }
+  async *locks(): AsyncIterable<{ service: string; key: string; id: string }> {
+    for await (const [objectKey, id] of this.worker.storedLocks()) {
+      const { service, key } = splitObjectKey(objectKey);
+      yield { service, key, id };
     }
   }
 
   async *promises(): AsyncIterable<{ service: string; key: string; name: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }> {
-    for (const p of this.worker.processors) {
-      for (const [k, promise] of p.state.promises) {
-        const { service, key, name } = splitPromiseKey(k);
-        const completed = promise.value !== undefined || promise.failure !== undefined;
-        yield {
-          service,
-          key,
-          name,
-          completed,
-          ...(promise.value !== undefined ? { value: Buffer.from(promise.value, 'base64') } : {}),
-          ...(promise.failure ? { failure: promise.failure } : {}),
-        };
-      }
+    for await (const [k, promise] of this.worker.storedPromises()) {
+      const { service, key, name } = splitPromiseKey(k);
+      const completed = promise.value !== undefined || promise.failure !== undefined;
+      yield {
+        service,
+        key,
+        name,
+        completed,
+        ...(promise.value !== undefined ? { value: Buffer.from(promise.value, 'base64') } : {}),
+        ...(promise.failure ? { failure: promise.failure } : {}),
+      };
     }
   }
 
   /** Replaces the state of one key, unless an invocation holds it (the fold checks again, and the version). */
   async setState(service: string, key: string, entries: Map<string, Buffer>, version?: string): Promise<void> {
     const p = this.worker.partitionOf(objectPartitionKey(service, key));
-    const holder = p.state.locks.get(objectKeyOf(service, key));
+    const holder = p.state.lockOf(objectKeyOf(service, key));
     if (holder !== undefined) {
       throw new KeelError(
         'KEEL0008',
@@ -105,8 +98,7 @@ export class WorkerIntrospection implements IntrospectionSource {
   partitions(): PartitionInfo[] {
     const inMemory = this.worker.timersInMemory();
     return this.worker.processors.map((p) => {
-      const invocations: Record<string, number> = {};
-      for (const s of p.state.invocations.values()) invocations[s.status] = (invocations[s.status] ?? 0) + 1;
+      const invocations: Record<string, number> = { ...p.state.counters.statuses };
       let inboxed = 0;
       for (const q of p.state.inboxes.values()) inboxed += q.length;
       return { partition: p.partition, ...p.info(), invocations, timers: p.state.counters.timers, timers_in_memory: inMemory[p.partition] ?? 0, outbox: p.state.outbox.size, inboxed };

@@ -158,8 +158,8 @@ export class PartitionProcessor implements AttemptHost {
     if (this.failure !== undefined) return keelError('KEEL0503', { partition: this.partition, reason: this.failure.reason });
     if (this.closed) return keelError('KEEL0502', { partition: this.partition });
     if (this.queue.size >= MAX_QUEUED_COMMANDS) return keelError('KEEL0501', { partition: this.partition, queued: this.queue.size });
-    if (!fromOutbox && (kind === 'invoke' || kind === 'subscription_records') && this.state.live.size >= this.max_live_invocations) {
-      return keelError('KEEL0501', { partition: this.partition, queued: this.state.live.size });
+    if (!fromOutbox && (kind === 'invoke' || kind === 'subscription_records') && this.state.liveInvocations() >= this.max_live_invocations) {
+      return keelError('KEEL0501', { partition: this.partition, queued: this.state.liveInvocations() });
     }
     return undefined;
   }

@@ -3,14 +3,15 @@ import { assert } from '../common/assert.js';
 import type { StateWrite } from '../storage/store.js';
 import { dedupTable } from '../storage/tables/dedup.js';
 import { expiryTable } from '../storage/tables/expiry.js';
-import { EMPTY_COUNTERS, fsmTable, type Counters } from '../storage/tables/fsm.js';
+import { emptyCounters, fsmTable, type Counters } from '../storage/tables/fsm.js';
 import { inboxTable, type InboxEntry } from '../storage/tables/inbox.js';
-import { invocationsTable, type InvocationStatus } from '../storage/tables/invocations.js';
+import { invocationsTable, type InvocationStatus, type Status } from '../storage/tables/invocations.js';
 import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
 import { liveTable } from '../storage/tables/live.js';
 import { locksTable } from '../storage/tables/locks.js';
 import { outboxTable, type OutboxEntry } from '../storage/tables/outbox.js';
 import { promisesTable, type PromiseState } from '../storage/tables/promises.js';
+import { restartTable } from '../storage/tables/restart.js';
 import { stateTable } from '../storage/tables/state.js';
 import { stateKeysTable } from '../storage/tables/state-keys.js';
 import { positionName, subscriptionPositionsTable, type SubscriptionPosition } from '../storage/tables/subscription-positions.js';
@@ -38,8 +39,15 @@ export type Action =
   /** The current attempt broke a rule (RT0017...): end it and record the failure under `epoch`. */
   | { kind: 'reject'; id: string; epoch: number; error_code: string; message: string; entry_index: number; entry_type: number };
 
-/** Completed invocations kept in memory; older ones are read back from the store when needed. */
-export const COMPLETED_IN_MEMORY = 10_000;
+/**
+ * Statuses of invocations that do not run (completed, sleeping, waiting for a lock, paused) kept
+ * in memory; the others are read back from the store when a command reaches them. Those that run
+ * or back off stay in memory: the invoker works from them, and there are at most
+ * MAX_LIVE_INVOCATIONS_PER_PARTITION of them.
+ */
+export const IDLE_STATUSES_IN_MEMORY = 10_000;
+/** Object locks whose holder (or absence) is kept in memory; others cost one store read. */
+export const LOCKS_IN_MEMORY = 10_000;
 /** Bytes of object state a partition keeps in memory when none is given (the server gives worker.storage_db.state_cache_size / partitions). */
 export const DEFAULT_STATE_CACHE_BYTES = 32 * 1024 * 1024;
 /** What a cached state entry costs beyond its key and value bytes (Map slot, Buffer header). */
@@ -51,18 +59,23 @@ const STATE_ENTRY_OVERHEAD_BYTES = 96;
  * `storage/tables` own the keys.
  */
 export class PartitionState {
-  /** Every invocation that has not completed, and the most recently used completed ones. */
+  /**
+   * Statuses in memory: every invocation that runs or backs off, and the most recently used
+   * others (IDLE_STATUSES_IN_MEMORY); the store holds them all.
+   */
   readonly invocations = new Map<string, InvocationStatus>();
-  /** Completed ids in memory, least recently used first. */
-  private readonly completed = new Set<string>();
-  /** Ids in the store's `live` index: every invocation that has not completed. */
-  readonly live = new Set<string>();
+  /** The status each id of `invocations` has as this batch leaves the store (a fold changes the object in place). */
+  private readonly kinds = new Map<string, Status>();
+  /** Ids of `invocations` that neither run nor back off, least recently used first: what may leave memory. */
+  private readonly idle = new Set<string>();
+  /** Invocations that have not completed (the sum of `counters.statuses`). */
+  private live = 0;
   /** Reads a key of the store synchronously (the fold may not wait); set when there is a store. */
   loader: ((key: string) => Buffer | undefined) | undefined;
   /** Journals of invocations that have not completed; completed ones stay on disk only. */
   readonly journals = new Map<string, JournalEntry[]>();
-  /** Virtual object / workflow key (`svc/key`) → invocation holding its exclusive lock. */
-  readonly locks = new Map<string, string>();
+  /** Virtual object / workflow key (`svc/key`) → the invocation holding its lock, or '' for none: the most recently used keys. */
+  private readonly locks = new LRUCache<string, string>({ max: LOCKS_IN_MEMORY });
   /** Key → invocations waiting for the lock, in arrival order, with their inbox sequence. */
   readonly inboxes = new Map<string, InboxEntry[]>();
   /**
@@ -70,19 +83,14 @@ export class PartitionState {
    * objects, bounded in bytes; the store holds every object (`statekeys` lists an object's keys).
    */
   private readonly stateCache: LRUCache<string, Map<string, Buffer>>;
-  /** `svc/key/name` → workflow promise. */
-  readonly promises = new Map<string, PromiseState>();
   readonly outbox = new Map<number, OutboxEntry>();
   /** Source partition → last outbox sequence applied from it. */
   readonly dedup = new Map<number, number>();
-  counters: Counters = { ...EMPTY_COUNTERS };
+  counters: Counters = emptyCounters();
+  /** The counters changed in this batch: encoded once, when the batch is taken. */
+  private countersChanged = false;
   /** Where each (subscription, topic, Kafka partition) consumed here stands (see `positionName`). */
   readonly subscriptionPositions = new Map<string, SubscriptionPosition>();
-  /**
-   * Subscription id → its invocations here that have not completed. Derived from the statuses
-   * (rebuilt when the partition loads), for back-pressure on the subscription's consumer.
-   */
-  readonly subscriptionPending = new Map<string, number>();
   /** Journal entries appended since this state was loaded (for metrics; not part of the state). */
   entries_appended = 0;
   private writes = new Map<string, Buffer | null>();
@@ -112,6 +120,26 @@ export class PartitionState {
     return raw ?? undefined;
   }
 
+  /** Invocations that have not completed (what the limit on live invocations counts). */
+  liveInvocations(): number {
+    return this.live;
+  }
+
+  /** The counters as loaded from the store: the live count is their sum. */
+  setCounters(c: Counters): void {
+    this.counters = c;
+    this.live = 0;
+    for (const [status, n] of Object.entries(c.statuses)) {
+      assert(status !== 'completed' && Number.isInteger(n) && n > 0, () => `partition ${this.partition}: ${n} invocations counted as ${status}`);
+      this.live += n;
+    }
+  }
+
+  /** Invocations of `subscription_id` here that have not completed. */
+  subscriptionPending(subscription_id: string): number {
+    return this.counters.subscriptions[subscription_id] ?? 0;
+  }
+
   /**
    * The status of `id`, from memory or else from the store. Both give the same content, so the
    * fold does not depend on what happens to be cached.
@@ -119,45 +147,97 @@ export class PartitionState {
   status(id: string): InvocationStatus | undefined {
     const cached = this.invocations.get(id);
     if (cached !== undefined) {
-      if (cached.status === 'completed') this.touchCompleted(id);
+      this.touch(id);
       return cached;
     }
-    const key = invocationsTable.key(this.partition, id);
-    const raw = this.writes.has(key) ? this.writes.get(key) : this.unflushed.has(key) ? this.unflushed.get(key) : this.loader?.(key);
-    if (raw === undefined || raw === null) return undefined;
+    const raw = this.read(invocationsTable.key(this.partition, id));
+    if (raw === undefined) return undefined;
     const s = invocationsTable.decode(raw);
     assert(s.id === id, () => `partition ${this.partition}: status stored under ${id} is for ${s.id}`);
-    this.invocations.set(id, s);
-    if (s.status === 'completed') this.touchCompleted(id);
+    this.cache(s);
     return s;
   }
 
+  /** The status of `id` as `status` gives it, without keeping it in memory (for scans by the admin API). */
+  peekStatus(id: string): InvocationStatus | undefined {
+    const cached = this.invocations.get(id);
+    if (cached !== undefined) return cached;
+    const raw = this.read(invocationsTable.key(this.partition, id));
+    return raw === undefined ? undefined : invocationsTable.decode(raw);
+  }
+
+  /** A new invocation: nothing is stored under its id (the fold looked, or the id is random). */
+  createStatus(s: InvocationStatus): void {
+    assert(!this.kinds.has(s.id), () => `partition ${this.partition}: ${s.id} created twice`);
+    this.writeStatus(s, undefined);
+  }
+
   putStatus(s: InvocationStatus): void {
+    this.writeStatus(s, this.storedKind(s.id));
+  }
+
+  private writeStatus(s: InvocationStatus, before: Status | undefined): void {
     assert(s.journal_length === (this.journals.get(s.id)?.length ?? s.journal_length), () => `journal of ${s.id} has ${this.journals.get(s.id)?.length} entries in memory, its status says ${s.journal_length}`);
-    this.invocations.set(s.id, s);
     this.writes.set(invocationsTable.key(this.partition, s.id), invocationsTable.encode(s));
-    if (s.status === 'completed') {
-      this.touchCompleted(s.id);
-      this.setLive(s.id, false);
-    } else this.setLive(s.id, true);
+    this.count(s, before, s.status);
+    this.cache(s);
+    // Its journal is read again when a command reaches it: a sleeping invocation costs no memory.
+    if (s.status === 'suspended' || s.status === 'paused') this.journals.delete(s.id);
   }
 
-  /** Keeps the `live` index in step, writing it only when an invocation enters or leaves it. */
-  private setLive(id: string, live: boolean): void {
-    if (this.live.has(id) === live) return;
-    if (live) this.live.add(id);
-    else this.live.delete(id);
-    this.writes.set(liveTable.key(this.partition, id), live ? liveTable.value : null);
+  /** What the store holds for `id` as this batch leaves it (from memory when the status is there). */
+  private storedKind(id: string): Status | undefined {
+    const kind = this.kinds.get(id);
+    if (kind !== undefined) return kind;
+    const raw = this.read(invocationsTable.key(this.partition, id));
+    return raw === undefined ? undefined : invocationsTable.decode(raw).status;
   }
 
-  private touchCompleted(id: string): void {
-    this.completed.delete(id);
-    this.completed.add(id);
-    while (this.completed.size > COMPLETED_IN_MEMORY) {
-      const oldest = this.completed.values().next().value as string;
-      this.completed.delete(oldest);
-      this.invocations.delete(oldest);
+  /** Keeps the counts and the `live` and `restart` indexes in step with a status going from `before` to `after`. */
+  private count(s: InvocationStatus, before: Status | undefined, after: Status | undefined): void {
+    if (before === after) return;
+    const statuses = this.counters.statuses;
+    if (before !== undefined && before !== 'completed') statuses[before] = (statuses[before] ?? 0) - 1;
+    if (after !== undefined && after !== 'completed') statuses[after] = (statuses[after] ?? 0) + 1;
+    const wasLive = before !== undefined && before !== 'completed';
+    const isLive = after !== undefined && after !== 'completed';
+    if (wasLive !== isLive) {
+      this.live += isLive ? 1 : -1;
+      this.writes.set(liveTable.key(this.partition, s.id), isLive ? liveTable.value : null);
+      if (s.invoked_by_subscription_id) this.countSubscription(s.invoked_by_subscription_id, isLive ? 1 : -1);
     }
+    const restarts = (k: Status | undefined) => k === 'running' || k === 'backing-off';
+    if (restarts(before) !== restarts(after)) this.writes.set(restartTable.key(this.partition, s.id), restarts(after) ? restartTable.value : null);
+    if (before !== undefined && before !== 'completed') assert(statuses[before]! >= 0, () => `partition ${this.partition}: ${statuses[before]} invocations counted as ${before}`);
+    this.countersChanged = true;
+  }
+
+  private countSubscription(subscription_id: string, delta: 1 | -1): void {
+    const n = (this.counters.subscriptions[subscription_id] ?? 0) + delta;
+    assert(n >= 0, () => `subscription ${subscription_id} has ${n} pending invocations`);
+    if (n === 0) delete this.counters.subscriptions[subscription_id];
+    else this.counters.subscriptions[subscription_id] = n;
+  }
+
+  /** Puts a status in memory; one that does not run may leave it again, least recently used first. */
+  private cache(s: InvocationStatus): void {
+    this.invocations.set(s.id, s);
+    this.kinds.set(s.id, s.status);
+    this.idle.delete(s.id);
+    if (s.status === 'running' || s.status === 'backing-off') return;
+    this.idle.add(s.id);
+    while (this.idle.size > IDLE_STATUSES_IN_MEMORY) {
+      const oldest = this.idle.values().next().value as string;
+      this.idle.delete(oldest);
+      this.invocations.delete(oldest);
+      this.kinds.delete(oldest);
+      this.journals.delete(oldest);
+    }
+  }
+
+  private touch(id: string): void {
+    if (!this.idle.delete(id)) return;
+    this.idle.add(id);
   }
 
   appendEntry(s: InvocationStatus, entry: JournalEntry): number {
@@ -179,7 +259,7 @@ export class PartitionState {
   journal(id: string): readonly JournalEntry[] {
     const journal = this.journals.get(id);
     if (journal !== undefined) return journal;
-    const s = this.invocations.get(id);
+    const s = this.status(id);
     return (s !== undefined && this.loadJournal(s)) || [];
   }
 
@@ -198,9 +278,10 @@ export class PartitionState {
   }
 
   deleteStatus(s: InvocationStatus): void {
-    this.setLive(s.id, false);
+    this.count(s, this.storedKind(s.id), undefined);
     this.invocations.delete(s.id);
-    this.completed.delete(s.id);
+    this.kinds.delete(s.id);
+    this.idle.delete(s.id);
     this.writes.set(invocationsTable.key(this.partition, s.id), null);
   }
 
@@ -235,13 +316,23 @@ export class PartitionState {
     this.journals.delete(id);
   }
 
+  /** The invocation holding the lock of an object or workflow key (one store read when not in memory). */
+  lockOf(objectKey: string): string | undefined {
+    let holder = this.locks.get(objectKey);
+    if (holder === undefined) {
+      holder = this.read(locksTable.key(this.partition, objectKey))?.toString('utf8') ?? '';
+      this.locks.set(objectKey, holder);
+    }
+    return holder === '' ? undefined : holder;
+  }
+
   setLock(objectKey: string, id: string | undefined): void {
     const key = locksTable.key(this.partition, objectKey);
     if (id === undefined) {
-      this.locks.delete(objectKey);
+      this.locks.set(objectKey, '');
       this.writes.set(key, null);
     } else {
-      assert(!this.locks.has(objectKey), () => `lock of ${objectKey} taken by ${id} while ${this.locks.get(objectKey)} holds it`);
+      assert(this.lockOf(objectKey) === undefined, () => `lock of ${objectKey} taken by ${id} while ${this.lockOf(objectKey)} holds it`);
       this.locks.set(objectKey, id);
       this.writes.set(key, locksTable.encode(id));
     }
@@ -328,8 +419,13 @@ export class PartitionState {
     this.stateCache.delete(objectKey);
   }
 
+  /** A workflow promise, read from the store (a fresh copy: change it through `putPromise`). */
+  promiseOf(key: string): PromiseState | undefined {
+    const raw = this.read(promisesTable.key(this.partition, key));
+    return raw === undefined ? undefined : promisesTable.decode(raw);
+  }
+
   putPromise(key: string, p: PromiseState): void {
-    this.promises.set(key, p);
     this.writes.set(promisesTable.key(this.partition, key), promisesTable.encode(p));
   }
 
@@ -363,16 +459,8 @@ export class PartitionState {
     this.writes.set(subscriptionPositionsTable.key(this.partition, p), subscriptionPositionsTable.encode(p));
   }
 
-  /** Counts an invocation of a subscription in (+1, it was created) or out (-1, it completed). */
-  countSubscriptionInvocation(subscription_id: string, delta: 1 | -1): void {
-    const n = (this.subscriptionPending.get(subscription_id) ?? 0) + delta;
-    assert(n >= 0, () => `subscription ${subscription_id} has ${n} pending invocations`);
-    if (n === 0) this.subscriptionPending.delete(subscription_id);
-    else this.subscriptionPending.set(subscription_id, n);
-  }
-
   private putCounters(): void {
-    this.writes.set(fsmTable.key(this.partition), fsmTable.encode(this.counters));
+    this.countersChanged = true;
   }
 
   // Timers live in the store only (the worker's TimerWindow holds the next few in memory).
@@ -400,9 +488,10 @@ export class PartitionState {
     return raw !== undefined && raw !== null;
   }
 
-  /** Hands over the writes of the current batch and starts a new one. */
   /** The writes of the current batch, to be written; reads see them until `writesDurable`. */
   takeWrites(): StateWrite[] {
+    if (this.countersChanged) this.writes.set(fsmTable.key(this.partition), fsmTable.encode(this.counters));
+    this.countersChanged = false;
     this.unflushed = this.writes;
     this.writes = new Map();
     return [...this.unflushed];
@@ -415,6 +504,7 @@ export class PartitionState {
 
   /** Drops the writes of the current batch (the batch is abandoned: the partition stops). */
   discardWrites(): void {
+    this.countersChanged = false;
     this.writes = new Map();
     this.unflushed = new Map();
   }

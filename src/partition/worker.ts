@@ -10,6 +10,9 @@ import { tablePrefix } from '../storage/keys.js';
 import { expiryTable } from '../storage/tables/expiry.js';
 import { INVOCATIONS_TABLE, invocationsTable } from '../storage/tables/invocations.js';
 import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
+import { liveTable } from '../storage/tables/live.js';
+import { locksTable } from '../storage/tables/locks.js';
+import { promisesTable, type PromiseState } from '../storage/tables/promises.js';
 import { stateTable } from '../storage/tables/state.js';
 import { standaloneTelemetry, type CompletionOutcome, type Telemetry } from '../telemetry/index.js';
 import { KILLED_FAILURE } from './fold/manage.js';
@@ -249,6 +252,26 @@ export class Worker implements Effects {
   /** Every object's state as stored (what durable batches wrote), partition by partition. */
   async *storedState(): AsyncGenerator<[objectKey: string, stateKey: string, value: Buffer]> {
     for (const p of this.processors) yield* stateTable.scan(this.db!, p.partition);
+  }
+
+  /** Every lock held, from the store (memory holds only the most recently used keys). */
+  async *storedLocks(): AsyncGenerator<[objectKey: string, id: string]> {
+    for (const p of this.processors) yield* locksTable.scan(this.db!, p.partition);
+  }
+
+  /** Every workflow promise, from the store. */
+  async *storedPromises(): AsyncGenerator<[promiseKey: string, promise: PromiseState]> {
+    for (const p of this.processors) yield* promisesTable.scan(this.db!, p.partition);
+  }
+
+  /** Every invocation that has not completed: the `live` index, each status as the partition has it now. */
+  async *unfinishedInvocations(): AsyncGenerator<InvocationStatus> {
+    for (const p of this.processors) {
+      for await (const id of liveTable.scan(this.db!, p.partition)) {
+        const s = p.state.peekStatus(id);
+        if (s !== undefined && s.status !== 'completed') yield s;
+      }
+    }
   }
 
   /** One stored journal entry, or undefined once it is gone (journal retention). */

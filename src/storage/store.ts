@@ -6,7 +6,7 @@ import { KeelError } from '../errors/index.js';
 export type Db = ClassicLevel<string, Buffer>;
 
 /** 2: the `live` index of invocations that have not completed. 3: the `statekeys` index. */
-export const WORKER_FORMAT_VERSION = 3;
+export const WORKER_FORMAT_VERSION = 4;
 
 export interface OpenOptions {
   /** LevelDB's block cache (classic-level's default: 8 MiB). */

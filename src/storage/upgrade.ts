@@ -1,7 +1,10 @@
 // Brings a worker store of an older format version to the current one, in place, at open. Each
 // step is idempotent: a crash part-way leaves the old version file, and the next open runs it again.
 import type { Db } from './store.js';
-import { fsmTable } from './tables/fsm.js';
+import { fsmTable, type Counters } from './tables/fsm.js';
+import { invocationsTable } from './tables/invocations.js';
+import { liveTable } from './tables/live.js';
+import { restartTable } from './tables/restart.js';
 import { stateKeysTable } from './tables/state-keys.js';
 import { timersTable } from './tables/timers.js';
 
@@ -10,13 +13,38 @@ import { timersTable } from './tables/timers.js';
  * the counters.
  */
 export async function upgradeWorkerStore(db: Db, from: number): Promise<void> {
-  if (from > 2) return;
   for await (const p of partitionsIn(db)) {
-    await stateKeysTable.build(db, p);
-    const counters = await fsmTable.read(db, p);
-    // Synced: LevelDB writes its log in order, so this puts the index before it on disk too.
-    await db.put(fsmTable.key(p), fsmTable.encode({ ...counters, timers: await timersTable.count(db, p) }), { sync: true });
+    if (from <= 2) {
+      await stateKeysTable.build(db, p);
+      const counters = await fsmTable.read(db, p);
+      // Synced: LevelDB writes its log in order, so this puts the index before it on disk too.
+      await db.put(fsmTable.key(p), fsmTable.encode({ ...counters, timers: await timersTable.count(db, p) }), { sync: true });
+    }
+    if (from <= 3) await countLive(db, p);
   }
+}
+
+/**
+ * 3 → 4: the `restart` index (invocations that run or back off) and the counts of unfinished
+ * invocations by status and by subscription, from the `live` index. The counters go last, synced.
+ */
+async function countLive(db: Db, partition: number): Promise<void> {
+  const counters: Counters = { ...(await fsmTable.read(db, partition)), statuses: {}, subscriptions: {} };
+  let batch = db.batch();
+  for await (const id of liveTable.scan(db, partition)) {
+    const raw = await db.get(invocationsTable.key(partition, id));
+    if (raw === undefined) throw new Error(`partition ${partition}: ${id} is indexed as live but has no status`);
+    const s = invocationsTable.decode(raw);
+    counters.statuses[s.status] = (counters.statuses[s.status] ?? 0) + 1;
+    if (s.invoked_by_subscription_id) counters.subscriptions[s.invoked_by_subscription_id] = (counters.subscriptions[s.invoked_by_subscription_id] ?? 0) + 1;
+    if (s.status === 'running' || s.status === 'backing-off') batch.put(restartTable.key(partition, id), restartTable.value);
+    if (batch.length >= 1000) {
+      await batch.write();
+      batch = db.batch();
+    }
+  }
+  await batch.write();
+  await db.put(fsmTable.key(partition), fsmTable.encode(counters), { sync: true });
 }
 
 /**

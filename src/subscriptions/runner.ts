@@ -198,7 +198,7 @@ export class SubscriptionRunner {
 
   pendingInvocations(): number {
     let n = 0;
-    for (const p of this.deps.worker.processors) n += p.state.subscriptionPending.get(this.subscription.id) ?? 0;
+    for (const p of this.deps.worker.processors) n += p.state.subscriptionPending(this.subscription.id);
     return n;
   }
 

@@ -145,7 +145,7 @@ async function checkDrained(ctx: AdminContext, id: string): Promise<void> {
   if (active.length > 0) {
     throw new KeelError('KEEL0016', `deployment ${id} still serves the latest revision of ${active.join(', ')}; register a newer deployment first, or remove it with force=true`, 409);
   }
-  const pinned = ctx.source().unfinishedPinnedTo(id);
+  const pinned = await ctx.source().unfinishedPinnedTo(id);
   if (pinned > 0) {
     throw new KeelError('KEEL0016', `${pinned} invocation(s) that are not completed are pinned to deployment ${id}; let them finish, or remove it with force=true (they will fail)`, 409);
   }

@@ -62,7 +62,7 @@ export function startOrEnqueue(ctx: FoldContext, s: InvocationStatus): void {
   s.modified_at_ms = ctx.now_ms;
   if (needsLock(s)) {
     const key = objectKeyOf(s.service, s.key);
-    if (ctx.state.locks.has(key)) {
+    if (ctx.state.lockOf(key) !== undefined) {
       s.status = 'inboxed';
       s.inboxed_at_ms = ctx.now_ms;
       ctx.state.enqueueInbox(key, s.id);
@@ -164,7 +164,6 @@ export function complete(ctx: FoldContext, s: InvocationStatus, result: Invocati
   delete s.next_retry_at_ms;
   ctx.state.forgetJournal(s.id);
   ctx.state.indexExpiry(s);
-  if (s.invoked_by_subscription_id) ctx.state.countSubscriptionInvocation(s.invoked_by_subscription_id, -1);
   if (needsLock(s)) releaseLock(ctx, s);
   if (s.caller_id !== undefined) sendResult(ctx, s.caller_id, s.caller_completion_id ?? 0, MessageType.CallCompletion, resultMsg(result));
   for (const a of s.attachers ?? []) sendResult(ctx, a.id, a.completion_id, a.entry_type, resultMsg(result));
@@ -174,7 +173,7 @@ export function complete(ctx: FoldContext, s: InvocationStatus, result: Invocati
 
 function releaseLock(ctx: FoldContext, s: InvocationStatus): void {
   const key = objectKeyOf(s.service, s.key);
-  if (ctx.state.locks.get(key) !== s.id) return;
+  if (ctx.state.lockOf(key) !== s.id) return;
   ctx.state.setLock(key, undefined);
   const next = ctx.state.inboxes.get(key)?.[0];
   if (next === undefined) return;

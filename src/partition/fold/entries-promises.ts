@@ -29,7 +29,7 @@ export const promiseEntries: Array<[number, EntryRule]> = [
       apply(ctx, s, e) {
         const m = decode(pb.GetPromise, e.payload);
         const key = promiseKeyOf(s.service, s.key, m.key ?? '');
-        const p = ctx.state.promises.get(key);
+        const p = ctx.state.promiseOf(key);
         const id = m.result_completion_id ?? 0;
         const r = promiseResult(p);
         if (r !== undefined) return reply(ctx, s, MessageType.GetPromiseCompletion, id, r);
@@ -43,7 +43,7 @@ export const promiseEntries: Array<[number, EntryRule]> = [
       check: onlyWorkflows,
       apply(ctx, s, e) {
         const m = decode(pb.PeekPromise, e.payload);
-        const p = ctx.state.promises.get(promiseKeyOf(s.service, s.key, m.key ?? ''));
+        const p = ctx.state.promiseOf(promiseKeyOf(s.service, s.key, m.key ?? ''));
         reply(ctx, s, MessageType.PeekPromiseCompletion, m.result_completion_id ?? 0, promiseResult(p) ?? { void: {} });
       },
     },
@@ -55,7 +55,7 @@ export const promiseEntries: Array<[number, EntryRule]> = [
       apply(ctx, s, e) {
         const m = decode(pb.CompletePromise, e.payload);
         const key = promiseKeyOf(s.service, s.key, m.key ?? '');
-        const p = ctx.state.promises.get(key);
+        const p = ctx.state.promiseOf(key);
         const id = m.result_completion_id ?? 0;
         if (promiseResult(p) !== undefined) {
           return reply(ctx, s, MessageType.CompletePromiseCompletion, id, { failure: { code: 409, message: 'promise was already completed' } });

@@ -45,10 +45,7 @@ export function foldInvoke(ctx: FoldContext, cmd: Invoke): void {
   if (cmd.invoked_by_id) s.invoked_by_id = cmd.invoked_by_id;
   if (cmd.restarted_from) s.restarted_from = cmd.restarted_from;
   if (cmd.traceparent) s.traceparent = cmd.traceparent;
-  if (cmd.invoked_by_subscription_id) {
-    s.invoked_by_subscription_id = cmd.invoked_by_subscription_id;
-    ctx.state.countSubscriptionInvocation(cmd.invoked_by_subscription_id, 1);
-  }
+  if (cmd.invoked_by_subscription_id) s.invoked_by_subscription_id = cmd.invoked_by_subscription_id;
   const input = encode(pb.Input, { headers: cmd.headers ?? [], value: { content: cmd.input ?? Buffer.alloc(0) } });
   ctx.state.appendEntry(s, { type: MessageType.InputCommand, payload: Buffer.from(input) });
   if (cmd.execute_at_ms && cmd.execute_at_ms > ctx.now_ms) {
@@ -61,7 +58,7 @@ export function foldInvoke(ctx: FoldContext, cmd: Invoke): void {
   } else {
     startOrEnqueue(ctx, s);
   }
-  ctx.state.putStatus(s);
+  ctx.state.createStatus(s);
 }
 
 /** A caller reached an invocation that already exists: it gets the result when there is one. */

@@ -10,7 +10,7 @@ import type { FoldContext } from './context.js';
  */
 export function foldModifyState(ctx: FoldContext, cmd: ModifyState): void {
   const objectKey = objectKeyOf(cmd.service ?? '', cmd.key ?? '');
-  if (ctx.state.locks.has(objectKey)) return;
+  if (ctx.state.lockOf(objectKey) !== undefined) return;
   if (cmd.version) {
     const current = [...ctx.state.stateOf(objectKey)].map(([k, v]): [string, Buffer] => [Buffer.from(k, 'base64url').toString('utf8'), v]);
     if (stateVersion(current) !== cmd.version) return;

@@ -1,4 +1,4 @@
-// Table `fsm`: a partition's own counters (inbox and outbox sequences), one JSON value.
+// Table `fsm`: a partition's own counters (inbox and outbox sequences, what is stored), one JSON value.
 import type { Db } from '../store.js';
 import { statePrefix } from '../keys.js';
 
@@ -7,17 +7,37 @@ export interface Counters {
   outbox_seq: number;
   /** Timers stored (format 3; the upgrade from 2 counts them). */
   timers: number;
+  /**
+   * Invocations that have not completed, by status (format 4; the upgrade from 3 counts them):
+   * their statuses stay on disk until used, and the limit on live invocations, the metrics and
+   * the admin API count them here instead of in memory.
+   */
+  statuses: Record<string, number>;
+  /** Subscription id → its invocations here that have not completed (format 4), for back-pressure. */
+  subscriptions: Record<string, number>;
 }
 
 /** A partition that has written nothing: what a rebuild from its first record starts from too. */
-export const EMPTY_COUNTERS: Readonly<Counters> = { inbox_seq: 0, outbox_seq: 0, timers: 0 };
+export const EMPTY_COUNTERS: Readonly<Counters> = { inbox_seq: 0, outbox_seq: 0, timers: 0, statuses: {}, subscriptions: {} };
+
+export function emptyCounters(): Counters {
+  return { ...EMPTY_COUNTERS, statuses: {}, subscriptions: {} };
+}
 
 export const fsmTable = {
   key: (partition: number): string => `${statePrefix(partition)}counters`,
-  encode: (c: Counters): Buffer => Buffer.from(JSON.stringify(c)),
+  /** Names sorted: the same counts encode the same bytes whatever order they were counted in (the rebuild check compares bytes). */
+  encode: (c: Counters): Buffer =>
+    Buffer.from(JSON.stringify({ inbox_seq: c.inbox_seq, outbox_seq: c.outbox_seq, timers: c.timers, statuses: sorted(c.statuses), subscriptions: sorted(c.subscriptions) })),
 
   async read(db: Db, partition: number): Promise<Counters> {
     const raw = await db.get(fsmTable.key(partition));
-    return raw === undefined ? { ...EMPTY_COUNTERS } : (JSON.parse(raw.toString('utf8')) as Counters);
+    return raw === undefined ? emptyCounters() : { ...emptyCounters(), ...(JSON.parse(raw.toString('utf8')) as Partial<Counters>) };
   },
 };
+
+function sorted(counts: Record<string, number>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const k of Object.keys(counts).sort()) if (counts[k] !== 0) out[k] = counts[k]!;
+  return out;
+}

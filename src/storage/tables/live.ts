@@ -1,6 +1,5 @@
-// Table `live`: the ids of a partition's invocations that have not completed. Recovery loads
-// exactly these; without the index it would read (and parse) every retained completed status,
-// which grows with every invocation kept for its retention.
+// Table `live`: the ids of a partition's invocations that have not completed. The admin API's
+// scans of unfinished invocations read these rather than every retained completed status.
 import { keysIn, type Db } from '../store.js';
 import { tablePrefix, tableRange } from '../keys.js';
 

@@ -23,11 +23,12 @@ export function splitPromiseKey(promiseKey: string): { service: string; key: str
 export const promisesTable = {
   key: (partition: number, promiseKey: string): string => `${tablePrefix(partition, TABLE)}${promiseKey}`,
   encode: (p: PromiseState): Buffer => Buffer.from(JSON.stringify(p)),
+  decode: (raw: Buffer): PromiseState => JSON.parse(raw.toString('utf8')) as PromiseState,
 
   async *scan(db: Db, partition: number): AsyncGenerator<[promiseKey: string, promise: PromiseState]> {
     const prefix = tablePrefix(partition, TABLE);
     for await (const [key, value] of entriesIn(db, tableRange(partition, TABLE))) {
-      yield [key.slice(prefix.length), JSON.parse(value.toString('utf8')) as PromiseState];
+      yield [key.slice(prefix.length), promisesTable.decode(value)];
     }
   },
 };
