@@ -41,6 +41,10 @@
 //   --sql-scale N             Keel only: a store of N invocations built in-process (0: skip) [BENCH_SQL_SCALE] (1000000)
 //   --sql-only                only the SQL scenario (targets restate and keel)          [BENCH_SQL_ONLY=1]
 //   --skip-sql                no SQL scenario                                           [BENCH_SKIP_SQL=1]
+// Retained state (bench/retained.mjs; restate and keel): N objects of 8 KiB and N sleeping invocations, a SIGKILL:
+//   --retained LIST           N per run, one fresh server per target and N (none: skip) [BENCH_RETAINED] (10000,100000)
+//   --retained-duration S     measured seconds of each noop/object cell, empty and filled [BENCH_RETAINED_DURATION] (5)
+//   --retained-only           only the retained-state scenario                          [BENCH_RETAINED_ONLY=1]
 // Other:
 //   --start-timeout S         server start/health/registration timeout                  [BENCH_START_TIMEOUT] (30)
 //   --out FILE                JSON results; the markdown summary goes beside it (.md)   [BENCH_OUT] (bench/results/latest.json)
@@ -83,6 +87,8 @@ const VALUED = {
   '--sql-scale': 'sqlScale',
   '--kafka': 'kafka',
   '--kafka-timeout': 'kafkaTimeout',
+  '--retained': 'retained',
+  '--retained-duration': 'retainedDuration',
   '--out': 'out',
 };
 const FLAGS = {
@@ -93,6 +99,7 @@ const FLAGS = {
   '--keep-dirs': 'keepDirs',
   '--sql-only': 'sqlOnly',
   '--skip-sql': 'skipSql',
+  '--retained-only': 'retainedOnly',
 };
 
 function die(msg) {
@@ -134,6 +141,9 @@ export function parseArgs(argv, env = process.env) {
     sqlScale: env.BENCH_SQL_SCALE ?? '1000000',
     sqlOnly: truthy(env.BENCH_SQL_ONLY),
     skipSql: truthy(env.BENCH_SKIP_SQL),
+    retained: env.BENCH_RETAINED ?? '10000,100000',
+    retainedDuration: env.BENCH_RETAINED_DURATION ?? '5',
+    retainedOnly: truthy(env.BENCH_RETAINED_ONLY),
     kafka: env.BENCH_KAFKA ?? (kafkaAvailable() ? '10000' : '0'),
     kafkaTimeout: env.BENCH_KAFKA_TIMEOUT ?? '120',
     out: env.BENCH_OUT ?? join(RESULTS_DIR, 'latest.json'),
@@ -203,6 +213,8 @@ export function parseArgs(argv, env = process.env) {
     sqlScale: num(o.sqlScale, 'sql-scale'),
     kafkaRecords: String(o.kafka).trim() === 'none' ? 0 : num(o.kafka, 'kafka'),
     kafkaTimeoutMs: num(o.kafkaTimeout, 'kafka-timeout') * 1000,
+    retained: ints(o.retained, 'retained'),
+    retainedDurationMs: num(o.retainedDuration, 'retained-duration') * 1000,
     out: resolve(o.out),
     keepDirs: o.keepDirs,
   };
@@ -218,13 +230,19 @@ export function parseArgs(argv, env = process.env) {
   }
   if (o.microOnly) {
     opts.targets = [];
+    opts.retained = [];
     opts.micro = true;
   }
   if (o.skipSql) {
     opts.sqlInvocations = 0;
     opts.sqlScale = 0;
   }
-  if (o.sqlOnly) {
+  if (o.sqlOnly || o.retainedOnly) {
+    if (o.retainedOnly) {
+      opts.sqlInvocations = 0;
+      opts.sqlScale = 0;
+      opts.kafkaRecords = 0;
+    } else opts.retained = [];
     opts.targets = opts.targets.filter((t) => t !== 'keel-nofsync');
     opts.scenarios = [];
     opts.objectKeys = [];

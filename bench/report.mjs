@@ -12,6 +12,10 @@ export const GOALS = {
   // issue 11: every restate-CLI command at most Restate's time with 20,000 retained; at 1,000,000 (Keel only)
   // `restate invocations ls` under 1 s and count(*) under 200 ms
   sql: { invocations: 20000, scale: 1000000, lsMaxMs: 1000, countMaxMs: 200 },
+  // issue 19: with N objects of 8 KiB and N sleeping invocations retained, RSS after a restart within 100 MB of the
+  // empty server's, restart → first answer ≤ 1 s at N = 1,000,000, throughput on the filled server within 10% of
+  // the empty one's, and each figure at least as good as Restate's at the same N
+  retained: { rssOverEmptyMaxMb: 100, firstAnswerMaxMs: 1000, firstAnswerAtN: 1000000, minThroughputOfEmpty: 0.9 },
 };
 
 // ---------------------------------------------------------------- helpers
@@ -185,6 +189,7 @@ export function buildTables(res) {
   }
 
   tables.push(...sqlTables(res));
+  tables.push(...retainedTables(res));
 
   if (res.micro && !res.micro.error) tables.push(...microTables(res.micro));
   else if (res.micro?.error) tables.push({ title: 'Micro-benchmark', columns: ['error'], rows: [[res.micro.error]], notes: [] });
@@ -310,6 +315,7 @@ export function checkGoals(res) {
     const ran = l && res.targets?.[t]?.status !== 'failed';
     add('zero RT0010 in the whole run', t, l ? `${l.server.rt0010} RT0010, ${l.server.errors} errors` : '-', ran ? l.server.rt0010 === 0 : null);
     if (t === 'keel') sqlGoals(res, add);
+    if (t === 'keel') retainedGoals(res, add);
   }
   return out;
 }
@@ -331,6 +337,63 @@ function sqlGoals(res, add) {
   add(`sql, ${g.scale} invocations: restate invocations ls < ${g.lsMaxMs} ms`, 'keel', ls ? `${ms(ls.medianMs, 0)} ms${sshape}` : '-', ls && !sshape ? ls.code === 0 && ls.medianMs < g.lsMaxMs : null);
   const count = s?.queries?.find((q) => q.name === 'count(*) (JSON)');
   add(`sql, ${g.scale} invocations: count(*) < ${g.countMaxMs} ms`, 'keel', count ? `${ms(count.medianMs, 0)} ms (restate sql: ${ms(at('sql count(*)')?.medianMs, 0)} ms)${sshape}` : '-', count && !sshape ? count.status === 200 && count.medianMs < g.countMaxMs : null);
+}
+
+/** Retained state: per N, Restate and Keel side by side. */
+export function retainedTables(res) {
+  const runs = res.retained ?? [];
+  if (runs.length === 0) return [];
+  const rows = [];
+  const notes = [];
+  for (const r of runs) {
+    if (r.error) {
+      notes.push(`${r.target} N=${r.n}: ${r.error}`);
+      continue;
+    }
+    const of = (filled, empty) => (filled != null && empty ? `${fmt(filled, 0)} (${fmt(filled / empty, 2)}x)` : '-');
+    rows.push([
+      r.target,
+      String(r.n),
+      `${fmt(r.empty?.rssMb, 0)} / ${fmt(r.filled?.rssMb, 0)}`,
+      `${fmt(r.fill?.rssMb, 0)} (${fmt(r.fill?.dataMb, 0)} on disk, ${fmt(r.fill?.wallMs / 1000, 0)} s)`,
+      `${fmt(r.emptyRestart?.toFirstAnswerMs, 0)} / ${fmt(r.restart?.toFirstAnswerMs, 0)}`,
+      `${fmt(r.emptyRestart?.rssMb, 0)} / ${fmt(r.restart?.rssMb, 0)}`,
+      of(r.filled?.noop?.rps, r.empty?.noop?.rps),
+      of(r.filled?.object?.rps, r.empty?.object?.rps),
+      `${fmt(r.filled?.noop?.p99, 1)} / ${fmt(r.filled?.object?.p99, 1)}`,
+      r.check?.pass ? 'ok' : `WRONG ${JSON.stringify(r.check)}`,
+    ]);
+    if (r.fill?.childrenRssMb || r.restart?.childrenRssMb) notes.push(`${r.target} N=${r.n}: its other processes (the query engine) ${fmt(r.fill?.childrenRssMb, 0)} MB after the fill, ${fmt(r.restart?.childrenRssMb, 0)} MB after the restart`);
+  }
+  notes.push(
+    'N objects with 8 KiB of state each and N invocations sleeping for an hour, on one server: its cells and a SIGKILL and restart empty, then the fill, a SIGKILL and restart, the cells again. ' +
+      'RSS of the server process in MB ("after load": after the c=32 cells, empty / filled; "after restart": 2 s after the first answer, empty / filled); ' +
+      '"first answer": spawn → a call reading a retained object answered, empty / filled; throughput at c=32 on the filled server (filled ÷ empty)',
+  );
+  return [{ title: 'Retained state', columns: ['target', 'N', 'RSS after load', 'RSS filled', 'restart → first answer ms', 'RSS after restart', 'noop/s filled', 'object/s filled', 'p99 noop / object ms', 'check'], rows, notes }];
+}
+
+function retainedGoals(res, add) {
+  const g = GOALS.retained;
+  for (const k of (res.retained ?? []).filter((r) => r.target === 'keel')) {
+    const r = (res.retained ?? []).find((x) => x.target === 'restate' && x.n === k.n && !x.error);
+    const ran = !k.error && k.check?.pass;
+    const over = ran ? k.restart.rssMb - k.emptyRestart.rssMb : null;
+    const rOver = r ? r.restart.rssMb - r.emptyRestart.rssMb : null;
+    add(
+      `retained ${k.n}: RSS after restart ≤ the empty server's + ${g.rssOverEmptyMaxMb} MB, and ≤ Restate's`,
+      'keel',
+      ran ? `${fmt(k.restart.rssMb, 0)} MB, +${fmt(over, 0)} MB${r ? ` (restate ${fmt(r.restart.rssMb, 0)} MB, +${fmt(rOver, 0)} MB)` : ''}` : k.error ?? 'check failed',
+      ran ? over <= g.rssOverEmptyMaxMb && (r ? k.restart.rssMb <= r.restart.rssMb : true) : null,
+    );
+    const first = k.restart?.toFirstAnswerMs;
+    const bound = k.n >= g.firstAnswerAtN ? first <= g.firstAnswerMaxMs : true;
+    add(`retained ${k.n}: restart → first answer${k.n >= g.firstAnswerAtN ? ` ≤ ${g.firstAnswerMaxMs} ms and` : ''} ≤ Restate's`, 'keel', ran ? `${fmt(first, 0)} ms${r ? ` vs ${fmt(r.restart.toFirstAnswerMs, 0)} ms` : ' (Restate not run)'}` : '-', ran ? bound && (r ? first <= r.restart.toFirstAnswerMs : true) : null);
+    for (const cell of ['noop', 'object']) {
+      const f = ran ? k.filled[cell].rps / k.empty[cell].rps : null;
+      add(`retained ${k.n}: ${cell} throughput filled ≥ ${g.minThroughputOfEmpty}× empty`, 'keel', ran ? `${x(f)}${r ? ` (restate ${x(r.filled[cell].rps / r.empty[cell].rps)})` : ''}` : '-', ran ? f >= g.minThroughputOfEmpty : null);
+    }
+  }
 }
 
 function goalsTable(goals, keels) {

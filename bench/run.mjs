@@ -19,6 +19,7 @@ import { buildTables, checkGoals, ratiosOf, renderMarkdown, renderText } from '.
 import { combineBurst, combineRows, orderOf } from './rounds.mjs';
 import { COUNTER, PROBES, SCENARIOS, closedLoopCell, greeterBurst, objectCell, warmup } from './scenarios.mjs';
 import { dataRoot, newServer, probe, register, serverVersion, spawnServer, startService, waitHealthy } from './targets.mjs';
+import { retainedRun } from './retained.mjs';
 import { sqlAtScale, sqlSideBySide } from './sql.mjs';
 
 const opts = parseArgs(process.argv.slice(2));
@@ -58,6 +59,7 @@ const res = {
   micro: null,
   sql: {}, // target → sqlSideBySide result (restate, keel)
   sqlScale: null, // sqlAtScale result (Keel only)
+  retained: [], // retainedRun results: { target, n, empty, fill, restart, filled, check } | error
   ratios: [],
   goals: [],
 };
@@ -248,6 +250,11 @@ if (opts.sqlInvocations > 0 && sqlSides.length > 0) {
   }
 }
 
+// Retained state: restate and keel, for each N in turn (one fresh server each).
+for (const n of opts.retained) {
+  for (const { target, service } of sqlSides) res.retained.push(await retainedRun(target, node, service, n, opts));
+}
+
 for (const target of opts.targets) {
   const info = res.targets[target];
   const service = services[target];
@@ -277,6 +284,7 @@ for (const target of opts.targets) {
     );
   }
   if (res.sql[target]) files.sql = res.sql[target].logFile;
+  res.retained.filter((r) => r.target === target).forEach((r) => (files[`retained-${r.n}`] = r.logFile));
   await stopGroup(service.child);
   res.logs[target] = logHealth(target, files);
   const l = res.logs[target].server;

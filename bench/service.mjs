@@ -6,6 +6,8 @@
 //   Counter/{key}/add – virtual object: ctx.get('count'), ctx.set('count', count + delta), returns the new count
 //   Counter/{key}/get – shared: the current count (the correctness check reads it)
 //   Greeter/greet – the seed's Greeter (uuid, run, durable 1 s sleep, run)
+//   Store/{key}/put – virtual object: ctx.set('blob', a string of {"bytes": N} characters) (the retained-state fill)
+//   Store/{key}/size – shared: the length of the stored blob (0 without one), read from the server's state
 //   Bench/kafkaNoop – a subscription's sink: returns at once, and counts the records it saw (calls, distinct
 //                   kafka.partition/kafka.offset, first and last time) for GET /count on BENCH_COUNTER_PORT
 // Run: node bench/service.mjs [port]   (PORT env works too; BENCH_SERVICE_HOST, default 127.0.0.1)
@@ -56,7 +58,18 @@ export const counter = restate.object({
   },
 });
 
-export const services = [bench, counter, greeter];
+export const store = restate.object({
+  name: 'Store',
+  handlers: {
+    put: async (ctx, req) => {
+      ctx.set('blob', 'x'.repeat(Number(req?.bytes ?? 8192)));
+      return true;
+    },
+    size: restate.handlers.object.shared(async (ctx) => ((await ctx.get('blob')) ?? '').length),
+  },
+});
+
+export const services = [bench, counter, greeter, store];
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const port = Number(process.argv[2] ?? process.env.PORT ?? 9080);

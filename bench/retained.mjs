@@ -1,0 +1,135 @@
+// Retained state (`--retained N,...`): what a server costs for what it keeps, not for what it does. Per target
+// (restate, keel) and N, on one fresh server:
+//   1. empty: noop and object (Counter/add over 100 keys) cells at c=32; RSS; then a SIGKILL and a restart as in 3
+//      (RSS and time to the first answer of the empty server, to compare 3 with)
+//   2. fill: N virtual objects with 8 KiB of state each (Store/{key}/put, c=32), then N invocations sleeping for
+//      an hour (Bench/sleepy/send), until all N are suspended; RSS and the data dir's size
+//   3. SIGKILL the process group, start it again on the same data dir: restart → first answered call (a read of
+//      a retained object, Store/k0/size, polled every 10 ms), RSS 2 s after that answer
+//   4. filled: the same noop and object cells; every object still 8 KiB, every sleeper still suspended
+// RSS is the server's own process (Keel's query engine, a child started by the first SQL query, is shown apart).
+import { execFileSync } from 'node:child_process';
+import { readFileSync, rmSync } from 'node:fs';
+import { crashGroup, stopGroup } from './children.mjs';
+import { httpCall, log, nowMs, sleep, sqlQuery } from './common.mjs';
+import { groupPids } from './proc.mjs';
+import { COUNTER, SCENARIOS, runLoad } from './scenarios.mjs';
+import { newServer, probe, register, spawnServer, waitHealthy } from './targets.mjs';
+
+const STATE_BYTES = 8192;
+const SLEEP_MS = 3_600_000;
+const CELL_KEYS = 100;
+
+function rssMb(pid) {
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) / 1024 : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The server process's RSS, and that of the rest of its process group (Keel's query engine). */
+function memory(s) {
+  const own = rssMb(s.pid);
+  const others = groupPids(s.pid).filter((p) => p !== s.pid).reduce((sum, p) => sum + (rssMb(p) ?? 0), 0);
+  return { rssMb: own, childrenRssMb: others };
+}
+
+const dirMb = (dir) => Number(execFileSync('du', ['-sk', dir], { encoding: 'utf8' }).split('\t')[0]) / 1024;
+
+async function cells(node, s, service, opts, tag) {
+  const pids = { server: s.pid, service: service.child.pid };
+  const spec = { concurrency: 32, warmupMs: 1000, durationMs: opts.retainedDurationMs, requestTimeoutMs: opts.requestTimeoutMs, pids };
+  const hard = spec.warmupMs + spec.durationMs + 2 * opts.requestTimeoutMs + 15000;
+  const noop = await runLoad(node, { ...spec, url: s.ingress + SCENARIOS.noop.path, body: SCENARIOS.noop.body, expect: SCENARIOS.noop.expect }, hard);
+  const object = await runLoad(node, { ...spec, url: s.ingress + COUNTER.path, body: COUNTER.body, keys: CELL_KEYS, keyPrefix: `${tag}-` }, hard);
+  const pick = (r) => (r.failed ? { error: r.failed } : { rps: r.rps, p50: r.latencyMs?.p50, p99: r.latencyMs?.p99, errors: r.errors, cpuMsPerInvocation: r.cpuMsPerInvocation?.server });
+  return { noop: pick(noop), object: pick(object) };
+}
+
+async function countSuspended(s) {
+  const rows = await sqlQuery(s.admin, "SELECT status, count(*) AS n FROM sys_invocation WHERE target_handler_name = 'sleepy' GROUP BY status", 60_000);
+  return Object.fromEntries(rows.map((r) => [r.status, Number(r.n)]));
+}
+
+async function fill(node, s, n, opts) {
+  const put = await runLoad(
+    node,
+    { url: `${s.ingress}/Store/{key}/put`, body: JSON.stringify({ bytes: STATE_BYTES }), expect: 'true', keys: n, keyPrefix: 'k', concurrency: 32, total: n, requestTimeoutMs: opts.requestTimeoutMs },
+    n * 100 + 120_000,
+  );
+  if (put.failed || put.errors) throw new Error(`filling objects: ${put.failed ?? `${put.errors} errors ${JSON.stringify(put.errorSamples ?? [])}`}`);
+  const send = await runLoad(
+    node,
+    { url: `${s.ingress}/Bench/sleepy/send`, body: JSON.stringify({ ms: SLEEP_MS }), expect: 'invocationId', concurrency: 32, total: n, requestTimeoutMs: opts.requestTimeoutMs },
+    n * 100 + 120_000,
+  );
+  if (send.failed || send.errors) throw new Error(`sending sleepers: ${send.failed ?? `${send.errors} errors`}`);
+  const deadline = Date.now() + 60_000 + n * 5;
+  let by = {};
+  while (Date.now() < deadline) {
+    by = await countSuspended(s).catch(() => by);
+    if ((by.suspended ?? 0) >= n) break;
+    await sleep(1000);
+  }
+  if ((by.suspended ?? 0) < n) throw new Error(`only ${by.suspended ?? 0} of ${n} sleepers suspended: ${JSON.stringify(by)}`);
+  return { objectsWallMs: put.wallMs, sleepersWallMs: send.wallMs };
+}
+
+/** SIGKILL, start again: spawn → the first call reading Store/k0 answered with `bytes`; RSS 2 s later. */
+async function crashAndRestart(s, opts, bytes) {
+  await crashGroup(s.child);
+  spawnServer(s);
+  const out = { toFirstAnswerMs: await firstAnswer(s, opts, bytes) };
+  await sleep(2000);
+  return { ...out, ...memory(s) };
+}
+
+async function firstAnswer(s, opts, bytes) {
+  const deadline = Date.now() + opts.startTimeoutMs * 4;
+  while (Date.now() < deadline) {
+    if (s.child.exited) throw new Error('the server exited after the restart');
+    const r = await httpCall('POST', `${s.ingress}/Store/k0/size`, { body: {}, timeoutMs: 2000 }).catch(() => ({}));
+    if (r.status === 200 && r.text === String(bytes)) return nowMs() - s.spawnedAt;
+    await sleep(10);
+  }
+  throw new Error('no answer within the start timeout after the restart');
+}
+
+export async function retainedRun(target, node, service, n, opts) {
+  const out = { target, n };
+  const s = await newServer(target, { logName: `${target}-retained-${n}` });
+  out.logFile = s.logFile;
+  try {
+    spawnServer(s);
+    await waitHealthy(s, { timeoutMs: opts.startTimeoutMs });
+    await register(s, service.url, { timeoutMs: opts.startTimeoutMs });
+    await probe(s, SCENARIOS.noop, { timeoutMs: opts.startTimeoutMs, requestTimeoutMs: opts.requestTimeoutMs });
+    out.empty = { ...(await cells(node, s, service, opts, 'empty')), ...memory(s) };
+    out.emptyRestart = await crashAndRestart(s, opts, 0);
+    log(
+      `${target} retained ${n}: empty ${out.empty.noop.rps?.toFixed(0)} noop/s, ${out.empty.object.rps?.toFixed(0)} object/s, RSS ${out.empty.rssMb?.toFixed(0)} MB; ` +
+        `restarted empty: first answer ${out.emptyRestart.toFirstAnswerMs.toFixed(0)} ms, RSS ${out.emptyRestart.rssMb?.toFixed(0)} MB; filling`,
+    );
+    const t0 = nowMs();
+    out.fill = { ...(await fill(node, s, n, opts)), wallMs: nowMs() - t0, ...memory(s), dataMb: dirMb(s.dataDir) };
+    log(`${target} retained ${n}: filled in ${(out.fill.wallMs / 1000).toFixed(0)} s, RSS ${out.fill.rssMb?.toFixed(0)} MB, data ${out.fill.dataMb.toFixed(0)} MB; SIGKILL and restart`);
+    out.restart = await crashAndRestart(s, opts, STATE_BYTES);
+    out.filled = { ...(await cells(node, s, service, opts, 'filled')), ...memory(s) };
+    const last = await httpCall('POST', `${s.ingress}/Store/k${n - 1}/size`, { body: {}, timeoutMs: opts.requestTimeoutMs });
+    const by = await countSuspended(s);
+    out.check = { lastObjectBytes: Number(last.text), suspended: by.suspended ?? 0, pass: last.text === String(STATE_BYTES) && (by.suspended ?? 0) === n };
+    log(
+      `${target} retained ${n}: restart → first answer ${out.restart.toFirstAnswerMs.toFixed(0)} ms, RSS ${out.restart.rssMb?.toFixed(0)} MB; ` +
+        `filled ${out.filled.noop.rps?.toFixed(0)} noop/s, ${out.filled.object.rps?.toFixed(0)} object/s; check ${out.check.pass ? 'ok' : JSON.stringify(out.check)}`,
+    );
+  } catch (e) {
+    out.error = e.message;
+    log(`${target} retained ${n}: ERROR ${e.message}`);
+  } finally {
+    await stopGroup(s.child);
+    if (!opts.keepDirs) rmSync(s.dataDir, { recursive: true, force: true });
+  }
+  return out;
+}
