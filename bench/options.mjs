@@ -43,6 +43,7 @@
 //   --skip-sql                no SQL scenario                                           [BENCH_SKIP_SQL=1]
 // Retained state (bench/retained.mjs; restate and keel): N objects of 8 KiB and N sleeping invocations, a SIGKILL:
 //   --retained LIST           N per run, one fresh server per target and N (none: skip) [BENCH_RETAINED] (10000,100000)
+//   --retained-scale N        Keel only: N objects and N sleepers built in-process (0: skip) [BENCH_RETAINED_SCALE] (1000000)
 //   --retained-duration S     measured seconds of each noop/object cell, empty and filled [BENCH_RETAINED_DURATION] (5)
 //   --retained-only           only the retained-state scenario                          [BENCH_RETAINED_ONLY=1]
 // Other:
@@ -89,6 +90,7 @@ const VALUED = {
   '--kafka-timeout': 'kafkaTimeout',
   '--retained': 'retained',
   '--retained-duration': 'retainedDuration',
+  '--retained-scale': 'retainedScale',
   '--out': 'out',
 };
 const FLAGS = {
@@ -143,6 +145,7 @@ export function parseArgs(argv, env = process.env) {
     skipSql: truthy(env.BENCH_SKIP_SQL),
     retained: env.BENCH_RETAINED ?? '10000,100000',
     retainedDuration: env.BENCH_RETAINED_DURATION ?? '5',
+    retainedScale: env.BENCH_RETAINED_SCALE ?? '1000000',
     retainedOnly: truthy(env.BENCH_RETAINED_ONLY),
     kafka: env.BENCH_KAFKA ?? (kafkaAvailable() ? '10000' : '0'),
     kafkaTimeout: env.BENCH_KAFKA_TIMEOUT ?? '120',
@@ -215,6 +218,7 @@ export function parseArgs(argv, env = process.env) {
     kafkaTimeoutMs: num(o.kafkaTimeout, 'kafka-timeout') * 1000,
     retained: ints(o.retained, 'retained'),
     retainedDurationMs: num(o.retainedDuration, 'retained-duration') * 1000,
+    retainedScale: num(o.retainedScale, 'retained-scale'),
     out: resolve(o.out),
     keepDirs: o.keepDirs,
   };
@@ -231,6 +235,7 @@ export function parseArgs(argv, env = process.env) {
   if (o.microOnly) {
     opts.targets = [];
     opts.retained = [];
+    opts.retainedScale = 0;
     opts.micro = true;
   }
   if (o.skipSql) {
@@ -242,7 +247,10 @@ export function parseArgs(argv, env = process.env) {
       opts.sqlInvocations = 0;
       opts.sqlScale = 0;
       opts.kafkaRecords = 0;
-    } else opts.retained = [];
+    } else {
+      opts.retained = [];
+      opts.retainedScale = 0;
+    }
     opts.targets = opts.targets.filter((t) => t !== 'keel-nofsync');
     opts.scenarios = [];
     opts.objectKeys = [];

@@ -353,9 +353,9 @@ export function retainedTables(res) {
     const of = (filled, empty) => (filled != null && empty ? `${fmt(filled, 0)} (${fmt(filled / empty, 2)}x)` : '-');
     rows.push([
       r.target,
-      String(r.n),
+      `${r.n}${r.scale ? ' (built in-process)' : ''}`,
       `${fmt(r.empty?.rssMb, 0)} / ${fmt(r.filled?.rssMb, 0)}`,
-      `${fmt(r.fill?.rssMb, 0)} (${fmt(r.fill?.dataMb, 0)} on disk, ${fmt(r.fill?.wallMs / 1000, 0)} s)`,
+      `${r.scale ? '-' : fmt(r.fill?.rssMb, 0)} (${fmt(r.fill?.dataMb, 0)} on disk, ${fmt(r.fill?.wallMs / 1000, 0)} s)`,
       `${fmt(r.emptyRestart?.toFirstAnswerMs, 0)} / ${fmt(r.restart?.toFirstAnswerMs, 0)}`,
       `${fmt(r.emptyRestart?.rssMb, 0)} / ${fmt(r.restart?.rssMb, 0)}`,
       of(r.filled?.noop?.rps, r.empty?.noop?.rps),
@@ -366,7 +366,8 @@ export function retainedTables(res) {
     if (r.fill?.childrenRssMb || r.restart?.childrenRssMb) notes.push(`${r.target} N=${r.n}: its other processes (the query engine) ${fmt(r.fill?.childrenRssMb, 0)} MB after the fill, ${fmt(r.restart?.childrenRssMb, 0)} MB after the restart`);
   }
   notes.push(
-    'N objects with 8 KiB of state each and N invocations sleeping for an hour, on one server: its cells and a SIGKILL and restart empty, then the fill, a SIGKILL and restart, the cells again. ' +
+    'N objects with 8 KiB of state each and N invocations sleeping for an hour, on one server: its cells and a SIGKILL and restart empty, then the fill, a SIGKILL and restart, the cells again ' +
+      '(built in-process: the same commands folded into the stopped server\'s store, then a start on it). ' +
       'RSS of the server process in MB ("after load": after the c=32 cells, empty / filled; "after restart": 2 s after the first answer, empty / filled); ' +
       '"first answer": spawn → a call reading a retained object answered, empty / filled; throughput at c=32 on the filled server (filled ÷ empty)',
   );

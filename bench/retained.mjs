@@ -8,10 +8,12 @@
 //      a retained object, Store/k0/size, polled every 10 ms), RSS 2 s after that answer
 //   4. filled: the same noop and object cells; every object still 8 KiB, every sleeper still suspended
 // RSS is the server's own process (Keel's query engine, a child started by the first SQL query, is shown apart).
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync, rmSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { crashGroup, stopGroup } from './children.mjs';
-import { httpCall, log, nowMs, sleep, sqlQuery } from './common.mjs';
+import { ROOT, httpCall, log, nowMs, sleep, sqlQuery } from './common.mjs';
 import { groupPids } from './proc.mjs';
 import { COUNTER, SCENARIOS, runLoad } from './scenarios.mjs';
 import { newServer, probe, register, spawnServer, waitHealthy } from './targets.mjs';
@@ -132,4 +134,116 @@ export async function retainedRun(target, node, service, n, opts) {
     if (!opts.keepDirs) rmSync(s.dataDir, { recursive: true, force: true });
   }
   return out;
+}
+
+// ---------------------------------------------------------------- Keel alone at scale (--retained-scale)
+// A fill over HTTP of a million objects and a million sleepers takes most of an hour on 2 cores, so the store is
+// built in-process instead, through the partition processors (the same commands the ingress and the invoker
+// append: the same store), into a server that was started empty, registered and stopped. Then: spawn → first
+// answer, RSS, and the noop and object cells on it, against the same server before the build.
+
+export async function retainedAtScale(node, service, opts) {
+  const n = opts.retainedScale;
+  const out = { target: 'keel', n, scale: true };
+  const s = await newServer('keel', { logName: `keel-retained-scale-${n}` });
+  out.logFile = s.logFile;
+  try {
+    spawnServer(s);
+    await waitHealthy(s, { timeoutMs: opts.startTimeoutMs });
+    await register(s, service.url, { timeoutMs: opts.startTimeoutMs });
+    await probe(s, SCENARIOS.noop, { timeoutMs: opts.startTimeoutMs, requestTimeoutMs: opts.requestTimeoutMs });
+    out.empty = { ...(await cells(node, s, service, opts, 'empty')), ...memory(s) };
+    out.emptyRestart = await crashAndRestart(s, opts, 0);
+    await stopGroup(s.child);
+    const t0 = nowMs();
+    await buildStore(node, s.dataDir, n);
+    out.fill = { wallMs: nowMs() - t0, dataMb: dirMb(s.dataDir), inProcess: true };
+    log(`keel retained ${n} (at scale): store built in ${(out.fill.wallMs / 1000).toFixed(0)} s, data ${out.fill.dataMb.toFixed(0)} MB; starting on it`);
+    spawnServer(s);
+    out.restart = { toFirstAnswerMs: await firstAnswer(s, { ...opts, startTimeoutMs: 600_000 }, STATE_BYTES) };
+    await sleep(2000);
+    Object.assign(out.restart, memory(s));
+    out.filled = { ...(await cells(node, s, service, opts, 'filled')), ...memory(s) };
+    const last = await httpCall('POST', `${s.ingress}/Store/k${n - 1}/size`, { body: {}, timeoutMs: opts.requestTimeoutMs });
+    const partitions = JSON.parse((await httpCall('GET', `${s.admin}/partitions`, { timeoutMs: 10_000 })).text);
+    const suspended = (partitions.partitions ?? partitions).reduce((sum, p) => sum + (p.invocations?.suspended ?? 0), 0);
+    out.check = { lastObjectBytes: Number(last.text), suspended, pass: last.text === String(STATE_BYTES) && suspended === n };
+    log(
+      `keel retained ${n} (at scale): start → first answer ${out.restart.toFirstAnswerMs.toFixed(0)} ms, RSS ${out.restart.rssMb?.toFixed(0)} MB; ` +
+        `filled ${out.filled.noop.rps?.toFixed(0)} noop/s, ${out.filled.object.rps?.toFixed(0)} object/s; check ${out.check.pass ? 'ok' : JSON.stringify(out.check)}`,
+    );
+  } catch (e) {
+    out.error = e.message;
+    log(`keel retained ${n} (at scale): ERROR ${e.message}`);
+  } finally {
+    await stopGroup(s.child);
+    if (!opts.keepDirs) rmSync(s.dataDir, { recursive: true, force: true });
+  }
+  return out;
+}
+
+function buildStore(node, dir, n) {
+  return new Promise((resolveBuild, reject) => {
+    const c = spawn(node, [fileURLToPath(import.meta.url), '--build-store', dir, String(n)], { stdio: ['ignore', 'inherit', 'inherit'] });
+    c.on('close', (code) => (code === 0 ? resolveBuild() : reject(new Error(`building the store failed (exit ${code})`))));
+  });
+}
+
+/** N Store/k{i}/put (8 KiB set, then done) and N Bench/sleepy asleep for an hour, folded into `dir`'s worker store. */
+async function storeBuilder(dir, n) {
+  const dist = resolve(process.env.BENCH_KEEL_DIST ?? join(ROOT, 'dist'));
+  const load = (p) => import(pathToFileURL(join(dist, p)).href);
+  const [store, groupWriter, processor, commands, messages, ids, logger, config] = await Promise.all([
+    load('storage/store.js'), load('storage/group-writer.js'), load('partition/processor.js'), load('log/commands.js'),
+    load('protocol/messages.js'), load('common/ids.js'), load('common/logger.js'), load('config/index.js'),
+  ]);
+  const partitions = config.loadConfig(undefined, {}).worker.partitions;
+  const db = await store.openWorkerStore(join(dir, 'worker'));
+  const writer = new groupWriter.GroupWriter(db);
+  const partitionOf = (pk) => Number((pk * BigInt(partitions)) >> 64n);
+  const procs = await Promise.all(
+    Array.from({ length: partitions }, (_, p) =>
+      processor.PartitionProcessor.open(db, writer, p, { fsync: false, effects: { execute() {} }, logger: logger.silentLogger, owns: (key) => partitionOf(key) === p }),
+    ),
+  );
+  const { MessageType, encode, pb } = messages;
+  const at = { deployment_id: 'dp_bench', protocol_version: 6 };
+  const blob = Buffer.from(JSON.stringify('x'.repeat(STATE_BYTES)));
+  const setState = Buffer.from(encode(pb.SetState, { key: Buffer.from('blob'), value: { content: blob } }));
+  const output = Buffer.from(encode(pb.Output, { value: { content: Buffer.from('true') } }));
+  const wake = Date.now() + SLEEP_MS;
+  const sleepEntry = Buffer.from(encode(pb.Sleep, { wake_up_time: wake, result_completion_id: 1 }));
+  const put = (id, key) => [
+    { kind: 'invoke', invoke: { invocation_id: id, service: 'Store', handler: 'put', key, input: Buffer.from('{}'), headers: [], service_type: 'VirtualObject', handler_type: 'Exclusive' } },
+    { kind: 'journal_append', journal_append: { invocation_id: id, epoch: 0, entry_type: MessageType.SetStateCommand, entry: setState, ...at } },
+    { kind: 'journal_append', journal_append: { invocation_id: id, epoch: 0, entry_type: MessageType.OutputCommand, entry: output, ...at } },
+    { kind: 'attempt_ended', attempt_ended: { invocation_id: id, epoch: 0, outcome: commands.Outcome.END } },
+  ];
+  const sleeper = (id) => [
+    { kind: 'invoke', invoke: { invocation_id: id, service: 'Bench', handler: 'sleepy', key: '', input: Buffer.from(JSON.stringify({ ms: SLEEP_MS })), headers: [], service_type: 'Service' } },
+    { kind: 'journal_append', journal_append: { invocation_id: id, epoch: 0, entry_type: MessageType.SleepCommand, entry: sleepEntry, ...at } },
+    { kind: 'attempt_ended', attempt_ended: { invocation_id: id, epoch: 0, outcome: commands.Outcome.SUSPENDED, waiting_completions: [1] } },
+  ];
+  const WINDOW = 2048;
+  const t0 = Date.now();
+  for (let done = 0; done < n; ) {
+    const batch = Math.min(WINDOW, n - done);
+    const appends = [];
+    for (let i = done; i < done + batch; i++) {
+      const obj = ids.InvocationId.random(ids.objectPartitionKey('Store', `k${i}`));
+      for (const c of put(obj.bytes, `k${i}`)) appends.push(procs[partitionOf(obj.partitionKey)].append(c));
+      const nap = ids.InvocationId.random(ids.randomPartitionKey());
+      for (const c of sleeper(nap.bytes)) appends.push(procs[partitionOf(nap.partitionKey)].append(c));
+    }
+    await Promise.all(appends);
+    done += batch;
+    if (done % 100_000 < WINDOW) console.error(`[bench retained] store: ${done} objects and sleepers (${((Date.now() - t0) / 1000).toFixed(0)} s)`);
+  }
+  await Promise.all(procs.map((p) => p.close()));
+  await db.close();
+}
+
+if (process.argv[2] === '--build-store') {
+  await storeBuilder(process.argv[3], Number(process.argv[4]));
+  process.exit(0);
 }

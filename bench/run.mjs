@@ -19,7 +19,7 @@ import { buildTables, checkGoals, ratiosOf, renderMarkdown, renderText } from '.
 import { combineBurst, combineRows, orderOf } from './rounds.mjs';
 import { COUNTER, PROBES, SCENARIOS, closedLoopCell, greeterBurst, objectCell, warmup } from './scenarios.mjs';
 import { dataRoot, newServer, probe, register, serverVersion, spawnServer, startService, waitHealthy } from './targets.mjs';
-import { retainedRun } from './retained.mjs';
+import { retainedAtScale, retainedRun } from './retained.mjs';
 import { sqlAtScale, sqlSideBySide } from './sql.mjs';
 
 const opts = parseArgs(process.argv.slice(2));
@@ -254,6 +254,7 @@ if (opts.sqlInvocations > 0 && sqlSides.length > 0) {
 for (const n of opts.retained) {
   for (const { target, service } of sqlSides) res.retained.push(await retainedRun(target, node, service, n, opts));
 }
+if (opts.retainedScale > 0 && services.keel) res.retained.push(await retainedAtScale(node, services.keel, opts));
 
 for (const target of opts.targets) {
   const info = res.targets[target];

@@ -150,7 +150,7 @@ function sampleQueues(metrics: KeelMetrics, config: Config, worker: Worker, invo
     partitions: () =>
       worker.processors.map((p) => {
         const invocations = new Map(Object.entries(p.state.counters.statuses));
-        return { partition: p.partition, queued_commands: p.info().queued_commands, outbox_entries: p.state.outbox.size, invocations };
+        return { partition: p.partition, queued_commands: p.info().queued_commands, outbox_entries: p.state.counters.outbox, invocations };
       }),
     storeSizes: async () => [
       { store: 'worker', bytes: await directorySize_bytes(config.worker.storage_db.path) },

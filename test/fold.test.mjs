@@ -2,7 +2,7 @@
 // few commands into a fresh partition and checks the state and the actions asked for.
 import t from 'tap';
 import {
-  partition, serviceId, objectId, invoke, objectInvoke, append, ended, completeWith, output, kinds, find, outbox, lastNotification,
+  partition, serviceId, objectId, invoke, objectInvoke, append, ended, completeWith, output, kinds, find, outbox, outboxEntries, lastNotification,
   MessageType, Outcome, Then, TimerKind, ManageAction, encode, decode, pb, InvocationId,
 } from './helpers/fold.mjs';
 
@@ -170,10 +170,14 @@ t.test('outbox_delivered: the entry leaves the outbox', async (t) => {
   const id = serviceId();
   p.apply(invoke(id, { caller_invocation_id: serviceId().bytes, caller_completion_id: 1 }));
   completeWith(p, id, 'r');
-  const [entry] = [...p.state.outbox.values()];
+  const [entry] = outboxEntries(p);
   t.ok(entry, 'the result for the caller is in the outbox');
+  t.equal(p.state.counters.outbox, 1, 'counted');
   p.apply({ kind: 'outbox_delivered', outbox_delivered: { seq: entry.seq } });
-  t.equal(p.state.outbox.size, 0);
+  t.same(outboxEntries(p), []);
+  t.equal(p.state.counters.outbox, 0);
+  p.apply({ kind: 'outbox_delivered', outbox_delivered: { seq: entry.seq } });
+  t.equal(p.state.counters.outbox, 0, 'a repeated acknowledgement (after a resend) counts nothing');
 });
 
 t.test('manage: kill cascades to children; pause and resume', async (t) => {

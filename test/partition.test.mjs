@@ -218,10 +218,10 @@ t.test('outbox: a refused delivery holds back later entries for the same partiti
   await source.append(subscriptionRecords([2, 3], highKey, { local: false }));
   const made = () => [...target.state.invocations.values()].filter((s) => s.invoked_by_subscription_id).length;
   const deadline = Date.now() + 10_000;
-  while ((made() < 4 || source.state.outbox.size > 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  while ((made() < 4 || source.state.counters.outbox > 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
   t.equal(made(), 4, 'every record made its invocation on the target');
   t.equal(target.state.dedup.get(0), 4, 'the target applied all four entries of the source');
-  t.equal(source.state.outbox.size, 0, 'and the source dropped them');
+  t.equal(source.state.counters.outbox, 0, 'and the source dropped them');
   // In the target's log, the invokes appear in outbox sequence order.
   const seqs = [];
   for await (const [, record] of (await EmbeddedLog.open(db, 1)).read(1)) {

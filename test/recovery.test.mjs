@@ -130,8 +130,9 @@ t.test('rebuild check: every partition folded again from its log equals the stor
   t.ok(reported.includes(extra), 'a key that the log does not produce is reported');
 });
 
-t.test('a partition with 300,000 outbox entries opens, and recovery delivers them in sequence order', async (t) => {
-  const { loadState, recoveryActions } = await import('../dist/partition/recovery.js');
+t.test('a partition with 300,000 outbox entries opens, and its Shuffle delivers them in sequence order, a bounded number at a time', async (t) => {
+  const { loadState } = await import('../dist/partition/recovery.js');
+  const { Shuffle, OUTBOX_IN_FLIGHT_LIMIT } = await import('../dist/partition/shuffle.js');
   const { outboxTable } = await import('../dist/storage/tables/outbox.js');
   const { fsmTable } = await import('../dist/storage/tables/fsm.js');
   const dir = (await import('node:fs')).mkdtempSync(path.join((await import('node:os')).tmpdir(), 'keel-outbox-'));
@@ -139,7 +140,7 @@ t.test('a partition with 300,000 outbox entries opens, and recovery delivers the
   const db = await openWorkerStore(dir);
   t.teardown(() => db.close());
   const N = 300_000;
-  // Written out of order: the store sorts them, recovery must not.
+  // Written out of order: the store sorts them.
   for (let from = N; from > 0; from -= 10_000) {
     const batch = db.batch();
     for (let seq = from; seq > from - 10_000; seq--) {
@@ -147,13 +148,33 @@ t.test('a partition with 300,000 outbox entries opens, and recovery delivers the
     }
     await batch.write();
   }
-  await db.put(fsmTable.key(0), fsmTable.encode({ inbox_seq: 0, outbox_seq: N, timers: 0, statuses: {}, subscriptions: {} }));
-  // Before: Math.max(0, ...outbox.keys()) threw a RangeError (reported as a corrupt store).
+  await db.put(fsmTable.key(0), fsmTable.encode({ inbox_seq: 0, outbox_seq: N, timers: 0, outbox: N, statuses: {}, subscriptions: {} }));
+  // Before: Math.max(0, ...outbox.keys()) threw a RangeError (reported as a corrupt store); then
+  // the whole outbox was loaded into memory at open.
+  const heapBefore = process.memoryUsage().heapUsed;
   const state = await loadState(db, 0);
-  t.equal(state.outbox.size, N);
-  const seqs = recoveryActions(state).filter((a) => a.kind === 'outbox').map((a) => a.entry.seq);
-  t.equal(seqs.length, N);
-  t.ok(seqs.every((s, i) => s === i + 1), 'in sequence order');
+  t.equal(state.counters.outbox, N);
+  t.ok(process.memoryUsage().heapUsed - heapBefore < 64 * 1024 * 1024, 'the open did not load the outbox');
+  const sent = [];
+  let inFlight = 0;
+  let maxInFlight = 0;
+  const logger = { warn() {}, info() {}, error() {}, debug() {} };
+  await new Promise((resolve) => {
+    const shuffle = new Shuffle(0, {
+      read: (from, limit) => outboxTable.read(db, 0, from, limit),
+      send: (e) => {
+        sent.push(e.seq);
+        maxInFlight = Math.max(maxInFlight, ++inFlight);
+        if (sent.length === N) setImmediate(resolve);
+        return new Promise((r) => setImmediate(r)).then(() => inFlight--);
+      },
+    }, logger);
+    shuffle.start();
+    t.teardown(() => shuffle.stop());
+  });
+  t.equal(sent.length, N, 'every entry sent once');
+  t.ok(sent.every((s, i) => s === i + 1), 'in sequence order');
+  t.ok(maxInFlight <= OUTBOX_IN_FLIGHT_LIMIT, `at most ${OUTBOX_IN_FLIGHT_LIMIT} in flight (${maxInFlight})`);
 });
 
 t.test('a store of format 2 is upgraded at open: the state-keys index is built from the state table', async (t) => {
@@ -198,10 +219,10 @@ t.test('a store of format 2 is upgraded at open: the state-keys index is built f
   t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(12, 'Obj/d'))), [b64('v')], 'partition 12, found by seeking');
   t.same(
     JSON.parse(await db.get('p2/s/counters')),
-    { inbox_seq: 3, outbox_seq: 4, timers: 2, statuses: { running: 1, suspended: 2 }, subscriptions: { sub_1: 1 } },
+    { inbox_seq: 3, outbox_seq: 4, timers: 2, outbox: 0, statuses: { running: 1, suspended: 2 }, subscriptions: { sub_1: 1 } },
     'the timers and the unfinished invocations counted into the counters',
   );
-  t.same(JSON.parse(await db.get('p0/s/counters')), { inbox_seq: 0, outbox_seq: 0, timers: 0, statuses: {}, subscriptions: {} });
+  t.same(JSON.parse(await db.get('p0/s/counters')), { inbox_seq: 0, outbox_seq: 0, timers: 0, outbox: 0, statuses: {}, subscriptions: {} });
   const restarting = [];
   for await (const id of restartTable.scan(db, 2)) restarting.push(id);
   t.same(restarting, ['inv_run'], 'only the invocation that runs is indexed to restart');

@@ -10,9 +10,9 @@ import { PartitionState, type Action } from './state.js';
 
 /**
  * Loads what a partition needs in memory from the store: the invocations that run or back off
- * (the `restart` index), inboxes, the outbox and counters. Everything else — the statuses of
- * sleeping, paused and completed invocations, journals, locks, promises, object state — is read
- * when the fold needs it; timers by the worker's TimerWindow. Checks what it reads against itself.
+ * (the `restart` index), inboxes and counters. Everything else — the statuses of sleeping,
+ * paused and completed invocations, journals, locks, promises, object state — is read when the
+ * fold needs it; timers by the worker's TimerWindow, the outbox by its Shuffle.
  */
 export async function loadState(db: Db, partition: number, state_cache_bytes?: number): Promise<PartitionState> {
   const state = new PartitionState(partition, state_cache_bytes);
@@ -30,17 +30,12 @@ export async function loadState(db: Db, partition: number, state_cache_bytes?: n
     q.push(entry);
     state.inboxes.set(objectKey, q);
   }
-  // In sequence order (zero-padded keys), which the map keeps: delivery follows it.
-  let highestOutbox = 0;
-  for await (const entry of outboxTable.scan(db, partition)) {
-    assert(entry.seq > highestOutbox, () => `partition ${partition}: outbox entry ${entry.seq} after ${highestOutbox}`);
-    highestOutbox = entry.seq;
-    state.outbox.set(entry.seq, entry);
-  }
   for await (const [source, seq] of dedupTable.scan(db, partition)) state.dedup.set(source, seq);
   for await (const p of subscriptionPositionsTable.scan(db, partition)) state.subscriptionPositions.set(positionName(p.subscription_id, p.topic, p.kafka_partition), p);
   // Timers are not loaded (the worker's TimerWindow reads the next few); the count comes with the counters.
   assert(Number.isInteger(state.counters.timers) && state.counters.timers >= 0, () => `partition ${partition}: ${state.counters.timers} timers counted`);
+  // The outbox stays in the store: the worker's Shuffle reads it in order, in chunks.
+  const highestOutbox = await outboxTable.last(db, partition);
   assert(highestOutbox <= state.counters.outbox_seq, () => `partition ${partition}: outbox entry ${highestOutbox} beyond the outbox counter ${state.counters.outbox_seq}`);
   state.takeWrites();
   return state;
@@ -54,6 +49,5 @@ export function recoveryActions(state: PartitionState): Action[] {
     if (s.status === 'running') actions.push({ kind: 'start', id: s.id, epoch: s.epoch });
     else if (s.status === 'backing-off') actions.push({ kind: 'retry', id: s.id, epoch: s.epoch, at_ms: s.next_retry_at_ms ?? 0 });
   }
-  for (const entry of state.outbox.values()) actions.push({ kind: 'outbox', entry });
   return actions;
 }

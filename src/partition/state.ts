@@ -72,24 +72,30 @@ export class PartitionState {
   private live = 0;
   /** Reads a key of the store synchronously (the fold may not wait); set when there is a store. */
   loader: ((key: string) => Buffer | undefined) | undefined;
-  /** Journals of invocations that have not completed; completed ones stay on disk only. */
+  /**
+   * Journals in memory: of invocations that run or back off (bounded with them by the live
+   * limit, MAX_LIVE_INVOCATIONS_PER_PARTITION) and of idle statuses in memory (they leave with
+   * them); a journal leaves when its invocation suspends, pauses or completes.
+   */
   readonly journals = new Map<string, JournalEntry[]>();
   /** Virtual object / workflow key (`svc/key`) → the invocation holding its lock, or '' for none: the most recently used keys. */
   private readonly locks = new LRUCache<string, string>({ max: LOCKS_IN_MEMORY });
-  /** Key → invocations waiting for the lock, in arrival order, with their inbox sequence. */
+  /**
+   * Key → invocations waiting for the lock, in arrival order, with their inbox sequence. Each
+   * entry is a live invocation: bounded by the live limit (MAX_LIVE_INVOCATIONS_PER_PARTITION).
+   */
   readonly inboxes = new Map<string, InboxEntry[]>();
   /**
    * Object key → its whole state (state key as base64url → value), for the most recently used
    * objects, bounded in bytes; the store holds every object (`statekeys` lists an object's keys).
    */
   private readonly stateCache: LRUCache<string, Map<string, Buffer>>;
-  readonly outbox = new Map<number, OutboxEntry>();
-  /** Source partition → last outbox sequence applied from it. */
+  /** Source partition → last outbox sequence applied from it (one per partition: bounded by worker.partitions). */
   readonly dedup = new Map<number, number>();
   counters: Counters = emptyCounters();
   /** The counters changed in this batch: encoded once, when the batch is taken. */
   private countersChanged = false;
-  /** Where each (subscription, topic, Kafka partition) consumed here stands (see `positionName`). */
+  /** Where each (subscription, topic, Kafka partition) consumed here stands (see `positionName`; bounded by the subscriptions registered). */
   readonly subscriptionPositions = new Map<string, SubscriptionPosition>();
   /** Journal entries appended since this state was loaded (for metrics; not part of the state). */
   entries_appended = 0;
@@ -429,17 +435,23 @@ export class PartitionState {
     this.writes.set(promisesTable.key(this.partition, key), promisesTable.encode(p));
   }
 
+  /** Stores a command for another partition; the worker's Shuffle delivers it once the batch is durable. */
   addOutbox(target: string, command: Buffer): OutboxEntry {
     const entry = { seq: ++this.counters.outbox_seq, target, command };
+    this.counters.outbox += 1;
     this.putCounters();
-    this.outbox.set(entry.seq, entry);
     this.writes.set(outboxTable.key(this.partition, entry.seq), outboxTable.encode(entry));
     return entry;
   }
 
+  /** The entry was delivered (a repeat of the acknowledgement, after a resend, finds nothing). */
   deleteOutbox(seq: number): void {
-    if (!this.outbox.delete(seq)) return;
-    this.writes.set(outboxTable.key(this.partition, seq), null);
+    const key = outboxTable.key(this.partition, seq);
+    if (!this.stored(key)) return;
+    this.writes.set(key, null);
+    this.counters.outbox -= 1;
+    assert(this.counters.outbox >= 0, () => `partition ${this.partition}: ${this.counters.outbox} outbox entries stored`);
+    this.putCounters();
   }
 
   setDedup(source: number, seq: number): void {

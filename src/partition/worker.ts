@@ -1,5 +1,4 @@
 import type { Config } from '../config/index.js';
-import { assert } from '../common/assert.js';
 import { InvocationId } from '../common/ids.js';
 import type { Logger } from '../common/logger.js';
 import { keelError } from '../errors/index.js';
@@ -7,9 +6,9 @@ import { decodeCommand, type Command, type CommandKind } from '../log/commands.j
 import { GroupWriter } from '../storage/group-writer.js';
 import type { Db, StateWrite } from '../storage/store.js';
 import { tablePrefix } from '../storage/keys.js';
-import { expiryTable } from '../storage/tables/expiry.js';
 import { INVOCATIONS_TABLE, invocationsTable } from '../storage/tables/invocations.js';
 import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
+import { outboxTable } from '../storage/tables/outbox.js';
 import { liveTable } from '../storage/tables/live.js';
 import { locksTable } from '../storage/tables/locks.js';
 import { promisesTable, type PromiseState } from '../storage/tables/promises.js';
@@ -18,6 +17,8 @@ import { standaloneTelemetry, type CompletionOutcome, type Telemetry } from '../
 import { KILLED_FAILURE } from './fold/manage.js';
 import { PartitionProcessor, type AttemptHost, type Effects, type PartitionFailure } from './processor.js';
 import type { Action, InvocationStatus, OutboxEntry, Timer } from './state.js';
+import { Cleaner } from './cleaner.js';
+import { Shuffle } from './shuffle.js';
 import { TimerWindow } from './timers.js';
 
 /**
@@ -42,25 +43,15 @@ export type InvocationListener = (changes: InvocationChanges) => void;
 /** Stored statuses read per step of `scanInvocationRecords`. */
 const RECORDS_PER_CHUNK = 2048;
 
-/** Deliveries from one partition's outbox to one target partition. */
-interface OutboxLane {
-  /** Set while a refused entry waits for its retry: entries from this sequence on wait with it. */
-  blocked_from?: number;
-}
-
 /** setTimeout takes at most a signed 32-bit delay; longer timers are re-armed in steps. */
 const MAX_TIMEOUT_MS = 2_147_483_647;
 const MAX_WAITERS_PER_INVOCATION = 10_000;
-/** Outbox deliveries that failed are retried with this backoff, doubling up to the cap. */
-const OUTBOX_RETRY_INITIAL_MS = 100;
-const OUTBOX_RETRY_MAX_MS = 10_000;
-/** Retention purges appended per partition per cleanup run; the rest wait for the next run. */
-const MAX_PURGES_PER_PARTITION_RUN = 10_000;
 
 /**
- * The worker: every partition processor of this node, the in-memory timers that drive them,
- * and the clients waiting for results. It routes an invocation to the partition that owns
- * its partition key.
+ * The worker: every partition processor of this node and, per partition, one component per job
+ * — its TimerWindow (durable timers due next), its Shuffle (outbox delivery), the Cleaner
+ * (retention) — and the clients waiting for results. It routes an invocation to the partition
+ * that owns its partition key and carries out what the folds ask for.
  */
 export class Worker implements Effects {
   readonly processors: PartitionProcessor[] = [];
@@ -68,12 +59,11 @@ export class Worker implements Effects {
   private readonly waiters = new Map<string, Array<(s: InvocationStatus) => void>>();
   private readonly timers = new Set<NodeJS.Timeout>();
   private stopped = false;
-  private cleaner: NodeJS.Timeout | undefined;
-  private cleaning = false;
+  private cleaner: Cleaner | undefined;
   private db: Db | undefined;
   private readonly invocationListeners = new Set<InvocationListener>();
-  /** Outbox deliveries per source and target partition (`source>target`). */
-  private readonly lanes = new Map<string, OutboxLane>();
+  /** Per partition, the delivery of its outbox to the others. */
+  private readonly shuffles: Shuffle[] = [];
   /** Per partition, the durable timers due next (the rest stay in the store). */
   private readonly timerWindows: TimerWindow[] = [];
 
@@ -105,6 +95,7 @@ export class Worker implements Effects {
     for (const p of opened) {
       const fire = (t: Timer): Promise<void> => p.append({ kind: 'timer_fired', timer_fired: { invocation_id: InvocationId.parse(t.id)!.bytes, completion_id: t.completion_id, wake_up_ms: t.wake_up_ms, kind: t.kind } });
       this.timerWindows.push(new TimerWindow(db, p.partition, this.config.worker.num_timers_in_memory_limit, fire, this.logger));
+      this.shuffles.push(new Shuffle(p.partition, { read: (from_seq, limit) => outboxTable.read(db, p.partition, from_seq, limit), send: (e) => this.send(p, e) }, this.logger));
     }
   }
 
@@ -118,15 +109,9 @@ export class Worker implements Effects {
     this.runner = runner;
     for (const p of this.processors) p.start();
     for (const w of this.timerWindows) w.start();
-    this.cleaner = setInterval(() => {
-      if (this.cleaning) return;
-      this.cleaning = true;
-      this.clean(Date.now())
-        .then((purged) => purged > 0 && this.logger.info({ purged }, 'retention cleanup: expired invocations purged'))
-        .catch((err) => this.logger.error({ err, code: 'RT0006' }, 'retention cleanup failed'))
-        .finally(() => (this.cleaning = false));
-    }, this.config.worker.cleanup_interval_ms);
-    this.cleaner.unref();
+    for (const s of this.shuffles) s.start();
+    this.cleaner = new Cleaner(this.db!, this.processors, this.logger);
+    this.cleaner.start(this.config.worker.cleanup_interval_ms);
   }
 
   /** Partitions that stopped on a broken invariant or a failed write (empty when all run). */
@@ -134,38 +119,13 @@ export class Worker implements Effects {
     return this.processors.flatMap((p) => (p.health ? [p.health] : []));
   }
 
-  /**
-   * Retention: completed invocations whose retention is over are purged (status and journal),
-   * or lose only their journal when the journal retention is shorter. Nothing else is deleted.
-   * The expiry index names what is due, so a run reads only that; it appends a bounded number
-   * of purges per partition and waits for them, so it never floods a partition.
-   */
-  async clean(now_ms: number): Promise<number> {
-    let purged = 0;
-    for (const p of this.processors) {
-      if (p.health !== undefined || this.stopped) continue;
-      const appends: Promise<void>[] = [];
-      for (const due of await expiryTable.due(this.db!, p.partition, now_ms, MAX_PURGES_PER_PARTITION_RUN)) {
-        const id = InvocationId.parse(due.id);
-        assert(id !== undefined, () => `expiry entry with a malformed id ${due.id}`);
-        appends.push(p.append({ kind: 'purge', purge: { invocation_id: id.bytes, ...(due.scope === 'journal' ? { journal_only: true } : {}) } }));
-      }
-      const results = await Promise.allSettled(appends);
-      const failed = results.filter((r) => r.status === 'rejected');
-      purged += results.length - failed.length;
-      if (failed.length > 0) {
-        this.logger.warn({ partition: p.partition, failed: failed.length, err: (failed[0] as PromiseRejectedResult).reason }, 'some retention purges were refused; they are retried at the next cleanup');
-      }
-    }
-    return purged;
-  }
-
   async stop(): Promise<void> {
     this.stopped = true;
-    clearInterval(this.cleaner);
+    this.cleaner?.stop();
     for (const t of this.timers) clearTimeout(t);
     this.timers.clear();
     for (const w of this.timerWindows) w.stop();
+    for (const s of this.shuffles) s.stop();
     this.runner?.stop();
     await Promise.all(this.processors.map((p) => p.close()));
   }
@@ -318,7 +278,7 @@ export class Worker implements Effects {
           break;
         }
         case 'outbox':
-          this.deliver(processor, a.entry, OUTBOX_RETRY_INITIAL_MS);
+          this.shuffles[processor.partition]!.announce(a.entry);
           break;
         case 'abort':
           this.runner?.abort(a.id);
@@ -353,71 +313,18 @@ export class Worker implements Effects {
   }
 
   /**
-   * Appends an outbox entry to its target partition, then tells the source it may drop it.
-   * After a crash in between, the entry is sent again and the target drops the duplicate.
-   * Entries from one source to one target are appended in sequence order, always: the target
-   * drops anything at or below the last sequence it applied from the source, so an entry
-   * overtaken by a later one would be lost, and calls or records of one key would run out of
-   * order. A refused delivery (overload, a stopped partition) blocks its lane; the retry, with
-   * backoff, sends that entry and every later one for the same target again, in order.
+   * Appends an outbox entry to its target partition, then tells the source it may drop it. After
+   * a crash in between, the entry is sent again and the target drops the duplicate. The refusal
+   * is checked before appending, so that the Shuffle stops before any later entry is taken.
    */
-  private deliver(source: PartitionProcessor, entry: OutboxEntry, retry_ms: number): void {
-    if (this.stopped) return;
+  private send(source: PartitionProcessor, entry: OutboxEntry): Error | Promise<void> {
+    if (this.stopped) return keelError('KEEL0502', { partition: source.partition });
     const target = this.processorFor(InvocationId.parse(entry.target)!);
-    const lane = this.laneOf(source, target);
-    if (lane.blocked_from !== undefined) return; // the retry sends it, after the entries before it
-    this.send(source, target, entry, lane, retry_ms);
-  }
-
-  private laneOf(source: PartitionProcessor, target: PartitionProcessor): OutboxLane {
-    const name = `${source.partition}>${target.partition}`;
-    let lane = this.lanes.get(name);
-    if (lane === undefined) {
-      lane = {};
-      this.lanes.set(name, lane);
-    }
-    return lane;
-  }
-
-  private send(source: PartitionProcessor, target: PartitionProcessor, entry: OutboxEntry, lane: OutboxLane, retry_ms: number): void {
     const decoded: Command = decodeCommand(entry.command);
     const { timestamp_ms: _sent_at, ...command } = decoded;
-    // Checked before appending, so that no later entry can be taken once this one is refused.
     const refusal = target.refusal(decoded.kind, true);
-    if (refusal !== undefined) return this.block(source, target, lane, entry.seq, retry_ms, refusal);
-    target
-      .append(command as CommandKind)
-      .then(() => source.append({ kind: 'outbox_delivered', outbox_delivered: { seq: entry.seq } }))
-      .catch((err) => {
-        // Refused after it was queued (the target stopped) or the acknowledgement failed: the
-        // target takes nothing more until it restarts; the retry finds out.
-        if (source.state.outbox.has(entry.seq)) this.block(source, target, lane, entry.seq, retry_ms, err as Error);
-      });
-  }
-
-  private block(source: PartitionProcessor, target: PartitionProcessor, lane: OutboxLane, seq: number, retry_ms: number, err: Error): void {
-    if (lane.blocked_from !== undefined) {
-      lane.blocked_from = Math.min(lane.blocked_from, seq);
-      return;
-    }
-    lane.blocked_from = seq;
-    const code = (err as { code?: unknown }).code;
-    this.logger.warn(
-      { err, code: typeof code === 'string' ? code : 'KEEL0501', seq, source: source.partition, target: target.partition, retry_in_ms: retry_ms },
-      'outbox delivery refused; retrying in order',
-    );
-    this.at(Date.now() + retry_ms, async () => {
-      const from = lane.blocked_from ?? seq;
-      lane.blocked_from = undefined;
-      const next_ms = Math.min(retry_ms * 2, OUTBOX_RETRY_MAX_MS);
-      const pending = [...source.state.outbox.values()]
-        .filter((e) => e.seq >= from && this.processorFor(InvocationId.parse(e.target)!) === target)
-        .sort((a, b) => a.seq - b.seq);
-      for (const e of pending) {
-        if (lane.blocked_from !== undefined) break;
-        this.send(source, target, e, lane, next_ms);
-      }
-    });
+    if (refusal !== undefined) return refusal;
+    return target.append(command as CommandKind).then(() => source.append({ kind: 'outbox_delivered', outbox_delivered: { seq: entry.seq } }));
   }
 
   /** Runs `f` at wall-clock time `at_ms` (at once if it has passed). */

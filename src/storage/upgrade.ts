@@ -4,6 +4,7 @@ import type { Db } from './store.js';
 import { fsmTable, type Counters } from './tables/fsm.js';
 import { invocationsTable } from './tables/invocations.js';
 import { liveTable } from './tables/live.js';
+import { outboxTable } from './tables/outbox.js';
 import { restartTable } from './tables/restart.js';
 import { stateKeysTable } from './tables/state-keys.js';
 import { timersTable } from './tables/timers.js';
@@ -25,11 +26,12 @@ export async function upgradeWorkerStore(db: Db, from: number): Promise<void> {
 }
 
 /**
- * 3 → 4: the `restart` index (invocations that run or back off) and the counts of unfinished
- * invocations by status and by subscription, from the `live` index. The counters go last, synced.
+ * 3 → 4: the `restart` index (invocations that run or back off), the counts of unfinished
+ * invocations by status and by subscription (from the `live` index) and of outbox entries. The
+ * counters go last, synced.
  */
 async function countLive(db: Db, partition: number): Promise<void> {
-  const counters: Counters = { ...(await fsmTable.read(db, partition)), statuses: {}, subscriptions: {} };
+  const counters: Counters = { ...(await fsmTable.read(db, partition)), outbox: await outboxTable.count(db, partition), statuses: {}, subscriptions: {} };
   let batch = db.batch();
   for await (const id of liveTable.scan(db, partition)) {
     const raw = await db.get(invocationsTable.key(partition, id));

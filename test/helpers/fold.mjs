@@ -1,6 +1,7 @@
 // Fixtures for testing the partition fold without a server: a partition state over an
 // in-memory store, command builders, and matchers for the actions a fold asks for.
 import { PartitionState } from '../../dist/partition/state.js';
+import { outboxTable } from '../../dist/storage/tables/outbox.js';
 import { fold } from '../../dist/partition/fold/index.js';
 import { decodeCommand, Outcome, Then, TimerKind, ManageAction } from '../../dist/log/commands.js';
 import { MessageType, encode, decode, pb } from '../../dist/protocol/messages.js';
@@ -70,9 +71,15 @@ export function completeWith(p, id, value) {
 export const kinds = (actions) => actions.map((a) => a.kind);
 export const find = (actions, kind) => actions.filter((a) => a.kind === kind);
 
+/** The entries this partition's outbox holds for others (in its store), in sequence order. */
+export function outboxEntries(p) {
+  const prefix = `p${p.state.partition}/s/outbox/`;
+  return [...p.store.keys()].filter((k) => k.startsWith(prefix)).sort().map((k) => outboxTable.decode(p.state.partition, k, p.store.get(k)));
+}
+
 /** The commands this partition's outbox holds for others, decoded, in order. */
 export function outbox(p) {
-  return [...p.state.outbox.values()].sort((a, b) => a.seq - b.seq).map((e) => ({ target: e.target, ...decodeCommand(e.command) }));
+  return outboxEntries(p).map((e) => ({ target: e.target, ...decodeCommand(e.command) }));
 }
 
 /** The notification journalled last for `id`, decoded. */

@@ -7,6 +7,8 @@ export interface Counters {
   outbox_seq: number;
   /** Timers stored (format 3; the upgrade from 2 counts them). */
   timers: number;
+  /** Outbox entries stored, not yet delivered (format 4). */
+  outbox: number;
   /**
    * Invocations that have not completed, by status (format 4; the upgrade from 3 counts them):
    * their statuses stay on disk until used, and the limit on live invocations, the metrics and
@@ -18,7 +20,7 @@ export interface Counters {
 }
 
 /** A partition that has written nothing: what a rebuild from its first record starts from too. */
-export const EMPTY_COUNTERS: Readonly<Counters> = { inbox_seq: 0, outbox_seq: 0, timers: 0, statuses: {}, subscriptions: {} };
+export const EMPTY_COUNTERS: Readonly<Counters> = { inbox_seq: 0, outbox_seq: 0, timers: 0, outbox: 0, statuses: {}, subscriptions: {} };
 
 export function emptyCounters(): Counters {
   return { ...EMPTY_COUNTERS, statuses: {}, subscriptions: {} };
@@ -28,7 +30,7 @@ export const fsmTable = {
   key: (partition: number): string => `${statePrefix(partition)}counters`,
   /** Names sorted: the same counts encode the same bytes whatever order they were counted in (the rebuild check compares bytes). */
   encode: (c: Counters): Buffer =>
-    Buffer.from(JSON.stringify({ inbox_seq: c.inbox_seq, outbox_seq: c.outbox_seq, timers: c.timers, statuses: sorted(c.statuses), subscriptions: sorted(c.subscriptions) })),
+    Buffer.from(JSON.stringify({ inbox_seq: c.inbox_seq, outbox_seq: c.outbox_seq, timers: c.timers, outbox: c.outbox, statuses: sorted(c.statuses), subscriptions: sorted(c.subscriptions) })),
 
   async read(db: Db, partition: number): Promise<Counters> {
     const raw = await db.get(fsmTable.key(partition));
