@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { catalogue, KeelError } from '../errors/index.js';
-import { schemaError } from '../ingress/edge.js';
+import { discardOversizedBody, schemaError } from '../ingress/edge.js';
 
 /** The admin API's error body, as Restate shapes it. */
 export function errorBody(message: string, code: string | null): { message: string; restate_code: string | null } {
@@ -26,6 +26,7 @@ export function installErrorHandling(app: FastifyInstance): void {
     }
     // Fastify's own 4xx (body too large, bad content length, ...): the request as a whole is wrong.
     const code = status === 413 ? 'KEEL0413' : 'KEEL0001';
+    if (code === 'KEEL0413') discardOversizedBody(req, reply);
     req.log.warn({ status, code, method: req.method, url: req.url, err: fe.message }, 'admin request rejected');
     return reply.status(status).send(errorBody(`[${code}] ${fe.message}`, code));
   });

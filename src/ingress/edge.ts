@@ -24,6 +24,9 @@ const OVERFLOW_DECISION_WAIT_MS = 1_000;
 const LOG_PERIOD_MS = 10_000;
 /** TCP keep-alive probes find a vanished peer (half-open connection) during long calls. */
 const TCP_KEEPALIVE_DELAY_MS = 30_000;
+/** The rest of an oversized body read and discarded after its 413, at most (then the connection closes). */
+const DISCARD_MAX_BYTES = 64 * 1024 * 1024;
+const DISCARD_MAX_MS = 30_000;
 
 /** How a server shapes its error bodies (the ingress and the admin API differ). */
 export interface EdgeErrors {
@@ -87,6 +90,40 @@ export function hardenServer(app: FastifyInstance, o: EdgeOptions): void {
     if (headers > limits.max_header_count) return refuse(reply, o.errors, 'KEEL0431', `the request has more than ${limits.max_header_count} header fields (http.max_header_count)`);
     return undefined;
   });
+}
+
+/**
+ * A body over the limit is answered (413) before it has arrived. Fastify marks the answer
+ * `connection: close` and Node then closes the socket as soon as the answer is out, while the
+ * client may still be sending: a client that writes its whole body before it reads (most do)
+ * gets EPIPE or a reset and never reads the answer. So the connection stays open and Node reads
+ * and discards the rest of the body (its `_dump` of an unread request), up to DISCARD_MAX_BYTES
+ * and DISCARD_MAX_MS; past either the socket is closed. Called before the answer is sent.
+ */
+export function discardOversizedBody(req: FastifyRequest, reply: FastifyReply): void {
+  const raw = req.raw;
+  if (raw.complete || raw.httpVersionMajor !== 1) return;
+  reply.removeHeader('connection');
+  const socket = raw.socket;
+  let seen_bytes = 0;
+  const stop = (): void => {
+    clearTimeout(timer);
+    socket.off('data', count);
+  };
+  const count = (chunk: Buffer): void => {
+    seen_bytes += chunk.length;
+    if (seen_bytes > DISCARD_MAX_BYTES) {
+      stop();
+      socket.destroy();
+    }
+  };
+  const timer = setTimeout(() => {
+    if (!raw.complete) socket.destroy();
+  }, DISCARD_MAX_MS);
+  timer.unref();
+  socket.on('data', count);
+  raw.once('end', stop);
+  socket.once('close', stop);
 }
 
 /** Node answers an unknown `Expect` with a bare 417 of its own; this one carries the code. */

@@ -5,7 +5,7 @@ import type { Logger } from '../common/logger.js';
 import type { Worker } from '../partition/worker.js';
 import type { Telemetry } from '../telemetry/index.js';
 import { bearerAuth } from './auth.js';
-import { edgeServerOptions, hardenServer, schemaError, type EdgeErrors } from './edge.js';
+import { discardOversizedBody, edgeServerOptions, hardenServer, schemaError, type EdgeErrors } from './edge.js';
 import { invoke, type IngressRegistry } from './invoke.js';
 import { pathSegments } from './paths.js';
 import { compileSchemasLazily } from './validation.js';
@@ -51,6 +51,7 @@ export async function createIngressServer(opts: { config: Config; registry: Ingr
     if (status >= 500) deps.logger.error({ err, code: 'RT0006', url: req.url }, 'ingress request failed');
     else deps.logger.warn({ status, url: req.url, err: e.message }, 'ingress request rejected');
     const code = status >= 500 ? 'RT0006' : (FASTIFY_CODES[status] ?? 'KEEL0012');
+    if (code === 'KEEL0413') discardOversizedBody(req, reply);
     const message = code === 'KEEL0413' ? `the request body is larger than ingress.request_size_limit (${opts.config.ingress.request_size_limit_bytes} bytes)` : (e.message ?? 'internal error');
     void ingressError(reply, code, message, status);
   });
