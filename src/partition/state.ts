@@ -79,7 +79,7 @@ export class PartitionState {
    */
   readonly journals = new Map<string, JournalEntry[]>();
   /** Virtual object / workflow key (`svc/key`) → the invocation holding its lock, or '' for none: the most recently used keys. */
-  private readonly locks = new LRUCache<string, string>({ max: LOCKS_IN_MEMORY });
+  private readonly locks: LRUCache<string, string>;
   /**
    * Key → invocations waiting for the lock, in arrival order, with their inbox sequence. Each
    * entry is a live invocation: bounded by the live limit (MAX_LIVE_INVOCATIONS_PER_PARTITION).
@@ -107,12 +107,19 @@ export class PartitionState {
    */
   private unflushed = new Map<string, Buffer | null>();
 
+  /** Idle statuses kept in memory (IDLE_STATUSES_IN_MEMORY unless a test asks for fewer). */
+  private readonly idle_statuses_limit: number;
+
   constructor(
     readonly partition: number,
     state_cache_bytes = DEFAULT_STATE_CACHE_BYTES,
+    limits: { idle_statuses?: number; locks?: number } = {},
   ) {
     assert(state_cache_bytes > 0, () => `a state cache of ${state_cache_bytes} bytes`);
     this.stateCache = new LRUCache({ maxSize: state_cache_bytes, sizeCalculation: stateBytes });
+    this.idle_statuses_limit = limits.idle_statuses ?? IDLE_STATUSES_IN_MEMORY;
+    this.locks = new LRUCache<string, string>({ max: limits.locks ?? LOCKS_IN_MEMORY });
+    assert(this.idle_statuses_limit >= 0, () => `${this.idle_statuses_limit} idle statuses in memory`);
   }
 
   /** Objects whose state is in memory now, and its bytes (bounded by the cache size). */
@@ -232,7 +239,7 @@ export class PartitionState {
     this.idle.delete(s.id);
     if (s.status === 'running' || s.status === 'backing-off') return;
     this.idle.add(s.id);
-    while (this.idle.size > IDLE_STATUSES_IN_MEMORY) {
+    while (this.idle.size > this.idle_statuses_limit) {
       const oldest = this.idle.values().next().value as string;
       this.idle.delete(oldest);
       this.invocations.delete(oldest);

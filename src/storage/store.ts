@@ -100,6 +100,8 @@ async function* inChunks<T>(it: { nextv(size: number): Promise<T[]>; close(): Pr
   }
 }
 
-export const entriesIn = (db: Db, range: Range): AsyncGenerator<[key: string, value: Buffer]> => inChunks(db.iterator(range));
-export const keysIn = (db: Db, range: Range): AsyncGenerator<string> => inChunks(db.keys(range));
-export const valuesIn = (db: Db, range: Range): AsyncGenerator<Buffer> => inChunks(db.values(range));
+// A scan reads each block once: it does not fill the block cache (worker.storage_db.block_cache_size),
+// which would evict what the fold reads again and again (object state, statuses) for nothing.
+export const entriesIn = (db: Db, range: Range): AsyncGenerator<[key: string, value: Buffer]> => inChunks(db.iterator({ ...range, fillCache: false }));
+export const keysIn = (db: Db, range: Range): AsyncGenerator<string> => inChunks(db.keys({ ...range, fillCache: false }));
+export const valuesIn = (db: Db, range: Range): AsyncGenerator<Buffer> => inChunks(db.values({ ...range, fillCache: false }));

@@ -14,9 +14,9 @@ export { MessageType, Outcome, Then, TimerKind, ManageAction, encode, decode, pb
  * millisecond and returns the actions it asked for. `stateCacheBytes`: the object state it
  * keeps in memory (its default when undefined).
  */
-export function partition(number = 0, stateCacheBytes = undefined) {
+export function partition(number = 0, stateCacheBytes = undefined, limits = undefined) {
   const store = new Map();
-  const state = new PartitionState(number, stateCacheBytes);
+  const state = new PartitionState(number, stateCacheBytes, limits);
   state.loader = (key) => store.get(key);
   let now = 1_000_000;
   return {

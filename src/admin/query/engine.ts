@@ -34,10 +34,14 @@ const IDLE_FLUSH_MS = 5_000;
 const MAX_UNAPPLIED = 4;
 /** Changes waiting here past this many ids: the engine cannot keep up; it restarts and reloads. */
 const MAX_PENDING_IDS = 250_000;
-/** Load batches of the initial scan in flight at once, and their size: large batches load faster. */
+/**
+ * Load batches of the initial scan in flight at once, and their size. Large batches load a little
+ * faster but every byte of them passes through the server's heap, which keeps its high-water mark:
+ * 25,000-record batches left the server ~200 MB larger after loading 200,000 statuses.
+ */
 const LOAD_WINDOW = 2;
-const LOAD_BATCH_RECORDS = 25_000;
-const LOAD_BATCH_BYTES = 12 * 1024 * 1024;
+const LOAD_BATCH_RECORDS = 4_096;
+const LOAD_BATCH_BYTES = 2 * 1024 * 1024;
 /**
  * Constant answers kept here (see `constant` in protocol.ts): `restate invocations describe` sends
  * two catalogue probes each time; kept, each is answered without a round trip to the engine.
