@@ -1,4 +1,4 @@
-// Over-limit bodies are answered with their coded 413 and the client reads the answer, even one
+// Over-limit bodies and heads are answered with their coded 413 and 431 and the client reads the answer, even one
 // that writes its whole body before it reads anything (as Python's http.client, Java's
 // HttpURLConnection and most scripts do): the server reads and discards the rest of the body, up
 // to a bound, and the connection stays usable. On the ingress and the admin API (HTTP/1.1: Keel
@@ -88,6 +88,16 @@ t.test('ingress and admin: 413 read by a client that writes its whole body first
   const admin = await writeAllThenRead(keel.admin, `POST /deployments HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${json.length}\r\n\r\n`, { body: json, then: 'GET /health HTTP/1.1\r\nhost: x\r\n\r\n' });
   isCoded413(t, admin, 'a 2 MB JSON body to the admin API');
   t.equal(admin.next?.status, 200, 'and the admin connection is still usable');
+
+  // A head over http.max_header_size (64 KiB) or http.max_header_count: 431, read after the whole request was written.
+  const bigHeader = await writeAllThenRead(keel.ingress, `POST /Echo/say HTTP/1.1\r\nhost: x\r\nx-big: ${'b'.repeat(70_000)}\r\ncontent-length: ${MB}\r\n\r\n`, { body_bytes: MB });
+  t.equal(bigHeader.error, undefined, 'a 70 KB header and a 1 MB body written whole');
+  t.equal(bigHeader.status, 431, `a 70 KB header: ${bigHeader.head}`);
+  t.equal(bigHeader.json?.restate_code, 'KEEL0431');
+  const many = Array.from({ length: 500 }, (_, i) => `x-h${i}: ${i}\r\n`).join('');
+  const manyHeaders = await writeAllThenRead(keel.admin, `POST /deployments HTTP/1.1\r\nhost: x\r\n${many}content-type: application/json\r\ncontent-length: 2\r\n\r\n`, { body: '{}' });
+  t.equal(manyHeaders.status, 431, `500 header fields to the admin API: ${manyHeaders.head}`);
+  t.equal(manyHeaders.json?.restate_code, 'KEEL0431');
 
   // A body past the discard bound (64 MiB) is not read to its end: the connection closes.
   const huge = await writeAllThenRead(keel.ingress, `POST /Echo/say HTTP/1.1\r\nhost: x\r\ncontent-length: ${1024 * MB}\r\n\r\n`, { body_bytes: 1024 * MB });
