@@ -197,13 +197,17 @@ async function storeBuilder(dir, n) {
     load('storage/store.js'), load('storage/group-writer.js'), load('partition/processor.js'), load('log/commands.js'),
     load('protocol/messages.js'), load('common/ids.js'), load('common/logger.js'), load('config/index.js'),
   ]);
-  const partitions = config.loadConfig(undefined, {}).worker.partitions;
+  const defaults = config.loadConfig(undefined, {}).worker;
+  const partitions = defaults.partitions;
+  const logRetained = defaults.storage_db.log_retained_records;
   const db = await store.openWorkerStore(join(dir, 'worker'));
   const writer = new groupWriter.GroupWriter(db);
   const partitionOf = (pk) => Number((pk * BigInt(partitions)) >> 64n);
   const procs = await Promise.all(
     Array.from({ length: partitions }, (_, p) =>
-      processor.PartitionProcessor.open(db, writer, p, { fsync: false, effects: { execute() {} }, logger: logger.silentLogger, owns: (key) => partitionOf(key) === p }),
+      // The log trimmed as the server trims it: a store left with millions of records to trim
+      // would make the server's first start do that work instead.
+      processor.PartitionProcessor.open(db, writer, p, { fsync: false, effects: { execute() {} }, logger: logger.silentLogger, owns: (key) => partitionOf(key) === p, log_retained_records: logRetained }),
     ),
   );
   const { MessageType, encode, pb } = messages;
