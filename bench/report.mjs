@@ -357,7 +357,7 @@ export function retainedTables(res) {
       `${fmt(r.empty?.rssMb, 0)} / ${fmt(r.filled?.rssMb, 0)}`,
       `${r.scale ? '-' : fmt(r.fill?.rssMb, 0)} (${fmt(r.fill?.dataMb, 0)} on disk, ${fmt(r.fill?.wallMs / 1000, 0)} s)`,
       `${fmt(r.emptyRestart?.toFirstAnswerMs, 0)} / ${fmt(r.restart?.toFirstAnswerMs, 0)}`,
-      `${fmt(r.emptyRestart?.rssMb, 0)} / ${fmt(r.restart?.rssMb, 0)}`,
+      `${fmt(r.emptyRestart?.rssMb, 0)} / ${fmt(r.restart?.rssMb, 0)}; anon ${fmt(r.emptyRestart?.anonMb, 0)} / ${fmt(r.restart?.anonMb, 0)}; settled ${fmt(r.restart?.settled?.rssMb, 0)}, anon ${fmt(r.restart?.settled?.anonMb, 0)} (${fmt(r.restart?.settleMs / 1000, 0)} s)`,
       of(r.filled?.noop?.rps, r.empty?.noop?.rps),
       of(r.filled?.object?.rps, r.empty?.object?.rps),
       `${fmt(r.filled?.noop?.p99, 1)} / ${fmt(r.filled?.object?.p99, 1)}`,
@@ -368,8 +368,8 @@ export function retainedTables(res) {
   notes.push(
     'N objects with 8 KiB of state each and N invocations sleeping for an hour, on one server: its cells and a SIGKILL and restart empty, then the fill, a SIGKILL and restart, the cells again ' +
       '(built in-process: the same commands folded into the stopped server\'s store, then a start on it). ' +
-      'RSS of the server process in MB ("after load": after the c=32 cells, empty / filled; "after restart": 2 s after the first answer, empty / filled); ' +
-      '"first answer": spawn → a call reading a retained object answered, empty / filled; throughput at c=32 on the filled server (filled ÷ empty)',
+      'RSS of the server process in MB ("after load": after the c=32 cells, empty / filled; "after restart": 2 s after the first answer, empty / filled, and its anonymous part — what the process owns; the rest is pages of files it maps, which LevelDB does for its tables and the kernel takes back when it needs them); ' +
+      '"first answer": spawn → a call reading a retained object answered, empty / filled; "settled": once the server uses under 10% of a core (what it does after a start is over), when the cells start; throughput at c=32 on the filled server (filled ÷ empty)',
   );
   return [{ title: 'Retained state', columns: ['target', 'N', 'RSS after load', 'RSS filled', 'restart → first answer ms', 'RSS after restart', 'noop/s filled', 'object/s filled', 'p99 noop / object ms', 'check'], rows, notes }];
 }
@@ -379,13 +379,16 @@ function retainedGoals(res, add) {
   for (const k of (res.retained ?? []).filter((r) => r.target === 'keel')) {
     const r = (res.retained ?? []).find((x) => x.target === 'restate' && x.n === k.n && !x.error);
     const ran = !k.error && k.check?.pass;
-    const over = ran ? k.restart.rssMb - k.emptyRestart.rssMb : null;
-    const rOver = r ? r.restart.rssMb - r.emptyRestart.rssMb : null;
+    // Anonymous memory (what the process owns; mapped file pages are the kernel's to take back), the
+    // larger of 2 s after the first answer and once settled: neither a peak nor a trough is left out.
+    const rss = (x) => Math.max(x.restart.anonMb ?? 0, x.restart.settled?.anonMb ?? 0);
+    const over = ran ? rss(k) - k.emptyRestart.anonMb : null;
+    const rOver = r ? rss(r) - r.emptyRestart.anonMb : null;
     add(
-      `retained ${k.n}: RSS after restart ≤ the empty server's + ${g.rssOverEmptyMaxMb} MB, and ≤ Restate's`,
+      `retained ${k.n}: memory after restart (RssAnon) ≤ the empty server's + ${g.rssOverEmptyMaxMb} MB, and ≤ Restate's`,
       'keel',
-      ran ? `${fmt(k.restart.rssMb, 0)} MB, +${fmt(over, 0)} MB${r ? ` (restate ${fmt(r.restart.rssMb, 0)} MB, +${fmt(rOver, 0)} MB)` : ''}` : k.error ?? 'check failed',
-      ran ? over <= g.rssOverEmptyMaxMb && (r ? k.restart.rssMb <= r.restart.rssMb : true) : null,
+      ran ? `${fmt(rss(k), 0)} MB, +${fmt(over, 0)} MB${r ? ` (restate ${fmt(rss(r), 0)} MB, +${fmt(rOver, 0)} MB)` : ''}` : k.error ?? 'check failed',
+      ran ? over <= g.rssOverEmptyMaxMb && (r ? rss(k) <= rss(r) : true) : null,
     );
     const first = k.restart?.toFirstAnswerMs;
     const bound = k.n >= g.firstAnswerAtN ? first <= g.firstAnswerMaxMs : true;

@@ -14,7 +14,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { crashGroup, stopGroup } from './children.mjs';
 import { ROOT, httpCall, log, nowMs, sleep, sqlQuery } from './common.mjs';
-import { groupPids } from './proc.mjs';
+import { groupPids, sampleCpu } from './proc.mjs';
 import { COUNTER, SCENARIOS, runLoad } from './scenarios.mjs';
 import { newServer, probe, register, spawnServer, waitHealthy } from './targets.mjs';
 
@@ -22,20 +22,46 @@ const STATE_BYTES = 8192;
 const SLEEP_MS = 3_600_000;
 const CELL_KEYS = 100;
 
-function rssMb(pid) {
+/** Resident memory of a process in MB: all of it, and its anonymous (owned) and file-backed (mapped files) parts. */
+function residentMb(pid) {
   try {
-    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return m ? Number(m[1]) / 1024 : null;
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const mb = (field) => {
+      const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(status);
+      return m ? Number(m[1]) / 1024 : null;
+    };
+    return { rss: mb('VmRSS'), anon: mb('RssAnon'), file: mb('RssFile') };
   } catch {
-    return null;
+    return { rss: null, anon: null, file: null };
   }
 }
 
-/** The server process's RSS, and that of the rest of its process group (Keel's query engine). */
+/**
+ * The server process's memory, and the RSS of the rest of its process group (Keel's query engine).
+ * `anonMb` is what the process owns; `fileMb` is pages of files it maps, which the kernel takes back
+ * when it needs them: LevelDB reads its tables through mmap, so a scan of a large store shows up
+ * there (RocksDB, Restate's store, reads into its own block cache instead: anonymous memory).
+ */
 function memory(s) {
-  const own = rssMb(s.pid);
-  const others = groupPids(s.pid).filter((p) => p !== s.pid).reduce((sum, p) => sum + (rssMb(p) ?? 0), 0);
-  return { rssMb: own, childrenRssMb: others };
+  const own = residentMb(s.pid);
+  const others = groupPids(s.pid).filter((p) => p !== s.pid).reduce((sum, p) => sum + (residentMb(p).rss ?? 0), 0);
+  return { rssMb: own.rss, anonMb: own.anon, fileMb: own.file, childrenRssMb: others };
+}
+
+/**
+ * Waits until the server's process tree uses under 10% of a core over a second (at most 120 s): what it
+ * does after a start (Keel's query engine loading its copy, compactions) is over before cells measure it.
+ */
+async function settle(s) {
+  const t0 = nowMs();
+  let last = sampleCpu({ server: s.pid }).server;
+  while (nowMs() - t0 < 120_000) {
+    await sleep(1000);
+    const now = sampleCpu({ server: s.pid }).server;
+    if (now != null && last != null && now - last < 100) break;
+    last = now;
+  }
+  return nowMs() - t0;
 }
 
 const dirMb = (dir) => Number(execFileSync('du', ['-sk', dir], { encoding: 'utf8' }).split('\t')[0]) / 1024;
@@ -110,6 +136,7 @@ export async function retainedRun(target, node, service, n, opts) {
     await probe(s, SCENARIOS.noop, { timeoutMs: opts.startTimeoutMs, requestTimeoutMs: opts.requestTimeoutMs });
     out.empty = { ...(await cells(node, s, service, opts, 'empty')), ...memory(s) };
     out.emptyRestart = await crashAndRestart(s, opts, 0);
+    out.emptyRestart.settleMs = await settle(s);
     log(
       `${target} retained ${n}: empty ${out.empty.noop.rps?.toFixed(0)} noop/s, ${out.empty.object.rps?.toFixed(0)} object/s, RSS ${out.empty.rssMb?.toFixed(0)} MB; ` +
         `restarted empty: first answer ${out.emptyRestart.toFirstAnswerMs.toFixed(0)} ms, RSS ${out.emptyRestart.rssMb?.toFixed(0)} MB; filling`,
@@ -118,6 +145,8 @@ export async function retainedRun(target, node, service, n, opts) {
     out.fill = { ...(await fill(node, s, n, opts)), wallMs: nowMs() - t0, ...memory(s), dataMb: dirMb(s.dataDir) };
     log(`${target} retained ${n}: filled in ${(out.fill.wallMs / 1000).toFixed(0)} s, RSS ${out.fill.rssMb?.toFixed(0)} MB, data ${out.fill.dataMb.toFixed(0)} MB; SIGKILL and restart`);
     out.restart = await crashAndRestart(s, opts, STATE_BYTES);
+    out.restart.settleMs = await settle(s);
+    out.restart.settled = memory(s);
     out.filled = { ...(await cells(node, s, service, opts, 'filled')), ...memory(s) };
     const last = await httpCall('POST', `${s.ingress}/Store/k${n - 1}/size`, { body: {}, timeoutMs: opts.requestTimeoutMs });
     const by = await countSuspended(s);
@@ -154,6 +183,7 @@ export async function retainedAtScale(node, service, opts) {
     await probe(s, SCENARIOS.noop, { timeoutMs: opts.startTimeoutMs, requestTimeoutMs: opts.requestTimeoutMs });
     out.empty = { ...(await cells(node, s, service, opts, 'empty')), ...memory(s) };
     out.emptyRestart = await crashAndRestart(s, opts, 0);
+    out.emptyRestart.settleMs = await settle(s);
     await stopGroup(s.child);
     const t0 = nowMs();
     await buildStore(node, s.dataDir, n);
@@ -163,6 +193,8 @@ export async function retainedAtScale(node, service, opts) {
     out.restart = { toFirstAnswerMs: await firstAnswer(s, { ...opts, startTimeoutMs: 600_000 }, STATE_BYTES) };
     await sleep(2000);
     Object.assign(out.restart, memory(s));
+    out.restart.settleMs = await settle(s);
+    out.restart.settled = memory(s);
     out.filled = { ...(await cells(node, s, service, opts, 'filled')), ...memory(s) };
     const last = await httpCall('POST', `${s.ingress}/Store/k${n - 1}/size`, { body: {}, timeoutMs: opts.requestTimeoutMs });
     const partitions = JSON.parse((await httpCall('GET', `${s.admin}/partitions`, { timeoutMs: 10_000 })).text);

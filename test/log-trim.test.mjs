@@ -68,7 +68,7 @@ t.test('a log opened with a smaller window drops its older records', async (t) =
 });
 
 
-t.test('a trim that fails is tried again, from the first record, at a later append', async (t) => {
+t.test('a trim that fails is tried again, from where the last one ended, at a later append', async (t) => {
   const db = await openWorkerStore(path.join(tempDir(t), 'w'));
   t.teardown(() => db.close());
   const writer = new GroupWriter(db);
@@ -81,4 +81,23 @@ t.test('a trim that fails is tried again, from the first record, at a later appe
   await log.append([record(11)], [], false);
   await eventually(async () => (await log.first_position()) === 4);
   t.same(await positions(log), [4, 5, 6, 7, 8, 9, 10, 11], 'the window again, older records gone from the first');
+});
+
+t.test('a reopened log starts trimming where the last trim ended, not over the tombstones of all before', async (t) => {
+  const { logTable } = await import('../dist/storage/tables/log.js');
+  const db = await openWorkerStore(path.join(tempDir(t), 'w'));
+  t.teardown(() => db.close());
+  const writer = new GroupWriter(db);
+  const log = await EmbeddedLog.open(db, 6, writer, 8); // a chunk of 2
+  for (let i = 1; i <= 30; i++) await log.append([record(i)], [], false);
+  await eventually(async () => Number((await db.get(logTable.trimmedKey(6)))?.toString()) === 22);
+  const ranges = [];
+  const clear = db.clear.bind(db);
+  db.clear = (range) => (ranges.push(range), clear(range));
+  const reopened = await EmbeddedLog.open(db, 6, writer, 8);
+  await reopened.append([record(31)], [], false);
+  await reopened.append([record(32)], [], false);
+  await eventually(async () => (await reopened.first_position()) === 25);
+  t.ok(ranges.length > 0 && ranges.every((r) => r.gte === logTable.recordKey(6, 23)), `the trim after the reopen starts at 23: ${JSON.stringify(ranges)}`);
+  t.same(await positions(reopened), [25, 26, 27, 28, 29, 30, 31, 32]);
 });

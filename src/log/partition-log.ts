@@ -41,10 +41,11 @@ export class EmbeddedLog implements PartitionLog {
     readonly partition: number,
     applied: number,
     private readonly retained_records: number,
+    trimmed: number,
   ) {
     this.next_position = applied + 1;
     this.written = applied;
-    this.trimmed_through = 0;
+    this.trimmed_through = trimmed;
     this.trim_chunk = Math.max(1, Math.min(TRIM_CHUNK_RECORDS, Math.floor(retained_records / 4)));
   }
 
@@ -59,7 +60,9 @@ export class EmbeddedLog implements PartitionLog {
     const applied = await logTable.readApplied(db, partition);
     if (!Number.isSafeInteger(applied) || applied < 0) throw new Error(`partition ${partition}: corrupt applied position`);
     assert(Number.isSafeInteger(retained_records) && retained_records >= 0, () => `retained_records ${retained_records}`);
-    const log = new EmbeddedLog(db, writer, partition, applied, retained_records);
+    const trimmed = await logTable.readTrimmed(db, partition);
+    if (!Number.isSafeInteger(trimmed) || trimmed < 0 || trimmed > applied) throw new Error(`partition ${partition}: corrupt trimmed position ${trimmed}`);
+    const log = new EmbeddedLog(db, writer, partition, applied, retained_records, trimmed);
     // Records older than the window (a store from before trimming, a smaller window now, a crash
     // before a trim finished) go at once, in the background: nothing reads them.
     if (writer !== undefined) log.trim();
@@ -100,16 +103,20 @@ export class EmbeddedLog implements PartitionLog {
     this.trimming = true;
     const after = this.trimmed_through;
     this.trimmed_through = through;
-    logTable.clearThrough(this.db, this.partition, through, after).then(
-      () => {
-        this.trimming = false;
-        this.trim(); // what more fell out of the window meanwhile
-      },
-      () => {
-        this.trimming = false;
-        this.trimmed_through = 0; // tried again at the next append (the store may be closing)
-      },
-    );
+    logTable
+      .clearThrough(this.db, this.partition, through, after)
+      // Not synced: a mark lost in a crash only makes the next trim start earlier.
+      .then(() => this.db.put(logTable.trimmedKey(this.partition), Buffer.from(String(through))))
+      .then(
+        () => {
+          this.trimming = false;
+          this.trim(); // what more fell out of the window meanwhile
+        },
+        () => {
+          this.trimming = false;
+          this.trimmed_through = after; // tried again from there at the next append (the store may be closing)
+        },
+      );
   }
 
   read(from = 1): AsyncIterable<[position: number, record: Buffer]> {

@@ -8,6 +8,17 @@ export const logTable = {
   recordKey: (partition: number, position: number): string => `${logPrefix(partition)}${pad(position)}`,
   appliedKey: (partition: number): string => `${partitionPrefix(partition)}applied`,
   encodeApplied: (position: number): Buffer => Buffer.from(String(position)),
+  /**
+   * Where the last completed trim ended: the next starts past it. Without it an open would
+   * start at the first position and walk the tombstones of every record trimmed before, on the
+   * store's threads, until compaction drops them (at a million invocations, seconds of a start).
+   */
+  trimmedKey: (partition: number): string => `${partitionPrefix(partition)}trimmed`,
+
+  async readTrimmed(db: Db, partition: number): Promise<number> {
+    const raw = await db.get(logTable.trimmedKey(partition));
+    return raw === undefined ? 0 : Number(raw.toString('utf8'));
+  },
 
   async readApplied(db: Db, partition: number): Promise<number> {
     const raw = await db.get(logTable.appliedKey(partition));
