@@ -125,18 +125,23 @@ async function firstAnswer(s, opts, bytes) {
   throw new Error('no answer within the start timeout after the restart');
 }
 
+/** Start, register, first call; the empty server's cells, then its SIGKILL and restart: what the filled one is compared with. */
+async function emptyPhase(s, node, service, opts, out) {
+  spawnServer(s);
+  await waitHealthy(s, { timeoutMs: opts.startTimeoutMs });
+  await register(s, service.url, { timeoutMs: opts.startTimeoutMs });
+  await probe(s, SCENARIOS.noop, { timeoutMs: opts.startTimeoutMs, requestTimeoutMs: opts.requestTimeoutMs });
+  out.empty = { ...(await cells(node, s, service, opts, 'empty')), ...memory(s) };
+  out.emptyRestart = await crashAndRestart(s, opts, 0);
+  out.emptyRestart.settleMs = await settle(s);
+}
+
 export async function retainedRun(target, node, service, n, opts) {
   const out = { target, n };
   const s = await newServer(target, { logName: `${target}-retained-${n}` });
   out.logFile = s.logFile;
   try {
-    spawnServer(s);
-    await waitHealthy(s, { timeoutMs: opts.startTimeoutMs });
-    await register(s, service.url, { timeoutMs: opts.startTimeoutMs });
-    await probe(s, SCENARIOS.noop, { timeoutMs: opts.startTimeoutMs, requestTimeoutMs: opts.requestTimeoutMs });
-    out.empty = { ...(await cells(node, s, service, opts, 'empty')), ...memory(s) };
-    out.emptyRestart = await crashAndRestart(s, opts, 0);
-    out.emptyRestart.settleMs = await settle(s);
+    await emptyPhase(s, node, service, opts, out);
     log(
       `${target} retained ${n}: empty ${out.empty.noop.rps?.toFixed(0)} noop/s, ${out.empty.object.rps?.toFixed(0)} object/s, RSS ${out.empty.rssMb?.toFixed(0)} MB; ` +
         `restarted empty: first answer ${out.emptyRestart.toFirstAnswerMs.toFixed(0)} ms, RSS ${out.emptyRestart.rssMb?.toFixed(0)} MB; filling`,
@@ -177,13 +182,7 @@ export async function retainedAtScale(node, service, opts) {
   const s = await newServer('keel', { logName: `keel-retained-scale-${n}` });
   out.logFile = s.logFile;
   try {
-    spawnServer(s);
-    await waitHealthy(s, { timeoutMs: opts.startTimeoutMs });
-    await register(s, service.url, { timeoutMs: opts.startTimeoutMs });
-    await probe(s, SCENARIOS.noop, { timeoutMs: opts.startTimeoutMs, requestTimeoutMs: opts.requestTimeoutMs });
-    out.empty = { ...(await cells(node, s, service, opts, 'empty')), ...memory(s) };
-    out.emptyRestart = await crashAndRestart(s, opts, 0);
-    out.emptyRestart.settleMs = await settle(s);
+    await emptyPhase(s, node, service, opts, out);
     await stopGroup(s.child);
     const t0 = nowMs();
     await buildStore(node, s.dataDir, n);
