@@ -127,3 +127,28 @@ t.test('the same commands folded with caches of one entry give the same actions 
   t.equal(differing, 0, 'the same values');
   t.ok(small.state.invocations.size <= 2, `the small partition kept ${small.state.invocations.size} statuses in memory`);
 });
+
+t.test('a journal that left memory is read back through the batch being written and the one in flight', async (t) => {
+  // The processor folds many commands per batch and writes one batch while folding the next: an
+  // invocation that suspends (its journal leaves memory) and wakes before either batch is in the
+  // store must get its journal from them, not from the store.
+  const { fold } = await import('../dist/partition/fold/index.js');
+  const p = partition();
+  const id = objectId('Obj', 'k');
+  const wake = p.now + 10;
+  const run = (cmd, at = p.now + 1) => {
+    const actions = [];
+    fold({ state: p.state, actions, now_ms: at }, { timestamp_ms: at, ...cmd });
+    return actions;
+  };
+  run(objectInvoke(id, 'k'));
+  run(append(id, 0, MessageType.SleepCommand, encode(pb.Sleep, { wake_up_time: wake, result_completion_id: 1 })));
+  run(ended(id, 0, Outcome.SUSPENDED, { waiting_completions: [1] }));
+  t.notOk(p.state.journals.has(id.text), 'the journal left memory at the suspension');
+  const inFlight = p.state.takeWrites(); // the batch is being written: not in the store yet
+  t.equal(p.store.size, 0);
+  const woken = run({ kind: 'timer_fired', timer_fired: { invocation_id: id.bytes, completion_id: 1, wake_up_ms: wake, kind: TimerKind.SLEEP } }, wake);
+  t.same(woken, [{ kind: 'start', id: id.text, epoch: 1 }], 'it wakes');
+  t.equal(p.state.journal(id.text).length, 3, 'with its whole journal: input, sleep and the completion');
+  for (const [k, v] of [...inFlight, ...p.state.takeWrites()]) v === null ? p.store.delete(k) : p.store.set(k, v);
+});

@@ -284,7 +284,8 @@ export class PartitionState {
    */
   private loadJournal(s: InvocationStatus): JournalEntry[] | undefined {
     if (s.status === 'completed' || s.journal_length === 0 || this.loader === undefined) return undefined;
-    const journal = journalTable.readSync(this.loader, this.partition, s.id, s.journal_length + 1);
+    // Through this batch and the one in flight: a journal left memory (its invocation suspended) before they were written.
+    const journal = journalTable.readSync((key) => this.read(key), this.partition, s.id, s.journal_length + 1);
     assert(journal.length === s.journal_length, () => `partition ${this.partition}: journal of ${s.id} has ${journal.length} entries, its status says ${s.journal_length}`);
     this.journals.set(s.id, journal);
     return journal;
