@@ -36,12 +36,13 @@ const MAX_UNAPPLIED = 4;
 const MAX_PENDING_IDS = 250_000;
 /**
  * Load batches of the initial scan in flight at once, and their size. Large batches load a little
- * faster but every byte of them passes through the server's heap, which keeps its high-water mark:
- * 25,000-record batches left the server ~200 MB larger after loading 200,000 statuses.
+ * faster but every batch in flight passes through the server's heap, which keeps its high-water
+ * mark: after loading 220,000 statuses the server's anonymous memory was 214 MB with 4,096-record
+ * batches, 157 MB with 512 (68 MB without the copy), for a load 20% slower (3.4 s against 2.8 s).
  */
 const LOAD_WINDOW = 2;
-const LOAD_BATCH_RECORDS = 4_096;
-const LOAD_BATCH_BYTES = 2 * 1024 * 1024;
+const LOAD_BATCH_RECORDS = 512;
+const LOAD_BATCH_BYTES = 256 * 1024;
 /**
  * Constant answers kept here (see `constant` in protocol.ts): `restate invocations describe` sends
  * two catalogue probes each time; kept, each is answered without a round trip to the engine.
