@@ -50,6 +50,8 @@ t.test("registering Keel's own ingress, admin or SQL address is refused with 400
     t.equal(r.json.restate_code, 'KEEL0007');
     t.match(r.json.message, new RegExp(`Keel's own ${name}`));
   }
+  // The log line is written after the answer (the logger is asynchronous): wait for it.
+  await eventually(() => keel.logLines('KEEL0007').length >= 3).catch(() => {});
   t.equal(keel.logLines('KEEL0007').length, 3, 'each logged with its code');
   t.same(keel.logLines('RT0006'), [], 'nothing internal');
 });
