@@ -51,6 +51,14 @@ function world({ refuse = () => undefined, hold = false } = {}) {
   return { store, applied, host, add, held, reads: () => reads, maxInFlight: () => maxInFlight };
 }
 
+/** Starts the shuffle on an empty store and waits until its first read found nothing: it is live. */
+async function startedLive(s, w) {
+  s.start();
+  await until(() => w.reads() > 0, 'the first read');
+  await tick();
+  await tick();
+}
+
 async function until(cond, what) {
   const deadline = Date.now() + 5000;
   while (!cond()) {
@@ -80,10 +88,7 @@ t.test('a refused entry stops everything after it; the retry sends it and the re
   const w = world({ refuse: (e) => (e.seq === 3 && refusals-- > 0 ? new Error('KEEL0501 overloaded (test)') : undefined) });
   const s = new Shuffle(0, w.host, logger);
   t.teardown(() => s.stop());
-  s.start();
-  await until(() => w.reads() > 0, 'the first read');
-  await tick();
-  await tick();
+  await startedLive(s, w);
   // 1..6 alternate targets: B gets 1, 3, 5, A gets 2, 4, 6; 3 is refused once.
   for (let i = 0; i < 6; i++) s.announce(w.add(i % 2 ? 'A' : 'B'));
   await until(() => w.store.size === 0, 'all delivered after the retry');
@@ -117,10 +122,7 @@ t.test('at most OUTBOX_IN_FLIGHT_LIMIT entries are in flight; the rest wait in t
   const w = world({ hold: true });
   const s = new Shuffle(0, w.host, logger);
   t.teardown(() => s.stop());
-  s.start();
-  await until(() => w.reads() > 0, 'the first read');
-  await tick();
-  await tick();
+  await startedLive(s, w);
   const n = OUTBOX_IN_FLIGHT_LIMIT * 3;
   for (let i = 0; i < n; i++) s.announce(w.add('A'));
   await tick();

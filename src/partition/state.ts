@@ -163,20 +163,23 @@ export class PartitionState {
       this.touch(id);
       return cached;
     }
+    const s = this.storedStatus(id);
+    if (s !== undefined) this.cache(s);
+    return s;
+  }
+
+  /** The status stored under `id` as this batch leaves the store, not kept in memory. */
+  private storedStatus(id: string): InvocationStatus | undefined {
     const raw = this.read(invocationsTable.key(this.partition, id));
     if (raw === undefined) return undefined;
     const s = invocationsTable.decode(raw);
     assert(s.id === id, () => `partition ${this.partition}: status stored under ${id} is for ${s.id}`);
-    this.cache(s);
     return s;
   }
 
   /** The status of `id` as `status` gives it, without keeping it in memory (for scans by the admin API). */
   peekStatus(id: string): InvocationStatus | undefined {
-    const cached = this.invocations.get(id);
-    if (cached !== undefined) return cached;
-    const raw = this.read(invocationsTable.key(this.partition, id));
-    return raw === undefined ? undefined : invocationsTable.decode(raw);
+    return this.invocations.get(id) ?? this.storedStatus(id);
   }
 
   /** A new invocation: nothing is stored under its id (the fold looked, or the id is random). */
@@ -200,10 +203,7 @@ export class PartitionState {
 
   /** What the store holds for `id` as this batch leaves it (from memory when the status is there). */
   private storedKind(id: string): Status | undefined {
-    const kind = this.kinds.get(id);
-    if (kind !== undefined) return kind;
-    const raw = this.read(invocationsTable.key(this.partition, id));
-    return raw === undefined ? undefined : invocationsTable.decode(raw).status;
+    return this.kinds.get(id) ?? this.storedStatus(id)?.status;
   }
 
   /** Keeps the counts and the `live` and `restart` indexes in step with a status going from `before` to `after`. */
@@ -502,10 +502,9 @@ export class PartitionState {
     return true;
   }
 
-  /** Whether `key` is in the store as this batch leaves it (its writes, the batch in flight, then the store). */
+  /** Whether `key` is in the store as this batch leaves it. */
   private stored(key: string): boolean {
-    const raw = this.writes.has(key) ? this.writes.get(key) : this.unflushed.has(key) ? this.unflushed.get(key) : this.loader?.(key);
-    return raw !== undefined && raw !== null;
+    return this.read(key) !== undefined;
   }
 
   /** The writes of the current batch, to be written; reads see them until `writesDurable`. */
