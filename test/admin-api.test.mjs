@@ -257,7 +257,7 @@ t.test('delete without force: invocations still pinned keep a superseded deploym
   const registry = await Registry.open(config, silentLogger);
   let pinnedTo;
   const introspection = {
-    invocationRecords: async function* () {}, watchInvocations: () => () => {}, journalEntries: async () => [],
+    invocationLines: async function* () {}, watchInvocations: () => () => {}, journalEntries: async () => [],
     // inv_1 (suspended) is pinned to the deployment; a completed one would not count
     unfinishedPinnedTo: async (id) => (id === pinnedTo ? 1 : 0),
     state: async function* () {}, inbox: () => [], locks: async function* () {}, promises: async function* () {},

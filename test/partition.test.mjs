@@ -349,3 +349,29 @@ t.test('a read of a batch written without fsync makes the next write sync it', a
   t.same(syncs, [false, true], 'once durable, no more writes');
   await p.close();
 });
+
+t.test("the query engine's initial scan: every stored status once, one per line, chunks that end with a line, one larger than a chunk included", async (t) => {
+  const { loadConfig } = await import('../dist/config/index.js');
+  const { Worker } = await import('../dist/partition/worker.js');
+  const { tablePrefix } = await import('../dist/storage/keys.js');
+  const dir = tempDir(t);
+  const db = await openWorkerStore(path.join(dir, 'worker'));
+  t.teardown(() => db.close());
+  const worker = new Worker(loadConfig(undefined, { KEEL_WORKER__PARTITIONS: '2', KEEL_BASE_DIR: dir }), silentLogger);
+  await worker.open(db);
+  // ~2.4 MB over two partitions: several chunks, and a record of 1.5 MiB that fills one alone
+  const stored = [];
+  for (let i = 0; i < 4000; i++) stored.push([i % 2, `inv_${String(i).padStart(6, '0')}`, JSON.stringify({ id: `inv_${i}`, note: 'x'.repeat(500 + (i % 97)) })]);
+  stored.push([1, 'inv_big', JSON.stringify({ id: 'inv_big', note: 'y'.repeat(1.5 * 1024 * 1024) })]);
+  await db.batch(stored.map(([p, id, json]) => ({ type: 'put', key: `${tablePrefix(p, 'inv')}${id}`, value: Buffer.from(json) })));
+  const seen = [];
+  let chunks = 0;
+  for await (const chunk of worker.scanInvocationLines()) {
+    chunks++;
+    t.equal(chunk[chunk.length - 1], 0x0a, `chunk ${chunks} ends with a line`);
+    // Copied before the next is asked for, as the engine's IPC does: the buffer is refilled.
+    seen.push(...Buffer.from(chunk).toString('utf8').split('\n').slice(0, -1));
+  }
+  t.ok(chunks >= 3, `${chunks} chunks`);
+  t.same(seen.sort(), stored.map(([, , json]) => json).sort(), 'every stored status once, as stored');
+});

@@ -36,10 +36,10 @@ export type InvocationChanges = Array<[id: string, status: Uint8Array | null]>;
 
 export interface IntrospectionSource {
   /**
-   * The stored status of every invocation as JSON records (what `invocationsTable` stores), in
-   * chunks: the query engine's copy of `sys_invocation` starts from it.
+   * The stored status of every invocation as JSON (what `invocationsTable` stores), one per line,
+   * in chunks that end with a line: the query engine's copy of `sys_invocation` starts from it.
    */
-  invocationRecords(): AsyncIterable<Uint8Array[]>;
+  invocationLines(): AsyncIterable<Uint8Array>;
   /** Calls `listener` with the statuses of every durable batch from now on; returns the stop function. */
   watchInvocations(listener: (changes: InvocationChanges) => void): () => void;
   /** The stored journal of an invocation, undecoded (empty when there is none). */
@@ -65,7 +65,7 @@ export interface IntrospectionSource {
 
 /** A source with nothing in it: `/query` still answers for the registry's tables. */
 export const emptySource: IntrospectionSource = {
-  invocationRecords: async function* () {},
+  invocationLines: async function* () {},
   watchInvocations: () => () => {},
   journalEntries: async () => [],
   unfinishedPinnedTo: async () => 0,

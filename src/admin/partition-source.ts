@@ -20,8 +20,8 @@ export class WorkerIntrospection implements IntrospectionSource {
     return this.subscriptionSource?.status(id) ?? Promise.resolve([]);
   }
 
-  invocationRecords(): AsyncIterable<Uint8Array[]> {
-    return this.worker.scanInvocationRecords();
+  invocationLines(): AsyncIterable<Uint8Array> {
+    return this.worker.scanInvocationLines();
   }
 
   watchInvocations(listener: (changes: InvocationChanges) => void): () => void {

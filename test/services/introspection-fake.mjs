@@ -25,7 +25,7 @@ export function fakeSource(deploymentId) {
   add({ id: ids.counterRunning, service: 'Counter', handler: 'add', key: 'c2', service_type: 'VirtualObject', status: 'running', created_at_ms: t0 + 35, deployment_id: deploymentId });
   const state = new Map([['Counter/c1', new Map([['count', Buffer.from('5')], ['label', Buffer.from('"hello"')]])]]);
   const calls = [];
-  // The query engine keeps a copy of the statuses: it starts from invocationRecords and follows changes.
+  // The query engine keeps a copy of the statuses: it starts from invocationLines and follows changes.
   const listeners = new Set();
   const record = (s) => Buffer.from(JSON.stringify(s));
   const changed = (id) => {
@@ -41,8 +41,8 @@ export function fakeSource(deploymentId) {
       add(s);
       changed(s.id);
     },
-    invocationRecords: async function* () {
-      yield [...invocations.values()].map(record);
+    invocationLines: async function* () {
+      yield Buffer.concat([...invocations.values()].flatMap((s) => [record(s), Buffer.from('\n')]));
     },
     watchInvocations: (listener) => {
       listeners.add(listener);

@@ -171,13 +171,28 @@ async function stage(file: string, raw: readonly Uint8Array[]): Promise<number> 
   return records.length;
 }
 
-/** A batch of the initial scan: statuses no change has touched since load-begin, read straight into the copy. */
-async function applyLoad(m: Extract<ToEngine, { t: 'changes' }>, file: string): Promise<void> {
-  writeLines(file, m.records.map(slim));
+/** The records of a chunk of lines (views into it, no copy). */
+function splitLines(lines: Uint8Array): Buffer[] {
+  const buf = Buffer.from(lines.buffer, lines.byteOffset, lines.byteLength);
+  const records: Buffer[] = [];
+  for (let start = 0; start < buf.length; ) {
+    const nl = buf.indexOf(0x0a, start);
+    const end = nl < 0 ? buf.length : nl;
+    if (end > start) records.push(buf.subarray(start, end));
+    start = end + 1;
+  }
+  return records;
+}
+
+/** A chunk of the initial scan: statuses no change has touched since load-begin, read straight into the copy. */
+async function applyLoad(lines: Uint8Array, file: string): Promise<void> {
+  const records = splitLines(lines);
+  if (records.some((r) => r.length > SLIM_STATUS_BYTES)) writeLines(file, records.map(slim));
+  else writeFileSync(file, lines);
   try {
     await copy.run(`INSERT INTO ${COPY_TABLE} SELECT r.* FROM (${copyRowsFrom(file, MAX_OBJECT_BYTES)}) r ANTI JOIN temp.seen USING (id)`);
   } catch {
-    await stage(file, m.records); // one by one: an unreadable status costs only itself
+    await stage(file, records); // one by one: an unreadable status costs only itself
     await copy.run(`INSERT INTO ${COPY_TABLE} SELECT s.* FROM temp.staging s ANTI JOIN temp.seen USING (id)`);
   }
 }
@@ -202,11 +217,11 @@ async function applyUpdates(m: Extract<ToEngine, { t: 'changes' }>, file: string
   }
 }
 
-async function applyChanges(m: Extract<ToEngine, { t: 'changes' }>): Promise<void> {
+async function applyChanges(m: Extract<ToEngine, { t: 'changes' | 'load' }>): Promise<void> {
   const file = join(options.dir, `copy-${m.seq}.json`);
   try {
-    if (m.load) {
-      if (m.records.length > 0) await applyLoad(m, file);
+    if (m.t === 'load') {
+      if (m.lines.length > 0) await applyLoad(m.lines, file);
     } else await applyUpdates(m, file);
   } finally {
     rmSync(file, { force: true });
@@ -648,6 +663,7 @@ function onMessage(m: ToEngine): void {
       chain(beginLoad);
       break;
     case 'changes':
+    case 'load':
       chain(() => applyChanges(m));
       break;
     case 'load-end':

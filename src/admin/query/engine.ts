@@ -34,15 +34,8 @@ const IDLE_FLUSH_MS = 5_000;
 const MAX_UNAPPLIED = 4;
 /** Changes waiting here past this many ids: the engine cannot keep up; it restarts and reloads. */
 const MAX_PENDING_IDS = 250_000;
-/**
- * Load batches of the initial scan in flight at once, and their size. Large batches load a little
- * faster but every batch in flight passes through the server's heap, which keeps its high-water
- * mark: after loading 220,000 statuses the server's anonymous memory was 214 MB with 4,096-record
- * batches, 157 MB with 512 (68 MB without the copy), for a load 20% slower (3.4 s against 2.8 s).
- */
+/** Chunks of the initial scan in flight at once (each ~1 MiB: scanInvocationLines). */
 const LOAD_WINDOW = 2;
-const LOAD_BATCH_RECORDS = 512;
-const LOAD_BATCH_BYTES = 256 * 1024;
 /**
  * Constant answers kept here (see `constant` in protocol.ts): `restate invocations describe` sends
  * two catalogue probes each time; kept, each is answered without a round trip to the engine.
@@ -332,28 +325,20 @@ export class QueryEngine {
     this.pump();
   }
 
-  /** The initial scan: every stored status, in batches, a few in flight. */
+  /**
+   * The initial scan: every stored status, in chunks of lines, LOAD_WINDOW in flight. A chunk is
+   * one buffer, its records dropped as they were copied into it, refilled once sent (`send`
+   * serializes at once): the server's heap holds no record across the engine's apply.
+   */
   private async load(child: ChildProcess | undefined): Promise<void> {
-    let batch: Uint8Array[] = [];
-    let bytes = 0;
-    const send = async () => {
-      const seq = ++this.seq;
-      this.send({ t: 'changes', seq, load: true, records: batch, deleted: [] });
-      batch = [];
-      bytes = 0;
-      await this.applied(seq - LOAD_WINDOW + 1);
-    };
     try {
-      for await (const records of this.source().invocationRecords()) {
+      for await (const lines of this.source().invocationLines()) {
         if (this.child !== child) return;
-        for (const r of records) {
-          batch.push(r);
-          bytes += r.length;
-        }
-        if (batch.length >= LOAD_BATCH_RECORDS || bytes >= LOAD_BATCH_BYTES) await send();
+        const seq = ++this.seq;
+        this.send({ t: 'load', seq, lines });
+        await this.applied(seq - LOAD_WINDOW + 1);
       }
       if (this.child !== child) return;
-      if (batch.length > 0) await send();
       this.send({ t: 'load-end', seq: ++this.seq });
     } catch (err) {
       if (this.child === child) this.restart(`the statuses could not be read for its copy (${(err as Error).message})`);
@@ -397,7 +382,7 @@ export class QueryEngine {
     }
     this.pending = new Map();
     this.pendingBytes = 0;
-    this.send({ t: 'changes', seq: ++this.seq, load: false, records, deleted });
+    this.send({ t: 'changes', seq: ++this.seq, records, deleted });
   }
 
   // ----------------------------------------------------------------------------- queries

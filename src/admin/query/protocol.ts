@@ -32,11 +32,13 @@ export type ToEngine =
   | { t: 'init'; options: EngineOptions }
   /** The copy of the invocation statuses is rebuilt from here on (it starts empty). */
   | { t: 'load-begin' }
+  /** Statuses of durable batches as stored (JSON), and purged ids. Answered by `applied`. */
+  | { t: 'changes'; seq: number; records: Uint8Array[]; deleted: string[] }
   /**
-   * Statuses as stored (JSON) and purged ids. `load`: records of the initial scan, taken only for
-   * ids no change has touched since load-begin (changes are newer). Answered by `applied`.
+   * Statuses of the initial scan as stored, one per line: taken only for ids no change has
+   * touched since load-begin (changes are newer). Answered by `applied`.
    */
-  | { t: 'changes'; seq: number; load: boolean; records: Uint8Array[]; deleted: string[] }
+  | { t: 'load'; seq: number; lines: Uint8Array }
   | { t: 'load-end'; seq: number }
   /**
    * `timeout_ms`: what is left of the query's time (`limit_ms`, as configured) after it waited
