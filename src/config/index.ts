@@ -150,7 +150,7 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'worker.invoker.request_identity_expiration', kind: 'timeout', dflt: 60_000 },
   { path: 'worker.invoker.disable_eager_state', kind: 'bool', dflt: false },
   { path: 'worker.cleanup_interval', kind: 'duration', dflt: 3_600_000 },
-  { path: 'worker.num_timers_in_memory_limit', kind: 'int', dflt: 10_000 },
+  { path: 'worker.num_timers_in_memory_limit', kind: 'int', dflt: 1_000 },
   { path: 'default_retry_policy.initial_interval', kind: 'duration', dflt: 500 },
   { path: 'default_retry_policy.exponentiation_factor', kind: 'number', dflt: 2 },
   { path: 'default_retry_policy.max_interval', kind: 'duration', dflt: 60_000 },
