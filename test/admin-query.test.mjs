@@ -669,3 +669,36 @@ t.test('the engine process alone: a query cancelled while it waits for the serve
   t.equal(answer.t, 'answer', JSON.stringify(answer.error ?? ''));
   t.same(JSON.parse(Buffer.from(answer.chunk).toString()).rows, [{ id: 'dp_one' }]);
 });
+
+t.test('the engine process alone: an unreadable status in a chunk of the initial scan costs only itself', async (t) => {
+  const { fork } = await import('node:child_process');
+  const { InvocationId, randomPartitionKey } = await import('../dist/common/ids.js');
+  const dir = tempDir(t);
+  const engine = fork(join(import.meta.dirname, '..', 'dist', 'admin', 'query', 'engine-main.js'), [], { serialization: 'advanced', stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+  t.teardown(() => engine.kill('SIGKILL'));
+  const waiting = [];
+  const logs = [];
+  const next = (match) => new Promise((resolve) => waiting.push({ match, resolve }));
+  engine.on('message', (m) => {
+    if (m.t === 'log') logs.push(m);
+    const i = waiting.findIndex((w) => w.match(m));
+    if (i >= 0) waiting.splice(i, 1)[0].resolve(m);
+  });
+  const ready = next((m) => m.t === 'ready');
+  engine.send({ t: 'init', options: { dir, memory_limit_bytes: 256 * 1024 * 1024, threads: 1, max_result_rows: 10_000, max_result_bytes: 1 << 22 } });
+  await ready;
+  const ids = Array.from({ length: 1000 }, () => InvocationId.random(randomPartitionKey()).text);
+  const lines = ids.map((id, i) => JSON.stringify({ id, service: 'Greeter', handler: 'greet', key: '', service_type: 'Service', status: 'completed', epoch: 0, journal_length: 0, retry_count: 0, created_at_ms: 1_000 + i, modified_at_ms: 1_000 + i }));
+  lines.splice(700, 0, '{"id": "inv_broken", "created_at_ms": ');
+  const loaded = next((m) => m.t === 'applied' && m.seq === 2);
+  engine.send({ t: 'load-begin' });
+  engine.send({ t: 'load', seq: 1, lines: Buffer.from(lines.join('\n') + '\n') });
+  engine.send({ t: 'load-end', seq: 2 });
+  await loaded;
+  const answered = next((m) => (m.t === 'answer' || m.t === 'failed') && m.qid === 1);
+  engine.send({ t: 'query', qid: 1, sql: 'SELECT count(*) AS n, min(id) AS lo FROM sys_invocation', format: 'json', params: undefined, timeout_ms: 20_000, limit_ms: 20_000, registry_version: 1 });
+  const answer = await answered;
+  t.equal(answer.t, 'answer', JSON.stringify(answer.error ?? ''));
+  t.equal(Number(JSON.parse(Buffer.from(answer.chunk).toString()).rows[0].n), 1000, 'every readable status is in the copy');
+  t.ok(logs.some((l) => /1 invocation statuses cannot be shown/.test(l.msg)), 'and the one unreadable is counted in a warning');
+});

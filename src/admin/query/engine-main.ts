@@ -143,7 +143,7 @@ function slim(record: Uint8Array): Uint8Array {
     if (lf?.message) lf.message = lf.message.slice(0, LONG_TEXT_CHARS);
     return Buffer.from(JSON.stringify(s));
   } catch {
-    return record; // staged one by one below, and skipped if unreadable
+    return record; // staged in halves below, and skipped if unreadable
   }
 }
 
@@ -154,21 +154,29 @@ async function stage(file: string, raw: readonly Uint8Array[]): Promise<number> 
   try {
     await copy.run(`CREATE OR REPLACE TEMP TABLE staging AS ${copyRowsFrom(file, MAX_OBJECT_BYTES)}`);
   } catch (err) {
-    // One record DuckDB cannot read must not cost the others: stage them one by one.
-    log('warn', 'a batch of invocation statuses could not be read at once; reading them one by one', { err: (err as Error).message }, 'KEEL0023');
+    // A record DuckDB cannot read, or a batch past the engine's memory, must not cost the
+    // others: halves, down to single records. (One by one, 16,384 changes to a copy of 2,000,000
+    // statuses took the engine's CPU away from the server for a minute.)
+    log('warn', 'a batch of invocation statuses could not be read at once; reading it in halves', { err: (err as Error).message, records: records.length }, 'KEEL0023');
     await copy.run(`CREATE OR REPLACE TEMP TABLE staging AS SELECT * FROM ${COPY_TABLE} LIMIT 0`);
-    let skipped = 0;
-    for (const r of records) {
-      writeLines(file, [r]);
-      try {
-        await copy.run(`INSERT INTO temp.staging ${copyRowsFrom(file, MAX_OBJECT_BYTES)}`);
-      } catch {
-        skipped++;
-      }
-    }
+    const skipped = (await stageHalves(file, records.slice(0, records.length >> 1))) + (await stageHalves(file, records.slice(records.length >> 1)));
     if (skipped > 0) log('warn', `${skipped} invocation statuses cannot be shown by queries (unreadable records)`, { skipped }, 'KEEL0023');
   }
   return records.length;
+}
+
+/** Adds `records` to temp.staging, in halves where they cannot go at once; resolves to those skipped. */
+async function stageHalves(file: string, records: readonly Uint8Array[]): Promise<number> {
+  if (records.length === 0) return 0;
+  writeLines(file, records);
+  try {
+    await copy.run(`INSERT INTO temp.staging ${copyRowsFrom(file, MAX_OBJECT_BYTES)}`);
+    return 0;
+  } catch {
+    if (records.length === 1) return 1;
+    const half = records.length >> 1;
+    return (await stageHalves(file, records.slice(0, half))) + (await stageHalves(file, records.slice(half)));
+  }
 }
 
 /** The records of a chunk of lines (views into it, no copy). */
@@ -192,7 +200,7 @@ async function applyLoad(lines: Uint8Array, file: string): Promise<void> {
   try {
     await copy.run(`INSERT INTO ${COPY_TABLE} SELECT r.* FROM (${copyRowsFrom(file, MAX_OBJECT_BYTES)}) r ANTI JOIN temp.seen USING (id)`);
   } catch {
-    await stage(file, records); // one by one: an unreadable status costs only itself
+    await stage(file, records); // in halves: an unreadable status costs only itself
     await copy.run(`INSERT INTO ${COPY_TABLE} SELECT s.* FROM temp.staging s ANTI JOIN temp.seen USING (id)`);
   }
 }
