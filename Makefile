@@ -12,8 +12,9 @@ build: install
 	npm run build
 
 # The server runs on whatever `node` is first on PATH (Node 20 works).
+# MALLOC_ARENA_MAX: see README.md, "The store is the state".
 run: build
-	node dist/main.js $(ARGS)
+	MALLOC_ARENA_MAX=$${MALLOC_ARENA_MAX:-2} node dist/main.js $(ARGS)
 
 # The Greeter example needs Node >= 22: npm scripts put the pinned Node 24 first on PATH.
 example: install

@@ -97,6 +97,8 @@ export function spawnServer(s) {
       KEEL_ADMIN__BIND_ADDRESS: `127.0.0.1:${s.adminPort}`,
       KEEL_ADMIN__QUERY_ENGINE__PGSQL_BIND_ADDRESS: `127.0.0.1:${s.pgsqlPort}`,
       KEEL_BASE_DIR: s.dataDir,
+      // As `make run` starts it (README.md, "The store is the state").
+      MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? '2',
     };
     // `keel` runs with Keel's own default; only the other mode is forced.
     if (s.target === 'keel-nofsync') env.KEEL_WORKER__STORAGE_DB__FSYNC = 'false';

@@ -112,6 +112,8 @@ export class KeelServer {
           startup_cpu_ms: Math.round((cpu.user + cpu.system) / 1000),
           startup_phases_ms: phases_ms,
           code_cache: (globalThis as Record<symbol, unknown>)[Symbol.for('keel.code_cache')] ?? 'none',
+          // glibc's arenas keep what LevelDB's reads on libuv's threads freed: `make run` sets 2.
+          malloc_arena_max: process.env.MALLOC_ARENA_MAX ?? 'glibc default',
           ingress: config.ingress.bind_address,
           admin: config.admin.bind_address,
           pgsql: pgsql.address,
