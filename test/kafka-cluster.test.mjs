@@ -42,7 +42,7 @@ t.test('an acknowledged record survives the SIGKILL of the broker leading its pa
   const next = (await cluster.leaders('survive'))[0];
   t.not(next, leader, `broker ${next} leads now`);
   t.comment(`the first write after the leader's SIGKILL was acknowledged after ${failoverMs} ms`);
-  t.ok(failoverMs < 15_000, `failover in ${failoverMs} ms`);
+  t.ok(failoverMs < 10_000, `failover in ${failoverMs} ms (P12's goal for a Keel node: 10 s)`);
   const seen = await readAll('survive', 200);
   t.same(seen.map((r) => r.value), [...before.map((m) => m.value), ...Array.from({ length: 100 }, (_, i) => `b${i}`)], 'every acknowledged record once, in order');
   await cluster.start(leader);

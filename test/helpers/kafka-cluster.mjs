@@ -3,7 +3,7 @@
 // (Maven Central, installed by test/kafka/install.sh into ~/.cache/keel-kafka; `.ci/run` runs it).
 //
 // Settings for tests, not production: short broker sessions and elections (a SIGKILLed broker is
-// fenced after ~3 s instead of 9 s), groups that rebalance at once, small internal topics, every
+// fenced after ~1.5 s instead of 9 s), groups that rebalance at once, small internal topics, every
 // topic replicated to all brokers with min.insync.replicas = N - 1.
 //
 // `startKafkaCluster(t, { brokers })` returns { bootstrap, brokers, createTopic, leaders, kill,
@@ -69,10 +69,11 @@ function properties({ id, port, controllerPort, voters, dir, brokers }) {
     'auto.create.topics.enable=false',
     'group.initial.rebalance.delay.ms=0',
     'group.min.session.timeout.ms=1000',
-    'broker.heartbeat.interval.ms=500',
-    'broker.session.timeout.ms=3000',
-    'controller.quorum.election.timeout.ms=1000',
-    'controller.quorum.fetch.timeout.ms=2000',
+    'broker.heartbeat.interval.ms=250',
+    'broker.session.timeout.ms=1500',
+    'controller.quorum.election.timeout.ms=500',
+    'controller.quorum.election.backoff.max.ms=500',
+    'controller.quorum.fetch.timeout.ms=1000',
     'replica.lag.time.max.ms=3000',
     'num.network.threads=2',
     'num.io.threads=2',
@@ -125,7 +126,9 @@ export async function startKafkaCluster(t, { brokers: count = 3 } = {}) {
     output: (id) => byId(id).out,
     /** A kafkajs client on this cluster (logs off). */
     kafka() {
-      kafka ??= new Kafka({ clientId: 'keel-test', brokers: cluster.brokers, logLevel: logLevel.NOTHING, retry: { retries: 10, initialRetryTime: 100 } });
+      // Retries at most 500 ms apart: with kafkajs's backoff doubling to seconds, the first write
+      // after a leader's SIGKILL was acknowledged ~11 s after it.
+      kafka ??= new Kafka({ clientId: 'keel-test', brokers: cluster.brokers, logLevel: logLevel.NOTHING, retry: { retries: 40, initialRetryTime: 100, maxRetryTime: 500 } });
       return kafka;
     },
     /** Creates a topic replicated to every broker; waits until each partition has a leader. */
