@@ -11,11 +11,11 @@
 import { spawn, execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Kafka, logLevel, Partitioners } from 'kafkajs';
-import { tempDir } from './keel.mjs';
+import { tempDir, freePort } from './keel.mjs';
+import { dropKafkajsTimerWarnings } from './kafka.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const START_TIMEOUT_MS = 60_000;
@@ -27,18 +27,11 @@ export function kafkaLibs() {
   return installed;
 }
 
-/** Loopback ports free now (listened on, then closed). */
+/** `n` distinct loopback ports free now (freePort: outside the ephemeral range). */
 async function freePorts(n) {
-  const servers = await Promise.all(
-    Array.from({ length: n }, () => new Promise((resolve, reject) => {
-      const s = net.createServer();
-      s.once('error', reject);
-      s.listen(0, '127.0.0.1', () => resolve(s));
-    })),
-  );
-  const ports = servers.map((s) => s.address().port);
-  await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
-  return ports;
+  const ports = new Set();
+  while (ports.size < n) ports.add(await freePort());
+  return [...ports];
 }
 
 /** Kafka's Uuid as its tools print it: 16 random bytes, base64url without padding. */
@@ -128,6 +121,7 @@ export async function startKafkaCluster(t, { brokers: count = 3 } = {}) {
     kafka() {
       // Retries at most 500 ms apart: with kafkajs's backoff doubling to seconds, the first write
       // after a leader's SIGKILL was acknowledged ~11 s after it.
+      dropKafkajsTimerWarnings();
       kafka ??= new Kafka({ clientId: 'keel-test', brokers: cluster.brokers, logLevel: logLevel.NOTHING, retry: { retries: 40, initialRetryTime: 100, maxRetryTime: 500 } });
       return kafka;
     },

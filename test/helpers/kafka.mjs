@@ -27,7 +27,7 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
  * test's or the benchmark's output: dropped here; every other warning prints as before.
  */
 let kafkajsWarningsDropped = false;
-function dropKafkajsTimerWarnings() {
+export function dropKafkajsTimerWarnings() {
   if (kafkajsWarningsDropped) return;
   kafkajsWarningsDropped = true;
   const printers = process.listeners('warning');

@@ -150,29 +150,25 @@ function slim(record: Uint8Array): Uint8Array {
 /** The changed statuses in temp.staging, in the copy's columns. */
 async function stage(file: string, raw: readonly Uint8Array[]): Promise<number> {
   const records = raw.map(slim);
-  writeLines(file, records);
-  try {
-    await copy.run(`CREATE OR REPLACE TEMP TABLE staging AS ${copyRowsFrom(file, MAX_OBJECT_BYTES)}`);
-  } catch (err) {
-    // A record DuckDB cannot read, or a batch past the engine's memory, must not cost the
-    // others: halves, down to single records. (One by one, 16,384 changes to a copy of 2,000,000
-    // statuses took the engine's CPU away from the server for a minute.)
-    log('warn', 'a batch of invocation statuses could not be read at once; reading it in halves', { err: (err as Error).message, records: records.length }, 'KEEL0023');
-    await copy.run(`CREATE OR REPLACE TEMP TABLE staging AS SELECT * FROM ${COPY_TABLE} LIMIT 0`);
-    const skipped = (await stageHalves(file, records.slice(0, records.length >> 1))) + (await stageHalves(file, records.slice(records.length >> 1)));
-    if (skipped > 0) log('warn', `${skipped} invocation statuses cannot be shown by queries (unreadable records)`, { skipped }, 'KEEL0023');
-  }
+  await copy.run(`CREATE OR REPLACE TEMP TABLE staging AS SELECT * FROM ${COPY_TABLE} LIMIT 0`);
+  const skipped = await stageHalves(file, records, true);
+  if (skipped > 0) log('warn', `${skipped} invocation statuses cannot be shown by queries (unreadable records)`, { skipped }, 'KEEL0023');
   return records.length;
 }
 
-/** Adds `records` to temp.staging, in halves where they cannot go at once; resolves to those skipped. */
-async function stageHalves(file: string, records: readonly Uint8Array[]): Promise<number> {
+/**
+ * Adds `records` to temp.staging; resolves to those skipped. A record DuckDB cannot read, or a
+ * batch past the engine's memory, must not cost the others: halves, down to single records.
+ * (One by one, 16,384 changes to a copy of 2,000,000 statuses held the engine's CPU for a minute.)
+ */
+async function stageHalves(file: string, records: readonly Uint8Array[], whole = false): Promise<number> {
   if (records.length === 0) return 0;
   writeLines(file, records);
   try {
     await copy.run(`INSERT INTO temp.staging ${copyRowsFrom(file, MAX_OBJECT_BYTES)}`);
     return 0;
-  } catch {
+  } catch (err) {
+    if (whole) log('warn', 'a batch of invocation statuses could not be read at once; reading it in halves', { err: (err as Error).message, records: records.length }, 'KEEL0023');
     if (records.length === 1) return 1;
     const half = records.length >> 1;
     return (await stageHalves(file, records.slice(0, half))) + (await stageHalves(file, records.slice(half)));
