@@ -11,6 +11,15 @@ import { logTable } from '../storage/tables/log.js';
 export interface PartitionLog {
   readonly partition: number;
   readonly applied_position: number;
+  /** Whether an append is durable when it resolves, whatever `sync` said (a replicated log). */
+  readonly durable_on_append: boolean;
+  /**
+   * Makes this node the partition's writer. Yields the records after `applied_position` that
+   * others wrote (none in a log only this node writes); the caller folds them and passes the last
+   * position folded, with the state's writes, to `advance`. Appends may follow once it ends.
+   */
+  lead(): AsyncIterable<[position: number, record: Buffer]>;
+  advance(position: number, writes: StateWrite[]): Promise<void>;
   /**
    * Appends `records` and applies `writes` in one atomic batch; `sync` makes it durable against
    * a machine crash (fsync), otherwise against a process crash. Resolves to the last position.
@@ -27,6 +36,7 @@ const TRIM_CHUNK_RECORDS = 4_096;
 
 /** The log in the embedded store, written through the store's group commit. */
 export class EmbeddedLog implements PartitionLog {
+  readonly durable_on_append = false;
   private next_position: number;
   /** Records at or below this position are deleted, or being deleted (0: unknown, the next trim starts at the first record). */
   private trimmed_through: number;
@@ -71,6 +81,13 @@ export class EmbeddedLog implements PartitionLog {
 
   get applied_position(): number {
     return this.next_position - 1;
+  }
+
+  // Only this node writes the embedded log: nothing to catch up with.
+  async *lead(): AsyncGenerator<[position: number, record: Buffer]> {}
+
+  advance(position: number): Promise<void> {
+    throw new Error(`partition ${this.partition}: advance(${position}) on the embedded log, which lead() never reads`);
   }
 
   async append(records: Buffer[], writes: StateWrite[], sync: boolean): Promise<number> {

@@ -3,7 +3,7 @@ import { assert, InvariantError } from '../common/assert.js';
 import { partitionKeyOfIdBytes } from '../common/ids.js';
 import type { Logger } from '../common/logger.js';
 import { keelError } from '../errors/index.js';
-import { encodeCommand, type Command, type CommandKind } from '../log/commands.js';
+import { decodeCommand, encodeCommand, type Command, type CommandKind } from '../log/commands.js';
 import { EmbeddedLog, type PartitionLog } from '../log/partition-log.js';
 import type { GroupWriter } from '../storage/group-writer.js';
 import { KeelMetrics, type PartitionCells } from '../telemetry/metrics.js';
@@ -118,10 +118,13 @@ export class PartitionProcessor implements AttemptHost {
       metrics?: KeelMetrics;
       /** Sees the store writes of every batch once it is durable (the query engine's copy follows them). */
       observe?: (partition: number, writes: readonly StateWrite[]) => void;
+      /** Where the partition's log lives (the embedded log in `db` when unset). */
+      openLog?: (partition: number) => Promise<PartitionLog>;
     },
   ): Promise<PartitionProcessor> {
-    const log = await EmbeddedLog.open(db, partition, writer, options.log_retained_records ?? 0);
+    const log = await (options.openLog?.(partition) ?? EmbeddedLog.open(db, partition, writer, options.log_retained_records ?? 0));
     const state = await loadState(db, partition, options.state_cache_bytes);
+    await catchUp(log, state, options.observe);
     const maxLive = options.max_live_invocations ?? MAX_LIVE_INVOCATIONS_PER_PARTITION;
     const metrics = (options.metrics ?? new KeelMetrics()).partition(partition);
     return new PartitionProcessor(partition, log, state, options.fsync, options.effects, options.owns ?? (() => true), maxLive, options.logger.child({ partition }), metrics, options.observe);
@@ -273,7 +276,7 @@ export class PartitionProcessor implements AttemptHost {
       }
       this.state.writesDurable();
       // A synced write puts every earlier one on disk with it.
-      if (sync || !this.fsync) this.settleDurable(number);
+      if (sync || !this.fsync || this.log.durable_on_append) this.settleDurable(number);
       // (a batch of no command: only a sync that reads waited for, not one for the batch metrics)
       if (batch.length > 0) this.observeBatch(records.length, bytes, performance.now() - writeStart, this.state.entries_appended - entriesBefore);
       try {
@@ -318,6 +321,33 @@ export class PartitionProcessor implements AttemptHost {
     for (const p of this.queue.drain()) p.reject(refusal);
     for (const w of this.durableWaiters.drain()) w.reject(refusal);
   }
+}
+
+/** Records folded between two writes of the state while catching up. */
+const CATCH_UP_CHUNK_RECORDS = 512;
+
+/**
+ * Takes the lead of the partition's log and folds what other nodes appended since this node's
+ * store last applied. Actions are not run: `start` derives what must run from the state, as after
+ * any restart.
+ */
+async function catchUp(log: PartitionLog, state: PartitionState, observe: ((partition: number, writes: readonly StateWrite[]) => void) | undefined): Promise<void> {
+  let folded = 0;
+  let last = log.applied_position;
+  const write = async (): Promise<void> => {
+    const writes = state.takeWrites();
+    await log.advance(last, writes);
+    state.writesDurable();
+    observe?.(log.partition, writes);
+    folded = 0;
+  };
+  for await (const [position, record] of log.lead()) {
+    const cmd = decodeCommand(record);
+    fold({ state, actions: [], now_ms: cmd.timestamp_ms ?? 0 }, cmd);
+    last = position;
+    if (++folded >= CATCH_UP_CHUNK_RECORDS) await write();
+  }
+  if (folded > 0) await write();
 }
 
 /**

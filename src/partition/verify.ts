@@ -1,5 +1,5 @@
 import { decodeCommand } from '../log/commands.js';
-import { EmbeddedLog } from '../log/partition-log.js';
+import { EmbeddedLog, type PartitionLog } from '../log/partition-log.js';
 import { statePrefix } from '../storage/keys.js';
 import type { Db } from '../storage/store.js';
 import { fold } from './fold/index.js';
@@ -9,10 +9,11 @@ import { PartitionState } from './state.js';
  * Folds a partition's whole log into fresh state and compares every state key with the
  * store. Returns the keys that differ (empty when the materialised state is exactly the fold).
  * Throws when the log no longer starts at position 1. `state_cache_bytes`: the object state the
- * rebuild keeps in memory (a tiny one reads every object back from what it rebuilt).
+ * rebuild keeps in memory (a tiny one reads every object back from what it rebuilt). `log`: the
+ * partition's log where it is not the embedded one (a Kafka topic).
  */
-export async function verifyPartition(db: Db, partition: number, state_cache_bytes?: number): Promise<string[]> {
-  const log = await EmbeddedLog.open(db, partition);
+export async function verifyPartition(db: Db, partition: number, state_cache_bytes?: number, log?: PartitionLog): Promise<string[]> {
+  log ??= await EmbeddedLog.open(db, partition);
   const first = await log.first_position();
   // A rebuild needs every record: a trimmed log cannot be checked (and saying "equal" would lie).
   if (first > 1) throw new Error(`partition ${partition}: the log is trimmed before position ${first} (worker.storage_db.log_retained_records); it cannot be rebuilt from position 1`);

@@ -2,6 +2,12 @@
 import { entriesIn, keysIn, type Db } from '../store.js';
 import { pad, partitionPrefix } from '../keys.js';
 
+export interface LogCursor {
+  offset: number;
+  epoch: number;
+  position: number;
+}
+
 const logPrefix = (partition: number) => `${partitionPrefix(partition)}log/`;
 
 export const logTable = {
@@ -14,6 +20,22 @@ export const logTable = {
    * store's threads, until compaction drops them (at a million invocations, seconds of a start).
    */
   trimmedKey: (partition: number): string => `${partitionPrefix(partition)}trimmed`,
+  /**
+   * A log in Kafka: where the applied position ends in the topic (the next offset to read) and
+   * the epoch state of a reader there. Written with the applied position, in the same batch.
+   */
+  cursorKey: (partition: number): string => `${partitionPrefix(partition)}cursor`,
+  encodeCursor: (cursor: LogCursor): Buffer => Buffer.from(JSON.stringify({ offset: cursor.offset, epoch: cursor.epoch, position: cursor.position })),
+
+  async readCursor(db: Db, partition: number): Promise<LogCursor | undefined> {
+    const raw = await db.get(logTable.cursorKey(partition));
+    if (raw === undefined) return undefined;
+    const cursor = JSON.parse(raw.toString('utf8')) as LogCursor;
+    for (const field of ['offset', 'epoch', 'position'] as const) {
+      if (!Number.isSafeInteger(cursor[field]) || cursor[field] < 0) throw new Error(`partition ${partition}: corrupt log cursor ${raw.toString('utf8')}`);
+    }
+    return cursor;
+  },
 
   async readTrimmed(db: Db, partition: number): Promise<number> {
     const raw = await db.get(logTable.trimmedKey(partition));

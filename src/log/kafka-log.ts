@@ -1,0 +1,309 @@
+// A partition's log in Apache Kafka: one topic partition per Keel partition, replicated by
+// Kafka (acks=all, min.insync.replicas), written by the partition's leader only.
+//
+// A deposed leader is kept out by epochs: every record carries its writer's epoch, and readers
+// keep only the commands of the epoch announced last before them (epochs.ts), so everyone drops
+// a deposed leader's late writes alike. The writer itself learns it was deposed before it
+// acknowledges anything: an append resolves only when its records follow the writer's previous
+// ones directly (nothing else in between, so no announcement) or when what came between holds no
+// later announcement. With `transactional`, Kafka fences too: one transactional.id per partition,
+// so a new leader's first transaction aborts the old one's open transaction and refuses its
+// next (INVALID_PRODUCER_EPOCH / PRODUCER_FENCED).
+//
+// The node's own store holds the partition's state, the last position applied and where in the
+// topic that position ends (offset, epoch): a restart or a new leader reads the topic from there.
+import type { Admin, Kafka, Message, Producer } from 'kafkajs';
+import { createRequire } from 'node:module';
+import type * as Kafkajs from 'kafkajs';
+import { assert } from '../common/assert.js';
+import type { Logger } from '../common/logger.js';
+import type { GroupWriter } from '../storage/group-writer.js';
+import type { Db, StateWrite } from '../storage/store.js';
+import { logTable, type LogCursor } from '../storage/tables/log.js';
+import { judge, type EpochState, type LogEntry } from './epochs.js';
+import { KafkaPartitionReader, type KafkaRecord } from './kafka-reader.js';
+import type { PartitionLog } from './partition-log.js';
+
+export interface KafkaLogSettings {
+  /** This node's name: its producers' client id and the name in its announcements. */
+  node: string;
+  brokers: string[];
+  topic: string;
+  /** Keel's partitions: the topic has at least as many. */
+  partitions: number;
+  replication_factor: number;
+  min_insync_replicas: number;
+  /**
+   * Every append in a Kafka transaction of its own (one transactional.id per partition), a
+   * second fence beside the epochs. Off by default: kafkajs speaks the transaction protocol of
+   * before KIP-890, and each append then waits for the previous one's commit markers (measured
+   * 40-320 ms an append, against ~4 ms without).
+   */
+  transactional: boolean;
+}
+
+/** This node no longer leads the partition (another announced a later epoch): its appends are void. */
+export class LeadershipLostError extends Error {
+  override readonly name = 'LeadershipLostError';
+}
+
+const HEADER_EPOCH = 'keel-epoch';
+const HEADER_POSITION = 'keel-position';
+const HEADER_NODE = 'keel-node';
+/** Retries of one Kafka request (a broker failing over answers NOT_LEADER until it has moved). */
+const KAFKA_RETRY = { initialRetryTime: 100, maxRetryTime: 500, retries: 30 };
+
+/** Where a node's copy of a partition stands in the topic: the next offset to read and the reader's epoch state there. */
+type Cursor = LogCursor;
+
+let kafkajs: typeof Kafkajs | undefined;
+const loadKafkajs = (): typeof Kafkajs => (kafkajs ??= createRequire(import.meta.url)('kafkajs') as typeof Kafkajs);
+
+/** A node's connection to the cluster's brokers, shared by its partitions' logs. */
+export class KafkaLogClient {
+  readonly kafka: Kafka;
+  readonly reader: KafkaPartitionReader;
+  private readonly producers = new Map<number, Promise<Producer>>();
+  private admin: Admin | undefined;
+
+  constructor(
+    readonly settings: KafkaLogSettings,
+    private readonly logger: Logger,
+  ) {
+    const { Kafka, logLevel } = loadKafkajs();
+    this.kafka = new Kafka({
+      clientId: `keel-${settings.node}`,
+      brokers: settings.brokers,
+      retry: KAFKA_RETRY,
+      logLevel: logLevel.WARN,
+      logCreator: () => (entry) => {
+        if (entry.level <= logLevel.WARN) this.logger.warn({ code: 'KEEL0801', kafkajs: entry.namespace }, `kafka log: ${entry.log.message}`);
+      },
+    });
+    this.reader = new KafkaPartitionReader(this.kafka, settings.topic);
+  }
+
+  /** Creates the log topic when it is missing; refuses one with fewer partitions than Keel has. */
+  async ensureTopic(): Promise<void> {
+    const s = this.settings;
+    this.admin ??= this.kafka.admin();
+    await this.admin.connect();
+    await this.admin.createTopics({
+      waitForLeaders: true,
+      topics: [{ topic: s.topic, numPartitions: s.partitions, replicationFactor: s.replication_factor, configEntries: [{ name: 'min.insync.replicas', value: String(s.min_insync_replicas) }] }],
+    });
+    const meta = await this.admin.fetchTopicMetadata({ topics: [s.topic] });
+    const count = meta.topics[0]?.partitions.length ?? 0;
+    if (count < s.partitions) throw new Error(`the log topic ${s.topic} has ${count} partitions; Keel has ${s.partitions} (give the topic at least as many, or another name)`);
+  }
+
+  /** The producer of one Keel partition: idempotent, and transactional (its id the partition's, on every node) where configured. */
+  producer(partition: number): Promise<Producer> {
+    let producer = this.producers.get(partition);
+    if (producer === undefined) {
+      const transactionalId = this.settings.transactional ? `keel-${this.settings.topic}-${partition}` : undefined;
+      const created = this.kafka.producer({ transactionalId, idempotent: true, maxInFlightRequests: 1, retry: KAFKA_RETRY });
+      producer = created.connect().then(() => created);
+      producer.catch(() => this.producers.delete(partition));
+      this.producers.set(partition, producer);
+    }
+    return producer;
+  }
+
+  /** Drops a fenced producer: kafkajs cannot take a producer past a fence, the next leadership builds a new one. */
+  forget(partition: number): void {
+    const producer = this.producers.get(partition);
+    this.producers.delete(partition);
+    void producer?.then((p) => p.disconnect()).catch(() => undefined);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.producers.values()].map((p) => p.then((x) => x.disconnect()).catch(() => undefined)));
+    this.producers.clear();
+    await this.admin?.disconnect().catch(() => undefined);
+    await this.reader.close();
+  }
+}
+
+function entryOf(record: KafkaRecord): LogEntry {
+  const epoch = Number(record.headers[HEADER_EPOCH]?.toString('utf8'));
+  const position = record.headers[HEADER_POSITION];
+  if (position === undefined) return { kind: 'announce', epoch, node: record.headers[HEADER_NODE]?.toString('utf8') ?? '' };
+  return { kind: 'command', epoch, position: Number(position.toString('utf8')) };
+}
+
+export class KafkaLog implements PartitionLog {
+  readonly durable_on_append = true;
+  /** What the node's store holds (or will, once the write in flight lands). */
+  private applied: Cursor;
+  /** Where reading has got to (ahead of `applied` while a caller folds what was read). */
+  private readonly seen: Cursor;
+  private leading_epoch = 0;
+
+  private constructor(
+    private readonly writer: GroupWriter,
+    private readonly client: KafkaLogClient,
+    readonly partition: number,
+    cursor: Cursor,
+  ) {
+    this.applied = { ...cursor };
+    this.seen = { ...cursor };
+  }
+
+  static async open(db: Db, partition: number, writer: GroupWriter, client: KafkaLogClient): Promise<KafkaLog> {
+    const applied = await logTable.readApplied(db, partition);
+    const cursor = (await logTable.readCursor(db, partition)) ?? { offset: 0, epoch: 0, position: 0 };
+    if (cursor.position !== applied) throw new Error(`partition ${partition}: the store applied position ${applied}, its Kafka cursor says ${cursor.position} (a store written by the embedded log?)`);
+    return new KafkaLog(writer, client, partition, cursor);
+  }
+
+  get applied_position(): number {
+    return this.applied.position;
+  }
+
+  /** The epoch this node leads the partition in (0: not leading). */
+  get epoch(): number {
+    return this.leading_epoch;
+  }
+
+  /**
+   * Takes the lead: yields every command this node has not applied, announces a new epoch and
+   * yields what came before the announcement (history it continues: its writer led until then).
+   * The caller folds what is yielded and passes the last position folded to `advance`; once this
+   * ends the node leads and may append. Throws when another node announced an epoch as high
+   * meanwhile (the first announcement in the topic wins).
+   */
+  async *lead(): AsyncGenerator<[position: number, record: Buffer]> {
+    assert(this.leading_epoch === 0, () => `partition ${this.partition}: lead() while leading epoch ${this.leading_epoch}`);
+    yield* this.readToEnd();
+    const epoch = this.seen.epoch + 1;
+    // With transactions, this write's transaction fences every earlier producer of the partition.
+    const at = await this.write([{ partition: this.partition, value: Buffer.alloc(0), headers: { [HEADER_EPOCH]: String(epoch), [HEADER_NODE]: this.client.settings.node } }]);
+    yield* this.readToEnd(at + 1);
+    if (this.seen.epoch !== epoch) throw new LeadershipLostError(`partition ${this.partition}: another node announced epoch ${this.seen.epoch} before this node's ${epoch}`);
+    this.leading_epoch = epoch;
+  }
+
+  /** Records read by `lead` are folded through `position`: their state writes go to the store with the cursor. */
+  async advance(position: number, writes: StateWrite[]): Promise<void> {
+    assert(position === this.seen.position, () => `partition ${this.partition}: advance to ${position}, read through ${this.seen.position}`);
+    this.applied = { ...this.seen };
+    await this.persist(writes, this.applied);
+  }
+
+  /**
+   * Appends `records` in this node's epoch. Resolves only once they are replicated (acks=all)
+   * and known to be kept by every reader: nothing but this node's records since its last write,
+   * or no announcement among what came between. Throws (and leads no more) otherwise.
+   */
+  async append(records: Buffer[], writes: StateWrite[]): Promise<number> {
+    const epoch = this.leading_epoch;
+    if (epoch === 0) throw new LeadershipLostError(`partition ${this.partition}: this node does not lead it`);
+    assert(this.seen.position === this.applied.position, () => `partition ${this.partition}: append with ${this.seen.position - this.applied.position} records read and not applied`);
+    const first = this.applied.position + 1;
+    const last = first + records.length - 1;
+    const messages = records.map((value, i) => ({ partition: this.partition, value, headers: { [HEADER_EPOCH]: String(epoch), [HEADER_POSITION]: String(first + i) } }));
+    const base = await this.write(messages);
+    if (this.client.settings.transactional || base === this.seen.offset) {
+      // Transactions: the fence refused the commit had another leader begun. (The records' commit
+      // marker follows them; reading from the first offset past them skips it.)
+      this.seen.offset = base + records.length;
+      this.seen.position = last;
+    } else {
+      // Others wrote between this node's writes: judge them, and these records, as readers will.
+      for await (const _ of this.readToEnd(base + records.length));
+      if (this.seen.epoch !== epoch || this.seen.position !== last) {
+        this.leading_epoch = 0;
+        throw new LeadershipLostError(`partition ${this.partition}: epoch ${this.seen.epoch} was announced before this node's append (epoch ${epoch}): the append is void`);
+      }
+    }
+    this.applied = { ...this.seen };
+    await this.persist(writes, this.applied);
+    return last;
+  }
+
+  /** Produces `messages` (acks=all), in a transaction of their own where so configured; resolves to the first one's offset. */
+  private async write(messages: Message[]): Promise<number> {
+    const topic = this.client.settings.topic;
+    try {
+      const producer = await this.client.producer(this.partition);
+      if (!this.client.settings.transactional) return Number((await producer.send({ topic, acks: -1, messages }))[0]!.baseOffset);
+      const txn = await producer.transaction();
+      try {
+        const [meta] = await txn.send({ topic, acks: -1, messages });
+        await txn.commit();
+        return Number(meta!.baseOffset);
+      } catch (err) {
+        await txn.abort().catch(() => undefined);
+        throw err;
+      }
+    } catch (err) {
+      // kafkajs's producer cannot go on past a fence or a failed transaction: the next leadership builds another.
+      this.leading_epoch = 0;
+      this.client.forget(this.partition);
+      throw err;
+    }
+  }
+
+  /**
+   * Every command from position `from` on, as every reader keeps them, up to what was written
+   * when the read began (once the transactions then open have ended).
+   */
+  async *read(from = 1): AsyncIterable<[position: number, record: Buffer]> {
+    const state: EpochState = { epoch: 0, position: 0 };
+    let offset = 0;
+    let end: number | undefined;
+    for (;;) {
+      const batch = await this.fetch(offset);
+      end ??= batch.high_watermark;
+      for (const record of batch.records) {
+        if (judge(state, entryOf(record)) === 'keep' && state.position >= from) yield [state.position, record.value];
+      }
+      offset = batch.next_offset;
+      if (offset >= end) return;
+    }
+  }
+
+  async first_position(): Promise<number> {
+    for await (const [position] of this.read(1)) return position;
+    return this.applied.position + 1;
+  }
+
+  /** Reads on from `seen` until the end committed now (and at least up to `until`), yielding the commands kept. */
+  private async *readToEnd(until = 0): AsyncGenerator<[position: number, record: Buffer]> {
+    for (;;) {
+      const batch = await this.fetch(this.seen.offset);
+      for (const record of batch.records) {
+        const verdict = judge(this.seen, entryOf(record));
+        this.seen.offset = record.offset + 1;
+        if (verdict === 'keep') yield [this.seen.position, record.value];
+      }
+      this.seen.offset = Math.max(this.seen.offset, batch.next_offset);
+      if (this.seen.offset >= batch.last_stable_offset && this.seen.offset >= until) return;
+    }
+  }
+
+  /** A fetch, retried while the partition moves between brokers (kafkajs refreshes where it lives). */
+  private async fetch(offset: number): ReturnType<KafkaPartitionReader['fetch']> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.client.reader.fetch(this.partition, offset);
+      } catch (err) {
+        if (attempt >= KAFKA_RETRY.retries) throw err;
+        await new Promise((resolve) => setTimeout(resolve, Math.min(KAFKA_RETRY.maxRetryTime, KAFKA_RETRY.initialRetryTime * 2 ** attempt)));
+      }
+    }
+  }
+
+  private async persist(writes: StateWrite[], cursor: Cursor): Promise<void> {
+    // Not synced: the store is a copy of what Kafka holds; a tail lost in a crash is read again.
+    await this.writer.write((batch) => {
+      for (const [key, value] of writes) {
+        if (value === null) batch.del(key);
+        else batch.put(key, value);
+      }
+      batch.put(logTable.appliedKey(this.partition), logTable.encodeApplied(cursor.position));
+      batch.put(logTable.cursorKey(this.partition), logTable.encodeCursor(cursor));
+    }, false);
+  }
+}

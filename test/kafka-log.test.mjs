@@ -1,0 +1,174 @@
+// A partition's log in a real Apache Kafka cluster (3 brokers, KRaft, on loopback, started once
+// for the file): leadership by announcement, the two fences against a deposed leader (Kafka's
+// transactional producer, Keel's epochs), catching up from a node's own store, a broker's loss.
+import t from 'tap';
+import path from 'node:path';
+import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
+import { tempDir } from './helpers/keel.mjs';
+import { openWorkerStore } from '../dist/storage/store.js';
+import { GroupWriter } from '../dist/storage/group-writer.js';
+import { PartitionProcessor } from '../dist/partition/processor.js';
+import { verifyPartition } from '../dist/partition/verify.js';
+import { KafkaLog, KafkaLogClient } from '../dist/log/kafka-log.js';
+import { CorruptLogError } from '../dist/log/epochs.js';
+import { statePrefix } from '../dist/storage/keys.js';
+import { InvocationId, randomPartitionKey } from '../dist/common/ids.js';
+import { silentLogger } from '../dist/common/logger.js';
+
+const cluster = await startKafkaCluster(t, { brokers: 3 });
+let topics = 0;
+
+const invoke = (i) => ({
+  kind: 'invoke',
+  invoke: { invocation_id: InvocationId.random(randomPartitionKey()).bytes, service: 'Svc', handler: `h${i}`, key: '', input: Buffer.from(JSON.stringify({ i })), headers: [], service_type: 'Service' },
+});
+
+/** A Keel node for one partition of `topic`: its own store and its own Kafka client. */
+async function node(t, name, topic, { transactional = false } = {}) {
+  const db = await openWorkerStore(path.join(tempDir(t), name));
+  const client = new KafkaLogClient({ node: name, brokers: cluster.brokers, topic, partitions: 1, replication_factor: 3, min_insync_replicas: 2, transactional }, silentLogger);
+  await client.ensureTopic();
+  const writer = new GroupWriter(db);
+  let log;
+  const open = async () => {
+    const processor = await PartitionProcessor.open(db, writer, 0, {
+      fsync: true,
+      effects: { execute() {} },
+      logger: silentLogger,
+      openLog: async () => (log = await KafkaLog.open(db, 0, writer, client)),
+    });
+    return processor;
+  };
+  t.teardown(async () => {
+    await client.close();
+    await db.close();
+  });
+  return { db, client, open, log: () => log };
+}
+
+/** Every state key and value the node's store holds for partition 0. */
+async function stateOf(db) {
+  const out = {};
+  const prefix = statePrefix(0);
+  for await (const [key, value] of db.iterator({ gte: prefix, lt: `${prefix}~` })) out[key] = value.toString('base64');
+  return out;
+}
+
+for (const transactional of [false, true]) {
+  const fence = transactional ? 'Kafka transactions and epochs' : 'epochs alone';
+  t.test(`leadership moves by announcement (${fence}): the new leader catches up, the old one is fenced, every store is the fold of the log`, async (t) => {
+    const topic = `log-${++topics}`;
+    const a = await node(t, 'a', topic, { transactional });
+    const b = await node(t, 'b', topic, { transactional });
+
+    const pa = await a.open();
+    t.equal(a.log().epoch, 1, 'the first leader announces epoch 1');
+    await Promise.all(Array.from({ length: 200 }, (_, i) => pa.append(invoke(i))));
+    t.equal(pa.applied_position, 200);
+
+    // B has never seen the partition: it reads all of A's commands, then announces epoch 2.
+    const pb = await b.open();
+    t.equal(b.log().epoch, 2, 'the next leader announces epoch 2');
+    t.equal(pb.applied_position, 200, "B caught up with A's 200 commands");
+    t.same(await stateOf(b.db), await stateOf(a.db), "B's state equals A's");
+
+    // A was fenced by B's transaction: its next append fails and its partition stops.
+    const refused = await pa.append(invoke(999)).then(() => undefined, (err) => err);
+    t.ok(refused, 'the deposed leader cannot append');
+    t.match(String(refused?.message), /KEEL0503|partition 0/, `refused: ${refused?.message}`);
+    const caught = transactional ? /old epoch|fenced/i : /epoch 2 was announced before this node's append/;
+    t.match(pa.health?.reason ?? '', caught, `${transactional ? 'the transaction' : 'the epoch check'} caught it: ${pa.health?.reason}`);
+
+    await Promise.all(Array.from({ length: 100 }, (_, i) => pb.append(invoke(200 + i))));
+    t.equal(pb.applied_position, 300);
+    t.same(await verifyPartition(b.db, 0, undefined, b.log()), [], "B's store is the fold of the Kafka log");
+    const positions = [];
+    for await (const [position] of b.log().read(1)) positions.push(position);
+    t.same(positions, Array.from({ length: 300 }, (_, i) => i + 1), 'the log holds positions 1..300 once each; the refused append is not in it');
+
+    // A comes back: it reads on from its own cursor (200) and leads epoch 3.
+    const pa2 = await a.open();
+    t.equal(a.log().epoch, 3);
+    t.equal(pa2.applied_position, 300, 'A caught up from position 200');
+    t.same(await stateOf(a.db), await stateOf(b.db), 'both stores hold the same state');
+    await pa2.close();
+    await pb.close().catch(() => {});
+  });
+}
+
+t.test("a deposed leader's write that no transaction fenced is dropped by every reader", async (t) => {
+  const topic = `log-${++topics}`;
+  const a = await node(t, 'a', topic);
+  const pa = await a.open();
+  await Promise.all(Array.from({ length: 10 }, (_, i) => pa.append(invoke(i))));
+  const b = await node(t, 'b', topic);
+  const pb = await b.open();
+  t.equal(b.log().epoch, 2);
+  // A zombie of epoch 1 with a plain producer (no transactional.id, so nothing fences it),
+  // then a resent duplicate of position 10 in epoch 2: both come after B's announcement.
+  const raw = cluster.kafka().producer();
+  await raw.connect();
+  const record = (epoch, position, text) => ({ partition: 0, value: Buffer.from(text), headers: { 'keel-epoch': String(epoch), 'keel-position': String(position) } });
+  await raw.send({ topic, acks: -1, messages: [record(1, 11, 'zombie'), record(2, 10, 'duplicate')] });
+  await pb.append(invoke(10));
+  const kept = [];
+  for await (const [position, value] of b.log().read(1)) kept.push(position);
+  t.same(kept, Array.from({ length: 11 }, (_, i) => i + 1), 'positions 1..11 once each: the zombie and the duplicate were dropped');
+  t.same(await verifyPartition(b.db, 0, undefined, b.log()), []);
+  // A fresh reader (C) folds the same log to the same state as B.
+  const c = await node(t, 'c', topic);
+  const pc = await c.open();
+  t.equal(pc.applied_position, 11);
+  t.same(await stateOf(c.db), await stateOf(b.db), "a fresh node's fold equals the leader's state");
+
+  // A command of an epoch nobody announced cannot come from a writer that follows the rules.
+  await raw.send({ topic, acks: -1, messages: [record(9, 12, 'rogue')] });
+  const reading = (async () => {
+    for await (const _ of c.log().read(1));
+  })();
+  await t.rejects(reading, CorruptLogError, 'a command of an unannounced epoch: the log is corrupt, said so');
+  await raw.disconnect();
+  await pc.close();
+  await pa.close().catch(() => {});
+  await pb.close().catch(() => {});
+});
+
+t.test('appends go on through the SIGKILL of the broker leading the partition; nothing acknowledged is lost', async (t) => {
+  const topic = `log-${++topics}`;
+  const a = await node(t, 'a', topic);
+  const pa = await a.open();
+  // Sequential single-command appends: what one append costs (produce + commit, acks=all).
+  const t0 = performance.now();
+  for (let i = 0; i < 50; i++) await pa.append(invoke(i));
+  const perAppendMs = (performance.now() - t0) / 50;
+  t.comment(`one command an append (epochs alone): ${perAppendMs.toFixed(1)} ms an append`);
+
+  const leader = (await cluster.leaders(topic))[0];
+  const acked = []; // when each append resolved
+  let stop = false;
+  const load = (async () => {
+    for (let i = 50; !stop; i++) {
+      await pa.append(invoke(i));
+      acked.push(performance.now());
+    }
+  })();
+  await new Promise((r) => setTimeout(r, 300));
+  const killedAt = performance.now();
+  await cluster.kill(leader);
+  const after = () => acked.filter((at) => at > killedAt + 1_000).length;
+  while (after() < 10) await new Promise((r) => setTimeout(r, 50));
+  stop = true;
+  await load;
+  // The longest wait between two acknowledged appends around the kill: the failover as a client sees it.
+  let gap = 0;
+  for (let i = 1; i < acked.length; i++) if (acked[i] > killedAt) gap = Math.max(gap, acked[i] - acked[i - 1]);
+  t.comment(`the broker leading the log partition SIGKILLed: no append acknowledged for ${gap.toFixed(0)} ms (${acked.length} appends)`);
+  t.ok(gap > 100 && gap < 10_000, 'the appends waited for the new broker leader, and resumed within 10 s');
+  t.equal(pa.health, undefined, 'the partition kept running');
+  const positions = [];
+  for await (const [position] of a.log().read(1)) positions.push(position);
+  t.same(positions, Array.from({ length: 50 + acked.length }, (_, i) => i + 1), `all ${50 + acked.length} acknowledged commands in the log, once each`);
+  t.same(await verifyPartition(a.db, 0, undefined, a.log()), []);
+  await cluster.start(leader);
+  await pa.close();
+});
