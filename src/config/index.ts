@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { parse as parseToml, TomlError } from 'smol-toml';
 import { KeelError } from '../errors/index.js';
@@ -105,6 +106,20 @@ export interface Config {
   log: { level: string; format: 'pretty' | 'json' | 'auto' };
   /** OTLP/HTTP receiver of traces; undefined: tracing is off. */
   tracing: { endpoint: string | undefined };
+  /** Partition logs and metadata in Apache Kafka; undefined (no cluster.brokers): the embedded log, one node. */
+  cluster: ClusterConfig | undefined;
+}
+
+export interface ClusterConfig {
+  /** This node's name, unique in the cluster: its announcements and Kafka client id carry it. */
+  node_name: string;
+  brokers: string[];
+  /** The partition logs' topic (one Kafka partition per Keel partition); the metadata is `<log_topic>-meta`. */
+  log_topic: string;
+  replication_factor: number;
+  min_insync_replicas: number;
+  /** Every append in a Kafka transaction as well as behind the epochs (slower: see README). */
+  transactional: boolean;
 }
 
 type Kind = 'string' | 'url' | 'address' | 'duration' | 'timeout' | 'size' | 'int' | 'count' | 'number' | 'bool' | 'attempts' | 'on_max' | 'log_format';
@@ -163,6 +178,12 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'log.level', kind: 'string', dflt: 'info' },
   { path: 'log.format', kind: 'log_format', dflt: 'auto' },
   { path: 'tracing.endpoint', kind: 'url', dflt: undefined },
+  { path: 'cluster.brokers', kind: 'string', dflt: undefined },
+  { path: 'cluster.node_name', kind: 'string', dflt: undefined },
+  { path: 'cluster.log_topic', kind: 'string', dflt: 'keel-log' },
+  { path: 'cluster.replication_factor', kind: 'int', dflt: 3 },
+  { path: 'cluster.min_insync_replicas', kind: 'int', dflt: 2 },
+  { path: 'cluster.transactional', kind: 'bool', dflt: false },
 ];
 
 const ENV_PREFIX = 'KEEL_';
@@ -481,7 +502,26 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
     default_workflow_completion_retention_ms: v<number>('default_workflow_completion_retention'),
     log: { level: v<string>('log.level'), format: v<'pretty' | 'json' | 'auto'>('log.format') },
     tracing: { endpoint: v<string | undefined>('tracing.endpoint') },
+    cluster: clusterConfig(v),
   };
+}
+
+/** A Kafka topic name: what the broker accepts (letters, digits, '.', '_', '-'; at most 249). */
+const TOPIC = /^[A-Za-z0-9._-]{1,200}$/;
+
+function clusterConfig(v: <T>(path: string) => T): ClusterConfig | undefined {
+  const brokers = v<string | undefined>('cluster.brokers');
+  if (brokers === undefined) return undefined;
+  const list = brokers.split(',').map((b) => b.trim()).filter((b) => b.length > 0);
+  if (list.length === 0 || list.some((b) => !BROKER.test(b))) throw new KeelError('RT0002', `key 'cluster.brokers': a comma-separated list of host:port, got ${JSON.stringify(brokers)}`);
+  const topic = v<string>('cluster.log_topic');
+  if (!TOPIC.test(topic)) throw new KeelError('RT0002', `key 'cluster.log_topic': letters, digits, '.', '_' and '-' (at most 200), got ${JSON.stringify(topic)}`);
+  const node = v<string | undefined>('cluster.node_name') ?? hostname();
+  if (!/^[A-Za-z0-9._-]{1,64}$/.test(node)) throw new KeelError('RT0002', `key 'cluster.node_name': letters, digits, '.', '_' and '-' (at most 64), got ${JSON.stringify(node)}`);
+  const rf = v<number>('cluster.replication_factor');
+  const isr = v<number>('cluster.min_insync_replicas');
+  if (rf < 1 || isr < 1 || isr > rf) throw new KeelError('RT0002', `keys 'cluster.replication_factor' (${rf}) and 'cluster.min_insync_replicas' (${isr}): both at least 1, and min_insync_replicas at most replication_factor`);
+  return { node_name: node, brokers: list, log_topic: topic, replication_factor: rf, min_insync_replicas: isr, transactional: v<boolean>('cluster.transactional') };
 }
 
 /** A token travels in an HTTP header: visible ASCII only. */

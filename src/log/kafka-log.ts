@@ -90,7 +90,12 @@ export class KafkaLogClient {
     await this.admin.connect();
     await this.admin.createTopics({
       waitForLeaders: true,
-      topics: [{ topic: s.topic, numPartitions: s.partitions, replicationFactor: s.replication_factor, configEntries: [{ name: 'min.insync.replicas', value: String(s.min_insync_replicas) }] }],
+      topics: [{ topic: s.topic, numPartitions: s.partitions, replicationFactor: s.replication_factor, configEntries: [
+        { name: 'min.insync.replicas', value: String(s.min_insync_replicas) },
+        // Kept until Keel trims it: a node with an empty disk rebuilds from the first record.
+        { name: 'retention.ms', value: '-1' },
+        { name: 'retention.bytes', value: '-1' },
+      ] }],
     });
     const meta = await this.admin.fetchTopicMetadata({ topics: [s.topic] });
     const count = meta.topics[0]?.partitions.length ?? 0;
@@ -283,16 +288,8 @@ export class KafkaLog implements PartitionLog {
     }
   }
 
-  /** A fetch, retried while the partition moves between brokers (kafkajs refreshes where it lives). */
-  private async fetch(offset: number): ReturnType<KafkaPartitionReader['fetch']> {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await this.client.reader.fetch(this.partition, offset);
-      } catch (err) {
-        if (attempt >= KAFKA_RETRY.retries) throw err;
-        await new Promise((resolve) => setTimeout(resolve, Math.min(KAFKA_RETRY.maxRetryTime, KAFKA_RETRY.initialRetryTime * 2 ** attempt)));
-      }
-    }
+  private fetch(offset: number): ReturnType<KafkaPartitionReader['fetch']> {
+    return this.client.reader.fetch(this.partition, offset);
   }
 
   private async persist(writes: StateWrite[], cursor: Cursor): Promise<void> {

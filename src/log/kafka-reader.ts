@@ -55,6 +55,8 @@ const READ_COMMITTED = 1;
 /** How long a fetch waits at the end of the partition for new records. */
 const MAX_WAIT_MS = 100;
 const MAX_BYTES = 8 * 1024 * 1024;
+/** Fetches retried while a partition moves between brokers (~15 s at 500 ms apart). */
+const FETCH_RETRIES = 30;
 
 /** The cluster object of a kafkajs client, built as its consumers build theirs (read_committed). */
 function clusterOf(kafka: Kafka): KafkajsCluster {
@@ -78,10 +80,21 @@ export class KafkaPartitionReader {
 
   /**
    * The committed records of `partition` from `offset` on (at most ~8 MiB), waiting up to 100 ms
-   * for some at the end. Throws what the broker answered (a partition moving between brokers
-   * answers NOT_LEADER_OR_FOLLOWER: the caller retries; metadata is refreshed first).
+   * for some at the end. Retried while the partition moves between brokers (NOT_LEADER_OR_FOLLOWER:
+   * metadata is refreshed first); then throws what the broker answered.
    */
   async fetch(partition: number, offset: number): Promise<FetchResult> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.fetchOnce(partition, offset);
+      } catch (err) {
+        if (attempt >= FETCH_RETRIES || (err as { type?: string }).type === 'OFFSET_OUT_OF_RANGE') throw err;
+        await new Promise((resolve) => setTimeout(resolve, Math.min(500, 50 * 2 ** attempt)));
+      }
+    }
+  }
+
+  private async fetchOnce(partition: number, offset: number): Promise<FetchResult> {
     assert(Number.isSafeInteger(offset) && offset >= 0, () => `fetch offset ${offset}`);
     await (this.connected ??= this.connect());
     let broker: KafkajsBroker;

@@ -10,7 +10,8 @@ import { KeelError, keelError } from '../errors/index.js';
 import type { RequestSigner } from '../endpoint/identity.js';
 import { discover as defaultDiscover, normaliseUri, type DiscoveryTarget } from './discovery.js';
 import { parseLambdaArn } from '../endpoint/lambda.js';
-import { MetaLog, type MetaRecord } from './store.js';
+import { KafkaMetaLog } from './kafka-meta-log.js';
+import { MetaLog, type MetadataLog, type MetaRecord } from './store.js';
 import type {
   DeploymentSchema,
   DiscoveredEndpoint,
@@ -171,7 +172,7 @@ export class Registry {
   private changes = 0;
 
   private constructor(
-    private readonly log: MetaLog,
+    private readonly log: MetadataLog,
     private readonly logger: Logger,
     private readonly discoverFn: (target: DiscoveryTarget) => Promise<DiscoveredEndpoint>,
     private readonly maxJournalRetentionMs: number | undefined,
@@ -179,7 +180,8 @@ export class Registry {
   ) {}
 
   static async open(config: Config, logger: Logger, opts: RegistryOptions = {}): Promise<Registry> {
-    const { log, records } = await MetaLog.open(config.meta.storage_path);
+    const { log, records }: { log: MetadataLog; records: MetaRecord[] } =
+      config.cluster !== undefined ? await KafkaMetaLog.open(config.cluster, logger) : await MetaLog.open(config.meta.storage_path);
     const discoverOptions = {
       own: [
         { name: 'ingress', address: config.ingress.bind_address },
@@ -204,6 +206,7 @@ export class Registry {
       );
     }
     reg.recompute();
+    log.follow?.((rec) => reg.applyRemote(rec));
     logger.info({ deployments: reg.byId.size, services: reg.latest.size, subscriptions: reg.subs.size }, 'schema registry opened');
     return reg;
   }
@@ -320,6 +323,22 @@ export class Registry {
     const run = this.queue.then(fn, fn);
     this.queue = run.catch(() => {});
     return run;
+  }
+
+  /** A record another node of the cluster appended: applied as this node's own commits are. */
+  private applyRemote(rec: MetaRecord): void {
+    try {
+      this.apply(rec);
+    } catch (err) {
+      // Every node applies the same records in the same order: one that fails here failed where it was written.
+      this.logger.error({ err, code: 'META0005', kind: rec.kind }, 'a metadata record from another node cannot be applied');
+      return;
+    }
+    this.recompute();
+    this.changes++;
+    if (rec.kind === 'subscription_added') this.notifySubscription({ kind: 'added', subscription: rec.subscription });
+    if (rec.kind === 'subscription_removed') this.notifySubscription({ kind: 'removed', id: rec.id });
+    this.logger.info({ kind: rec.kind }, 'metadata changed by another node');
   }
 
   private async commit(rec: MetaRecord): Promise<void> {

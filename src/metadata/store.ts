@@ -42,6 +42,19 @@ function wellFormed(rec: MetaRecord): boolean {
   }
 }
 
+/** Whether `rec` is a metadata record of a known kind with the fields its kind needs. */
+export function isMetaRecord(rec: unknown): rec is MetaRecord {
+  return !!rec && typeof rec === 'object' && KINDS.has((rec as MetaRecord).kind) && wellFormed(rec as MetaRecord);
+}
+
+/** Where the metadata records live: this node's own store, or a Kafka topic every node of a cluster follows. */
+export interface MetadataLog {
+  append(rec: MetaRecord): Promise<void>;
+  close(): Promise<void>;
+  /** In a cluster: records other nodes append, as they arrive, after those `open` returned. */
+  follow?(apply: (rec: MetaRecord) => void): void;
+}
+
 function key(seq: number): string {
   return `r/${seq.toString().padStart(16, '0')}`;
 }
@@ -54,7 +67,7 @@ function corrupt(path: string, why: string): KeelError {
   );
 }
 
-export class MetaLog {
+export class MetaLog implements MetadataLog {
   private constructor(
     private readonly db: ClassicLevel<string, string>,
     readonly path: string,
