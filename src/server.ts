@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { createAdminServer, createQueryEngine } from './admin/server.js';
 import { startPgServer, type PgServer } from './admin/pgwire.js';
 import type { QueryEngine } from './admin/query/engine.js';
-import { splitAddress, type Config } from './config/index.js';
+import { splitAddress, type ClusterConfig, type Config } from './config/index.js';
 import { createLogger, type Logger } from './common/logger.js';
 import { KeelError } from './errors/index.js';
 import { createIngressServer } from './ingress/server.js';
@@ -11,6 +11,9 @@ import { DEFAULT_ENDPOINT_CLIENT_OPTIONS, EndpointClient } from './endpoint/clie
 import { RequestSigner } from './endpoint/identity.js';
 import { Registry } from './metadata/registry.js';
 import { Worker } from './partition/worker.js';
+import { ClusterNode } from './cluster-node.js';
+import { forwardWhenStandby } from './forwarding.js';
+import type { KafkaLogClient } from './log/kafka-log.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
 import { upgradeWorkerStore } from './storage/upgrade.js';
 import { openWorkerStore, type Db } from './storage/store.js';
@@ -37,6 +40,8 @@ export class KeelServer {
     readonly telemetry: Telemetry,
     readonly engine: QueryEngine,
     readonly pgsql: PgServer,
+    /** In a cluster: this node's role, and the Kafka log and membership behind it. */
+    readonly cluster: ClusterNode | undefined,
   ) {}
 
   /** Without a logger of the caller's, the server's own counts coded warn/error lines (`keel_errors_total`). */
@@ -78,11 +83,20 @@ export class KeelServer {
       phase('routes_built');
       db = await opening;
       phase('store_opened');
-      await worker.open(db).catch((err: unknown) => {
-        if (err instanceof KeelError) throw err;
-        // A read that fails its checksum, or state that breaks an invariant: never run on it.
-        throw new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(err as Error)?.message ?? String(err)}`, 500, { cause: err });
+      const opened = db;
+      const openPartitions = (log?: KafkaLogClient) =>
+        worker.open(opened, log).catch((err: unknown) => {
+          if (err instanceof KeelError) throw err;
+          // A read that fails its checksum, or state that breaks an invariant: never run on it.
+          throw new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(err as Error)?.message ?? String(err)}`, 500, { cause: err });
+        });
+      const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, { ingress, admin }, async (log) => {
+        await openPartitions(log);
+        worker.start(invoker);
+        subscriptions.start();
       });
+      // In a cluster the partitions open once this node is chosen to lead them (after it listens).
+      if (cluster === undefined) await openPartitions();
       phase('partitions_loaded');
       await listen(ingress, config.ingress.bind_address, 'ingress');
       let pgsql: PgServer;
@@ -94,9 +108,13 @@ export class KeelServer {
         throw err;
       }
       phase('listening');
-      worker.start(invoker);
-      // Consumers start once the partitions have recovered: positions are read from them.
-      subscriptions.start();
+      if (cluster === undefined) {
+        worker.start(invoker);
+        // Consumers start once the partitions have recovered: positions are read from them.
+        subscriptions.start();
+      } else {
+        await cluster.start();
+      }
       // The query engine boots in a process of its own a moment after the server answers (its
       // boot would take CPU from the first requests and from recovery on a small machine), and
       // its copy of the statuses loads in the background; a query before that starts it at once.
@@ -119,11 +137,12 @@ export class KeelServer {
           pgsql: pgsql.address,
           partitions: config.worker.partitions,
           fsync: config.worker.storage_db.fsync,
+          ...(cluster !== undefined ? { cluster: { node: cluster.self.node, brokers: config.cluster!.brokers, log_topic: config.cluster!.log_topic } } : {}),
           ...(config.tracing.endpoint ? { tracing: config.tracing.endpoint } : {}),
         },
         'keel is ready',
       );
-      return new KeelServer(config, logger, db, registry, worker, subscriptions, invoker, endpoints, ingress, admin, telemetry, engine, pgsql);
+      return new KeelServer(config, logger, db, registry, worker, subscriptions, invoker, endpoints, ingress, admin, telemetry, engine, pgsql, cluster);
     } catch (err) {
       await engine?.close().catch(() => {});
       await tracing.shutdown().catch(() => {});
@@ -136,12 +155,28 @@ export class KeelServer {
   async stop(): Promise<void> {
     await Promise.allSettled([this.ingress.close(), this.admin.close(), this.subscriptions.stop(), this.pgsql.close(), this.engine.close()]);
     await this.worker.stop();
+    await this.cluster?.stop();
     this.endpoints.close();
     await this.registry.close();
     await this.db.close();
     // Spans still waiting for their batch are exported before the process goes.
     await this.telemetry.tracing.shutdown().catch((err) => this.logger.warn({ err, code: 'KEEL0601' }, 'cannot export the last traces'));
   }
+}
+
+/**
+ * A cluster node: a standby forwards requests to the active node; `GET /cluster` (admin) says
+ * where this node stands. A node deposed while active exits (see cluster-node.ts).
+ */
+function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, servers: { ingress: FastifyInstance; admin: FastifyInstance }, activate: (log: KafkaLogClient) => Promise<void>): ClusterNode {
+  const node = new ClusterNode(config, cluster, logger.child({ component: 'cluster' }), activate, (reason) => {
+    logger.fatal({ code: 'KEEL0802', node: cluster.node_name }, `this node stops: ${reason}`);
+    process.exit(1);
+  });
+  forwardWhenStandby(servers.ingress, node.route('ingress'), cluster.node_name, logger);
+  forwardWhenStandby(servers.admin, node.route('admin'), cluster.node_name, logger);
+  servers.admin.get('/cluster', async () => node.status());
+  return node;
 }
 
 /** Queue depths, invocations by status and store sizes for /metrics, read at scrape time. */

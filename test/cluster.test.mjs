@@ -34,21 +34,41 @@ const counter = restate.object({
 });
 const endpoint = await serveServices(t, [steps, counter]);
 
-/** A Keel node of the cluster on `topic`, with its own (empty) directory. */
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** A Keel node of the cluster on `topic`, with its own (empty) directory; sessions of 2 s. */
 function node(t, name, topic) {
   return startKeel(t, {
     env: {
       KEEL_CLUSTER__BROKERS: kafka.brokers.join(','),
       KEEL_CLUSTER__NODE_NAME: name,
       KEEL_CLUSTER__LOG_TOPIC: topic,
+      KEEL_CLUSTER__SESSION_TIMEOUT: '2s',
       KEEL_WORKER__PARTITIONS: '4',
     },
   });
 }
 
+/** Waits until `keel` says it is the active node. */
+async function active(keel) {
+  await eventually(async () => (await admin(keel, 'GET', '/cluster')).json?.role === 'active', { timeout_ms: 30_000 });
+  return keel;
+}
+
+let stopCalls = false;
+/** POSTs until an answer other than 503 comes (a failover answers 503 KEEL0803 meanwhile). */
+async function call(keel, pathname, body, headers = {}) {
+  for (;;) {
+    const res = await ingress(keel, pathname, body, { ...headers }).catch((err) => ({ status: 0, body: String(err) }));
+    if (stopCalls) return res;
+    if (res.status !== 503 && res.status !== 0) return res;
+    await sleep(50);
+  }
+}
+
 t.test('a SIGKILLed node is replaced by a node with an empty disk: nothing acknowledged is lost or done twice', async (t) => {
   const topic = `keel-${++topics}`;
-  const a = await node(t, 'a', topic);
+  const a = await active(await node(t, 'a', topic));
   await register(a, endpoint);
   const calls = await Promise.all(Array.from({ length: 20 }, (_, i) => ingress(a, '/Steps/run', { id: `call-${i}` })));
   t.same(calls.map((c) => c.status), Array(20).fill(200), 'twenty calls answered by node a');
@@ -64,7 +84,7 @@ t.test('a SIGKILLed node is replaced by a node with an empty disk: nothing ackno
   const killedAt = Date.now();
   await a.kill('SIGKILL');
 
-  const b = await node(t, 'b', topic);
+  const b = await active(await node(t, 'b', topic));
   const { json: deployments } = await admin(b, 'GET', '/deployments');
   t.equal(deployments.deployments?.length, 1, 'the deployment registered on a is known to b (the metadata log)');
   t.equal((await ingress(b, '/Counter/k/get')).body, sum, "the object's state is the fold of its ten calls");
@@ -77,19 +97,65 @@ t.test('a SIGKILLed node is replaced by a node with an empty disk: nothing ackno
   await b.stop();
 });
 
-t.test('deployments registered on one node are applied by the others as they follow the metadata log', async (t) => {
+t.test('standbys forward to the active node and follow the metadata; a SIGKILLed active node is replaced within seconds', async (t) => {
   const topic = `keel-${++topics}`;
-  const a = await node(t, 'a', topic);
-  await register(a, endpoint);
-  // b starts with the deployment (read at start); a change made on b reaches a while it runs.
+  const a = await active(await node(t, 'a', topic));
   const b = await node(t, 'b', topic);
-  const { json: listed } = await admin(b, 'GET', '/deployments');
-  t.equal(listed.deployments?.length, 1);
-  const id = listed.deployments[0].id;
-  const removed = await admin(b, 'DELETE', `/deployments/${id}?force=true`);
-  t.ok(removed.status < 300, `removed on b (${removed.status})`);
-  await eventually(async () => (await admin(a, 'GET', '/deployments')).json.deployments?.length === 0);
-  t.pass('a applied the removal b wrote');
+  const c = await node(t, 'c', topic);
+  const { json: status } = await admin(c, 'GET', '/cluster');
+  t.equal(status.role, 'standby', 'c stands by');
+  t.equal(status.active_node, 'a', 'c knows a is active');
+  // Registered through a standby: forwarded to a, and followed by b and c through the metadata log.
+  await register(b, endpoint);
+  const first = await ingress(c, '/Steps/run', { id: 'via-c' });
+  t.same([first.status, first.body], [200, 'done via-c'], 'a call to a standby is answered by the active node');
+
+  // Load through b and c while a is SIGKILLed: adds with idempotency keys, retried until answered.
+  let stop = false;
+  const answered = []; // [time, n]
+  const load = async (keel, from) => {
+    for (let i = from; !stop; i += 2) {
+      const res = await call(keel, '/Counter/load/add', 1, { 'idempotency-key': `add-${i}` });
+      if (res.status === 200) answered.push([performance.now(), i]);
+    }
+  };
+  const loads = [load(b, 0), load(c, 1)];
+  await sleep(1_000);
+  const killedAt = performance.now();
   await a.kill('SIGKILL');
-  await b.kill('SIGKILL');
+  try {
+    await eventually(() => answered.some(([at]) => at > killedAt + 500), { timeout_ms: 30_000 });
+    await sleep(500);
+  } finally {
+    stop = true;
+    stopCalls = true;
+  }
+  await Promise.all(loads);
+  let gap = 0;
+  for (let i = 1; i < answered.length; i++) if (answered[i][0] > killedAt) gap = Math.max(gap, answered[i][0] - answered[i - 1][0]);
+  t.comment(`active node SIGKILLed under load: no call answered for ${gap.toFixed(0)} ms; ${answered.length} adds answered`);
+  t.ok(gap < 10_000, `failover in ${gap.toFixed(0)} ms (goal: 10 s)`);
+  const survivor = (await admin(b, 'GET', '/cluster')).json.role === 'active' ? b : c;
+  await active(survivor);
+  const { body: count } = await call(survivor, '/Counter/load/get');
+  t.equal(count, answered.length, 'every answered add counted once: none lost, none applied twice');
+  const { json: deployments } = await admin(survivor, 'GET', '/deployments');
+  t.equal(deployments.deployments?.length, 1, 'the new active node had followed the deployment registered through a standby');
+});
+
+t.test('an active node paused past its session is deposed: it exits when it resumes, nothing it held is lost', async (t) => {
+  const topic = `keel-${++topics}`;
+  const a = await active(await node(t, 'a', topic));
+  const b = await node(t, 'b', topic);
+  await register(a, endpoint);
+  for (let i = 0; i < 5; i++) t.equal((await call(b, '/Counter/p/add', 1, { 'idempotency-key': `p-${i}` })).status, 200);
+  a.proc.kill('SIGSTOP');
+  await active(b);
+  t.pass('b took over while a was paused');
+  for (let i = 5; i < 10; i++) t.equal((await call(b, '/Counter/p/add', 1, { 'idempotency-key': `p-${i}` })).status, 200);
+  a.proc.kill('SIGCONT');
+  const exited = await Promise.race([a.exited, sleep(20_000).then(() => 'still running')]);
+  t.same(exited, { code: 1, signal: null }, 'a exited once it saw it was deposed');
+  t.ok(a.logLines('KEEL0802').length > 0, 'and said why (KEEL0802)');
+  t.equal((await call(b, '/Counter/p/get')).body, 10, 'the state holds every add, once');
 });

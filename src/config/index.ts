@@ -113,6 +113,10 @@ export interface Config {
 export interface ClusterConfig {
   /** This node's name, unique in the cluster: its announcements and Kafka client id carry it. */
   node_name: string;
+  /** Where the other nodes reach this one (its ingress and admin ports on this host). */
+  advertised_host: string;
+  /** A node that stops heartbeating leaves the cluster after this long (the brokers' group.min/max.session.timeout.ms bound it). */
+  session_timeout_ms: number;
   brokers: string[];
   /** The partition logs' topic (one Kafka partition per Keel partition); the metadata is `<log_topic>-meta`. */
   log_topic: string;
@@ -180,6 +184,8 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'tracing.endpoint', kind: 'url', dflt: undefined },
   { path: 'cluster.brokers', kind: 'string', dflt: undefined },
   { path: 'cluster.node_name', kind: 'string', dflt: undefined },
+  { path: 'cluster.advertised_host', kind: 'string', dflt: undefined },
+  { path: 'cluster.session_timeout', kind: 'timeout', dflt: 6_000 },
   { path: 'cluster.log_topic', kind: 'string', dflt: 'keel-log' },
   { path: 'cluster.replication_factor', kind: 'int', dflt: 3 },
   { path: 'cluster.min_insync_replicas', kind: 'int', dflt: 2 },
@@ -521,7 +527,9 @@ function clusterConfig(v: <T>(path: string) => T): ClusterConfig | undefined {
   const rf = v<number>('cluster.replication_factor');
   const isr = v<number>('cluster.min_insync_replicas');
   if (rf < 1 || isr < 1 || isr > rf) throw new KeelError('RT0002', `keys 'cluster.replication_factor' (${rf}) and 'cluster.min_insync_replicas' (${isr}): both at least 1, and min_insync_replicas at most replication_factor`);
-  return { node_name: node, brokers: list, log_topic: topic, replication_factor: rf, min_insync_replicas: isr, transactional: v<boolean>('cluster.transactional') };
+  const bound = splitAddress(v<string>('ingress.bind_address')).host;
+  const advertised = v<string | undefined>('cluster.advertised_host') ?? (bound === '0.0.0.0' || bound === '::' ? hostname() : bound);
+  return { node_name: node, advertised_host: advertised, session_timeout_ms: v<number>('cluster.session_timeout'), brokers: list, log_topic: topic, replication_factor: rf, min_insync_replicas: isr, transactional: v<boolean>('cluster.transactional') };
 }
 
 /** A token travels in an HTTP header: visible ASCII only. */

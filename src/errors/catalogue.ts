@@ -238,6 +238,9 @@ const entries = [
   { code: 'KEEL0802', title: 'Partition leadership lost', status: 503,
     condition: "Another node announced a later leader epoch for the partition: this node's appends after it are void (every reader drops them) and it stops leading the partition.",
     remedy: "Nothing if it follows a failover; the partition is served by its new leader. If nodes keep taking partitions from each other, check that their clocks and sessions are healthy." },
+  { code: 'KEEL0803', title: 'No active node', status: 503,
+    condition: 'This node of the cluster stands by and forwards requests to the active node, and none is active yet (a failover is under way, or the cluster is starting), or the active node cannot be reached.',
+    remedy: 'Retry in a moment; GET /cluster on any node says which node is active.' },
 ] as const satisfies readonly CodeEntry[];
 
 /** Every stable code. */

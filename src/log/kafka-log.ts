@@ -65,6 +65,8 @@ export class KafkaLogClient {
   readonly reader: KafkaPartitionReader;
   private readonly producers = new Map<number, Promise<Producer>>();
   private admin: Admin | undefined;
+  /** The epoch this node leads each partition in, from the moment its announcement was read back. */
+  readonly epochs = new Map<number, number>();
 
   constructor(
     readonly settings: KafkaLogSettings,
@@ -76,9 +78,9 @@ export class KafkaLogClient {
       brokers: settings.brokers,
       retry: KAFKA_RETRY,
       logLevel: logLevel.WARN,
-      logCreator: () => (entry) => {
-        if (entry.level <= logLevel.WARN) this.logger.warn({ code: 'KEEL0801', kafkajs: entry.namespace }, `kafka log: ${entry.log.message}`);
-      },
+      // kafkajs logs every error answer it retries (rebalances, leader moves) as an error: what
+      // it could not get past reaches Keel as a failed append or read, which says so itself.
+      logCreator: () => (entry) => this.logger.debug({ code: 'KEEL0801', kafkajs: entry.namespace }, `kafkajs: ${entry.log.message}`),
     });
     this.reader = new KafkaPartitionReader(this.kafka, settings.topic);
   }
@@ -187,6 +189,7 @@ export class KafkaLog implements PartitionLog {
     yield* this.readToEnd(at + 1);
     if (this.seen.epoch !== epoch) throw new LeadershipLostError(`partition ${this.partition}: another node announced epoch ${this.seen.epoch} before this node's ${epoch}`);
     this.leading_epoch = epoch;
+    this.client.epochs.set(this.partition, epoch);
   }
 
   /** Records read by `lead` are folded through `position`: their state writes go to the store with the cursor. */

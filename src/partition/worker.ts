@@ -1,10 +1,11 @@
 import type { Config } from '../config/index.js';
 import { InvocationId } from '../common/ids.js';
+import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
 import { keelError } from '../errors/index.js';
 import { decodeCommand, type Command, type CommandKind } from '../log/commands.js';
 import { GroupWriter } from '../storage/group-writer.js';
-import { KafkaLog, KafkaLogClient } from '../log/kafka-log.js';
+import { KafkaLog, type KafkaLogClient } from '../log/kafka-log.js';
 import type { Db, StateWrite } from '../storage/store.js';
 import { tablePrefix } from '../storage/keys.js';
 import { INVOCATIONS_TABLE, invocationsTable } from '../storage/tables/invocations.js';
@@ -71,8 +72,6 @@ export class Worker implements Effects {
   private readonly shuffles: Shuffle[] = [];
   /** Per partition, the durable timers due next (the rest stay in the store). */
   private readonly timerWindows: TimerWindow[] = [];
-  /** The brokers holding the partition logs, in a cluster. */
-  private kafkaLog: KafkaLogClient | undefined;
 
   constructor(
     private readonly config: Config,
@@ -80,18 +79,12 @@ export class Worker implements Effects {
     private readonly telemetry: Telemetry = standaloneTelemetry(),
   ) {}
 
-  async open(db: Db): Promise<void> {
+  /** Opens every partition: on the embedded log in `db`, or on the cluster's Kafka log (`kafkaLog`, in a cluster). */
+  async open(db: Db, kafkaLog?: KafkaLogClient): Promise<void> {
+    assert((kafkaLog !== undefined) === (this.config.cluster !== undefined), () => 'a cluster node opens its partitions on the Kafka log, a single node on its own');
     this.db = db;
     const writer = new GroupWriter(db);
-    const cluster = this.config.cluster;
-    if (cluster !== undefined) {
-      this.kafkaLog = new KafkaLogClient(
-        { node: cluster.node_name, brokers: cluster.brokers, topic: cluster.log_topic, partitions: this.config.worker.partitions, replication_factor: cluster.replication_factor, min_insync_replicas: cluster.min_insync_replicas, transactional: cluster.transactional },
-        this.logger,
-      );
-      await this.kafkaLog.ensureTopic();
-    }
-    const client = this.kafkaLog;
+    const client = kafkaLog;
     const observe = (partition: number, writes: readonly StateWrite[]) => this.observeBatch(partition, writes);
     const options = {
       fsync: this.config.worker.storage_db.fsync,
@@ -145,7 +138,6 @@ export class Worker implements Effects {
     for (const s of this.shuffles) s.stop();
     this.runner?.stop();
     await Promise.all(this.processors.map((p) => p.close()));
-    await this.kafkaLog?.close();
   }
 
   private partitionIndexOf(partitionKey: bigint): number {

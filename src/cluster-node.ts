@@ -1,0 +1,105 @@
+// A node of a Keel cluster: one node is active — it leads every partition (its logs in Kafka),
+// runs the invoker, the timers and the subscriptions — and the others stand by, forwarding what
+// they are asked to it (forwarding.ts). Kafka's group membership says which (kafka-membership.ts);
+// when the active node leaves the group (SIGKILL, SIGSTOP past its session), a standby catches
+// the partitions up from the log (from what its own store applied), announces a new epoch on
+// each, and serves.
+//
+// A node that was active and finds another one chosen was deposed while it could not see it
+// (paused, cut off): the new leader's announcements make its appends void, so it acknowledges
+// nothing more, and it exits rather than trust anything it holds in memory. Its supervisor
+// starts it again, as a standby.
+import type { Logger } from './common/logger.js';
+import { splitAddress, type ClusterConfig, type Config } from './config/index.js';
+import { KafkaLogClient } from './log/kafka-log.js';
+import { ClusterMembership, type MembershipView, type NodeInfo } from './log/kafka-membership.js';
+import type { Route } from './forwarding.js';
+
+type Role = 'standby' | 'activating' | 'active';
+
+export interface ClusterStatus {
+  node: string;
+  role: Role;
+  active_node: string | undefined;
+  members: string[];
+  partitions: Array<{ partition: number; leader_epoch: number | undefined }>;
+}
+
+export class ClusterNode {
+  readonly log: KafkaLogClient;
+  private readonly membership: ClusterMembership;
+  private role: Role = 'standby';
+  private view: MembershipView = { active: false, leader: undefined, members: [] };
+  readonly self: NodeInfo;
+
+  constructor(
+    private readonly config: Config,
+    cluster: ClusterConfig,
+    private readonly logger: Logger,
+    /** Opens and starts the partitions, the invoker, timers and subscriptions on this node. */
+    private readonly activate: (log: KafkaLogClient) => Promise<void>,
+    /** This node was deposed while active: it must stop at once. */
+    private readonly deposed: (reason: string) => void,
+  ) {
+    const host = cluster.advertised_host.includes(':') ? `[${cluster.advertised_host}]` : cluster.advertised_host;
+    this.self = {
+      node: cluster.node_name,
+      ingress: `http://${host}:${splitAddress(config.ingress.bind_address).port}`,
+      admin: `http://${host}:${splitAddress(config.admin.bind_address).port}`,
+    };
+    this.log = new KafkaLogClient(
+      { node: cluster.node_name, brokers: cluster.brokers, topic: cluster.log_topic, partitions: config.worker.partitions, replication_factor: cluster.replication_factor, min_insync_replicas: cluster.min_insync_replicas, transactional: cluster.transactional },
+      logger.child({ component: 'kafka-log' }),
+    );
+    this.membership = new ClusterMembership(this.log.kafka, `${cluster.log_topic}-nodes`, `${cluster.log_topic}-meta`, this.self, () => this.log.epochs.get(0) ?? 0, cluster.session_timeout_ms, logger.child({ component: 'membership' }));
+    this.membership.onChange((view) => this.changed(view));
+  }
+
+  /** Creates the log topic when missing and joins the cluster's group (the metadata topic exists: the registry opened it). */
+  async start(): Promise<void> {
+    await this.log.ensureTopic();
+    await this.membership.start();
+  }
+
+  async stop(): Promise<void> {
+    await this.membership.stop();
+    await this.log.close();
+  }
+
+  /** Where a request to the ingress (or admin API) goes now. */
+  route(server: 'ingress' | 'admin'): Route {
+    return () => {
+      if (this.role === 'active') return 'local';
+      if (this.role === 'activating') return undefined;
+      const leader = this.view.leader;
+      return leader === undefined || leader.node === this.self.node ? undefined : leader[server];
+    };
+  }
+
+  status(): ClusterStatus {
+    return {
+      node: this.self.node,
+      role: this.role,
+      active_node: this.role === 'active' ? this.self.node : this.view.leader?.node,
+      members: this.view.members.map((m) => m.node).sort(),
+      partitions: Array.from({ length: this.config.worker.partitions }, (_, p) => ({ partition: p, leader_epoch: this.log.epochs.get(p) })),
+    };
+  }
+
+  private changed(view: MembershipView): void {
+    this.view = view;
+    if (view.active && this.role === 'standby') {
+      this.role = 'activating';
+      const started = performance.now();
+      this.activate(this.log).then(
+        () => {
+          this.role = 'active';
+          this.logger.info({ node: this.self.node, took_ms: Math.round(performance.now() - started), epochs: Object.fromEntries(this.log.epochs) }, 'this node is active: it leads every partition');
+        },
+        (err: unknown) => this.deposed(`taking the lead failed: ${(err as Error)?.message ?? String(err)}`),
+      );
+    } else if (!view.active && this.role !== 'standby') {
+      this.deposed(`the cluster chose ${view.leader?.node ?? 'another node'} while this node was ${this.role}`);
+    }
+  }
+}

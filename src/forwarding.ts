@@ -1,0 +1,65 @@
+// A standby node of a cluster answers every request by forwarding it to the active node: the
+// request as it came (method, path, headers, body streamed), the answer as it comes back. Only
+// what is about the node itself is answered where it is asked (health, metrics, GET /cluster, the
+// UI's files). A request already forwarded once is not forwarded again (no loops while the nodes
+// disagree about who is active for a moment): it is answered 503 KEEL0803, as when no node is.
+import http from 'node:http';
+import type { FastifyInstance } from 'fastify';
+import type { Logger } from './common/logger.js';
+import { catalogue } from './errors/index.js';
+
+const FORWARDED = 'x-keel-forwarded-by';
+/** Answered by the node asked, never forwarded. */
+const LOCAL_PATH = /^(?:\/v\d+)?\/health$|^\/metrics$|^\/cluster$|^\/ui(?:\/.*)?$|^\/$/;
+/** Headers of one connection, not of the request (RFC 9110, 7.6.1). */
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'trailer', 'host']);
+
+/** Where requests go now: 'local' (this node serves them), a base URL, or undefined (no node is active). */
+export type Route = () => 'local' | string | undefined;
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: 256 });
+/** One warning per this long about the active node being unreachable (a failover fails every request meanwhile). */
+const WARN_INTERVAL_MS = 5_000;
+let lastWarning_ms = 0;
+
+export function forwardWhenStandby(app: FastifyInstance, route: Route, node: string, logger: Logger): void {
+  app.addHook('onRequest', async (request, reply) => {
+    const path = request.url.split('?')[0]!;
+    if (LOCAL_PATH.test(path)) return;
+    const to = route();
+    if (to === 'local') return;
+    if (to === undefined || request.headers[FORWARDED] !== undefined) {
+      const entry = catalogue.get('KEEL0803')!;
+      reply.code(entry.status).header('retry-after', '1');
+      return reply.send({ code: 'KEEL0803', message: `no node of the cluster is active yet (asked: ${node}); retry in a moment` });
+    }
+    reply.hijack();
+    forward(request.raw, reply.raw, to, node, logger);
+  });
+}
+
+function forward(req: http.IncomingMessage, res: http.ServerResponse, base: string, node: string, logger: Logger): void {
+  const headers: http.OutgoingHttpHeaders = { [FORWARDED]: node };
+  for (const [name, value] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(name)) headers[name] = value;
+  const target = new URL(req.url ?? '/', base);
+  const upstream = http.request(target, { method: req.method, headers, agent }, (answer) => {
+    const out: http.OutgoingHttpHeaders = {};
+    for (const [name, value] of Object.entries(answer.headers)) if (!HOP_BY_HOP.has(name)) out[name] = value;
+    res.writeHead(answer.statusCode ?? 502, out);
+    answer.pipe(res);
+    answer.on('error', () => res.destroy());
+  });
+  upstream.on('error', (err) => {
+    if (Date.now() - lastWarning_ms >= WARN_INTERVAL_MS) {
+      lastWarning_ms = Date.now();
+      logger.warn({ err, code: 'KEEL0803', to: target.origin }, 'forwarding requests to the active node fails; answering 503 until another is active');
+    }
+    if (res.headersSent) return void res.destroy();
+    res.writeHead(503, { 'content-type': 'application/json', 'retry-after': '1' });
+    res.end(JSON.stringify({ code: 'KEEL0803', message: `the active node (${target.origin}) cannot be reached from ${node}: ${err.message}; retry in a moment` }));
+  });
+  req.pipe(upstream);
+  res.on('close', () => {
+    if (!res.writableFinished) upstream.destroy();
+  });
+}

@@ -1,0 +1,149 @@
+// Which node of a cluster is active: a Kafka consumer group of all nodes.
+//
+// The nodes join one group (`<log_topic>-nodes`, subscribed to the one-partition metadata topic),
+// and the group's assignor gives that partition to the node that is to be active; the others
+// stand by and forward what they are asked to it. Kafka does the failure detection: a node that
+// stops heartbeating (SIGKILL, SIGSTOP, a partition of the network) leaves the group after
+// `session_timeout_ms`, the group rebalances, and a standby is assigned the partition.
+//
+// The choice is sticky: each member's join carries the leader epoch it holds (of Keel
+// partition 0, announced in the log), and the assignor keeps the member with the highest one, so
+// a node joining does not move the work, and a deposed node coming back (whose epoch is older)
+// does not win it back. An active node that finds itself unassigned has been deposed already:
+// another node announced a later epoch, and its own appends are void (kafka-log.ts).
+import type { Consumer, Kafka } from 'kafkajs';
+import { createRequire } from 'node:module';
+import type * as Kafkajs from 'kafkajs';
+import type { Logger } from '../common/logger.js';
+
+/** What a node tells the others about itself. */
+export interface NodeInfo {
+  node: string;
+  /** Base URLs the others forward to. */
+  ingress: string;
+  admin: string;
+}
+
+export interface MembershipView {
+  /** Whether this node is the one assigned the work. */
+  active: boolean;
+  /** The active node, as far as this node knows (undefined between rebalances or when none is). */
+  leader: NodeInfo | undefined;
+  members: NodeInfo[];
+}
+
+interface MemberData extends NodeInfo {
+  epoch: number;
+}
+
+let kafkajs: typeof Kafkajs | undefined;
+const loadKafkajs = (): typeof Kafkajs => (kafkajs ??= createRequire(import.meta.url)('kafkajs') as typeof Kafkajs);
+
+const ASSIGNOR = 'keel-active-node';
+
+/** The member to be active: the highest epoch held, then the first name (none held one yet). */
+export function chooseActive(members: ReadonlyArray<{ memberId: string; data: MemberData }>): string | undefined {
+  let best: { memberId: string; data: MemberData } | undefined;
+  for (const m of members) {
+    if (best === undefined || m.data.epoch > best.data.epoch || (m.data.epoch === best.data.epoch && m.data.node < best.data.node)) best = m;
+  }
+  return best?.memberId;
+}
+
+export class ClusterMembership {
+  private consumer: Consumer | undefined;
+  private view: MembershipView = { active: false, leader: undefined, members: [] };
+  private readonly listeners = new Set<(view: MembershipView) => void>();
+
+  constructor(
+    private readonly kafka: Kafka,
+    private readonly group: string,
+    private readonly topic: string,
+    private readonly self: NodeInfo,
+    /** The leader epoch this node holds now (0: none). */
+    private readonly epoch: () => number,
+    private readonly session_timeout_ms: number,
+    private readonly logger: Logger,
+  ) {}
+
+  get current(): MembershipView {
+    return this.view;
+  }
+
+  onChange(listener: (view: MembershipView) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  async start(): Promise<void> {
+    const { AssignerProtocol } = loadKafkajs();
+    const encode = (): Buffer => AssignerProtocol.MemberMetadata.encode({ version: 1, topics: [this.topic], userData: Buffer.from(JSON.stringify({ ...this.self, epoch: this.epoch() })) });
+    const assigner = () => ({
+      name: ASSIGNOR,
+      version: 1,
+      protocol: () => ({ name: ASSIGNOR, metadata: encode() }),
+      assign: async ({ members }: { members: Array<{ memberId: string; memberMetadata: Buffer }> }) => {
+        const decoded = members.map((m) => ({ memberId: m.memberId, data: dataOf(m.memberMetadata) }));
+        const active = chooseActive(decoded);
+        return members.map((m) => ({
+          memberId: m.memberId,
+          memberAssignment: AssignerProtocol.MemberAssignment.encode({ version: 1, assignment: m.memberId === active ? { [this.topic]: [0] } : {}, userData: Buffer.alloc(0) }),
+        }));
+      },
+    });
+    const heartbeat = Math.max(100, Math.floor(this.session_timeout_ms / 5));
+    const consumer = this.kafka.consumer({
+      groupId: this.group,
+      partitionAssigners: [assigner],
+      sessionTimeout: this.session_timeout_ms,
+      rebalanceTimeout: Math.max(this.session_timeout_ms, 3_000),
+      heartbeatInterval: heartbeat,
+      maxWaitTimeInMs: heartbeat,
+      retry: { retries: Number.MAX_SAFE_INTEGER, initialRetryTime: 100, maxRetryTime: 1_000 },
+    });
+    this.consumer = consumer;
+    consumer.on(consumer.events.GROUP_JOIN, (e) => void this.joined(e.payload.memberAssignment));
+    await consumer.connect();
+    await consumer.subscribe({ topic: this.topic, fromBeginning: false });
+    // The metadata topic is read by the registry; this consumer only keeps the node in the group.
+    await consumer.run({ autoCommit: false, eachBatch: async () => undefined });
+  }
+
+  async stop(): Promise<void> {
+    await this.consumer?.disconnect().catch(() => undefined);
+  }
+
+  private async joined(assignment: Record<string, number[]>): Promise<void> {
+    const active = (assignment[this.topic] ?? []).includes(0);
+    let members: NodeInfo[] = [];
+    let leader: NodeInfo | undefined = active ? this.self : undefined;
+    try {
+      const description = await this.consumer!.describeGroup();
+      const { AssignerProtocol } = loadKafkajs();
+      for (const m of description.members) {
+        const data = dataOf(m.memberMetadata);
+        members.push({ node: data.node, ingress: data.ingress, admin: data.admin });
+        const assigned = AssignerProtocol.MemberAssignment.decode(m.memberAssignment);
+        if ((assigned?.assignment[this.topic] ?? []).includes(0)) leader = { node: data.node, ingress: data.ingress, admin: data.admin };
+      }
+    } catch (err) {
+      this.logger.warn({ err, code: 'KEEL0801' }, 'cannot describe the cluster group; the active node is unknown until the next rebalance');
+      members = [this.self];
+    }
+    this.view = { active, leader, members };
+    this.logger.info({ active, leader: leader?.node, members: members.map((m) => m.node) }, active ? 'this node is the active node' : `standing by; ${leader?.node ?? 'no node'} is active`);
+    for (const listener of this.listeners) listener(this.view);
+  }
+}
+
+function dataOf(metadata: Buffer): MemberData {
+  const { AssignerProtocol } = loadKafkajs();
+  const raw = AssignerProtocol.MemberMetadata.decode(metadata)?.userData;
+  try {
+    const data = JSON.parse(raw?.toString('utf8') ?? '') as MemberData;
+    if (typeof data.node === 'string' && typeof data.ingress === 'string' && typeof data.admin === 'string') return { ...data, epoch: Number(data.epoch) || 0 };
+  } catch {
+    // a member of another kind in the group: never chosen
+  }
+  return { node: '~', ingress: '', admin: '', epoch: -1 };
+}
