@@ -1,5 +1,5 @@
 # Keel: `make run` starts the server, `make test` runs the tests (both install and build first).
-.PHONY: install build sdks run example example-go example-python example-java example-rust test bench clean
+.PHONY: install build sdks run kafka-cluster example example-go example-python example-java example-rust test bench clean
 
 NPM_STAMP := node_modules/.package-lock.json
 
@@ -15,6 +15,11 @@ build: install
 # MALLOC_ARENA_MAX: see README.md, "The store is the state".
 run: build
 	MALLOC_ARENA_MAX=$${MALLOC_ARENA_MAX:-2} node dist/main.js $(ARGS)
+
+# Three Kafka brokers on 127.0.0.1:19092-19094 for a cluster by hand (README, "Run a cluster");
+# the broker comes from Maven Central (test/kafka/install.sh, cached in ~/.cache/keel-kafka).
+kafka-cluster: install
+	npm exec -- node test/kafka/cluster.mjs
 
 # The Greeter example needs Node >= 22: npm scripts put the pinned Node 24 first on PATH.
 example: install

@@ -17,6 +17,17 @@ import type { Route } from './forwarding.js';
 
 type Role = 'standby' | 'activating' | 'active';
 
+/** The longest a step of stopping waits for kafkajs. */
+const STOP_STEP_MS = 3_000;
+/** How often the active node looks for a stopped partition. */
+const PARTITION_WATCH_MS = 500;
+
+function bounded(work: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)));
+  return Promise.race([work.catch(() => undefined), late]).finally(() => clearTimeout(timer));
+}
+
 export interface ClusterStatus {
   node: string;
   role: Role;
@@ -29,6 +40,7 @@ export class ClusterNode {
   readonly log: KafkaLogClient;
   private readonly membership: ClusterMembership;
   private role: Role = 'standby';
+  private watch: NodeJS.Timeout | undefined;
   private view: MembershipView = { active: false, leader: undefined, members: [] };
   readonly self: NodeInfo;
 
@@ -40,6 +52,8 @@ export class ClusterNode {
     private readonly activate: (log: KafkaLogClient) => Promise<void>,
     /** This node was deposed while active: it must stop at once. */
     private readonly deposed: (reason: string) => void,
+    /** Why a partition stopped on this node, if one did. */
+    private readonly stopped: () => string | undefined,
   ) {
     const host = cluster.advertised_host.includes(':') ? `[${cluster.advertised_host}]` : cluster.advertised_host;
     this.self = {
@@ -61,9 +75,15 @@ export class ClusterNode {
     await this.membership.start();
   }
 
+  /**
+   * Leaves the group (a standby is chosen at once, without waiting out this node's session) and
+   * closes the Kafka clients. Each step is bounded: kafkajs can wait out its request timeouts on
+   * a broker that died and came back, while the work is to be handed over in seconds.
+   */
   async stop(): Promise<void> {
-    await this.membership.stop();
-    await this.log.close();
+    clearInterval(this.watch);
+    await bounded(this.membership.stop(), STOP_STEP_MS);
+    await bounded(this.log.close(), STOP_STEP_MS);
   }
 
   /** Where a request to the ingress (or admin API) goes now. */
@@ -86,6 +106,19 @@ export class ClusterNode {
     };
   }
 
+  /**
+   * A partition that stops on the active node (a write Kafka refused past its retries, a broken
+   * invariant) would stay stopped until a restart while the node goes on leading it: the node
+   * steps down instead, and a standby rebuilds the partition from the log.
+   */
+  private watchPartitions(): void {
+    this.watch = setInterval(() => {
+      const reason = this.stopped();
+      if (reason !== undefined) this.deposed(`a partition stopped: ${reason}`);
+    }, PARTITION_WATCH_MS);
+    this.watch.unref();
+  }
+
   private changed(view: MembershipView): void {
     this.view = view;
     if (view.active && this.role === 'standby') {
@@ -94,6 +127,7 @@ export class ClusterNode {
       this.activate(this.log).then(
         () => {
           this.role = 'active';
+          this.watchPartitions();
           this.logger.info({ node: this.self.node, took_ms: Math.round(performance.now() - started), epochs: Object.fromEntries(this.log.epochs) }, 'this node is active: it leads every partition');
         },
         (err: unknown) => this.deposed(`taking the lead failed: ${(err as Error)?.message ?? String(err)}`),

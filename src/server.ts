@@ -90,7 +90,7 @@ export class KeelServer {
           // A read that fails its checksum, or state that breaks an invariant: never run on it.
           throw new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(err as Error)?.message ?? String(err)}`, 500, { cause: err });
         });
-      const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, { ingress, admin }, async (log) => {
+      const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, { ingress, admin }, worker, async (log) => {
         await openPartitions(log);
         worker.start(invoker);
         subscriptions.start();
@@ -153,9 +153,20 @@ export class KeelServer {
   }
 
   async stop(): Promise<void> {
-    await Promise.allSettled([this.ingress.close(), this.admin.close(), this.subscriptions.stop(), this.pgsql.close(), this.engine.close()]);
-    await this.worker.stop();
-    await this.cluster?.stop();
+    const timed = async (what: string, work: Promise<unknown>): Promise<void> => {
+      const started = performance.now();
+      await work;
+      this.logger.debug({ took_ms: Math.round(performance.now() - started) }, `shutdown: ${what}`);
+    };
+    await Promise.allSettled([
+      timed('ingress closed', this.ingress.close()),
+      timed('admin closed', this.admin.close()),
+      timed('subscriptions stopped', this.subscriptions.stop()),
+      timed('pgsql closed', this.pgsql.close()),
+      timed('query engine closed', this.engine.close()),
+    ]);
+    await timed('partitions closed', this.worker.stop());
+    await timed('left the cluster', this.cluster?.stop() ?? Promise.resolve());
     this.endpoints.close();
     await this.registry.close();
     await this.db.close();
@@ -168,11 +179,16 @@ export class KeelServer {
  * A cluster node: a standby forwards requests to the active node; `GET /cluster` (admin) says
  * where this node stands. A node deposed while active exits (see cluster-node.ts).
  */
-function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, servers: { ingress: FastifyInstance; admin: FastifyInstance }, activate: (log: KafkaLogClient) => Promise<void>): ClusterNode {
-  const node = new ClusterNode(config, cluster, logger.child({ component: 'cluster' }), activate, (reason) => {
+function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, servers: { ingress: FastifyInstance; admin: FastifyInstance }, worker: Worker, activate: (log: KafkaLogClient) => Promise<void>): ClusterNode {
+  const deposed = (reason: string): void => {
     logger.fatal({ code: 'KEEL0802', node: cluster.node_name }, `this node stops: ${reason}`);
     process.exit(1);
-  });
+  };
+  const stopped = (): string | undefined => {
+    const failure = worker.failures()[0];
+    return failure === undefined ? undefined : `partition ${failure.partition}: ${failure.reason}`;
+  };
+  const node = new ClusterNode(config, cluster, logger.child({ component: 'cluster' }), activate, deposed, stopped);
   forwardWhenStandby(servers.ingress, node.route('ingress'), cluster.node_name, logger);
   forwardWhenStandby(servers.admin, node.route('admin'), cluster.node_name, logger);
   servers.admin.get('/cluster', async () => node.status());

@@ -131,6 +131,7 @@ t.test('standbys forward to the active node and follow the metadata; a SIGKILLed
     stopCalls = true;
   }
   await Promise.all(loads);
+  stopCalls = false;
   let gap = 0;
   for (let i = 1; i < answered.length; i++) if (answered[i][0] > killedAt) gap = Math.max(gap, answered[i][0] - answered[i - 1][0]);
   t.comment(`active node SIGKILLed under load: no call answered for ${gap.toFixed(0)} ms; ${answered.length} adds answered`);
@@ -158,4 +159,67 @@ t.test('an active node paused past its session is deposed: it exits when it resu
   t.same(exited, { code: 1, signal: null }, 'a exited once it saw it was deposed');
   t.ok(a.logLines('KEEL0802').length > 0, 'and said why (KEEL0802)');
   t.equal((await call(b, '/Counter/p/get')).body, 10, 'the state holds every add, once');
+});
+
+/** Adds through `nodes` in turn, each with its own idempotency key, retried until answered; returns the answers' times. */
+function loadOn(key, nodes) {
+  const state = { stop: false, answered: [], done: undefined };
+  state.done = (async () => {
+    for (let i = 0; !state.stop; i++) {
+      const res = await call(nodes[i % nodes.length], `/Counter/${key}/add`, 1, { 'idempotency-key': `${key}-${i}` });
+      if (res.status === 200) state.answered.push(performance.now());
+    }
+  })();
+  return state;
+}
+
+/** The longest wait for an answer from the last one before `from` until `to`. */
+function longestGap(answered, from, to = performance.now()) {
+  const points = [answered.filter((at) => at <= from).at(-1) ?? from, ...answered.filter((at) => at > from && at <= to), to];
+  let gap = 0;
+  for (let i = 1; i < points.length; i++) gap = Math.max(gap, points[i] - points[i - 1]);
+  return gap;
+}
+
+/** Resolves once `count` answers came after `from`. */
+const resumed = (load, from, count = 5) => eventually(() => load.answered.filter((at) => at > from).length >= count, { timeout_ms: 30_000 });
+
+t.test('under load: the broker leading the log partitions is SIGKILLed, then every node is restarted in turn; nothing answered is lost', async (t) => {
+  const topic = `keel-${++topics}`;
+  const nodes = [await active(await node(t, 'a', topic)), await node(t, 'b', topic), await node(t, 'c', topic)];
+  await register(nodes[0], endpoint);
+  const load = loadOn('roll', nodes);
+  await sleep(1_000);
+
+  // The broker leading partition 0 of the log (and so, likely, others) dies.
+  const leader = (await kafka.leaders(topic))[0];
+  let at = performance.now();
+  await kafka.kill(leader);
+  await sleep(2_000); // the broker's session: the cluster has seen it gone
+  await resumed(load, performance.now());
+  t.comment(`broker ${leader} SIGKILLed: no add answered for ${longestGap(load.answered, at).toFixed(0)} ms`);
+  t.ok(longestGap(load.answered, at) < 10_000, 'the cluster kept answering through the loss of a broker');
+  await kafka.start(leader);
+
+  // A rolling restart: each node stopped (SIGTERM: a clean leave) and started again, one at a time.
+  const gaps = [];
+  for (const keel of nodes) {
+    at = performance.now();
+    await keel.stop();
+    await keel.launch();
+    await resumed(load, performance.now());
+    gaps.push(longestGap(load.answered, at));
+  }
+  load.stop = true;
+  stopCalls = true;
+  await load.done;
+  stopCalls = false;
+  t.comment(`rolling restart: the longest wait for an answer while each node restarted: ${gaps.map((g) => `${g.toFixed(0)} ms`).join(', ')}; ${load.answered.length} adds answered`);
+  t.ok(gaps.every((g) => g < 10_000), 'every restart handed over within 10 s');
+  const activeNow = await eventually(async () => {
+    for (const keel of nodes) if ((await admin(keel, 'GET', '/cluster')).json?.role === 'active') return keel;
+    return undefined;
+  });
+  t.equal((await call(activeNow, '/Counter/roll/get')).body, load.answered.length, 'every answered add counted once');
+  for (const keel of nodes) await keel.kill('SIGKILL');
 });

@@ -82,6 +82,7 @@ export function hardenServer(app: FastifyInstance, o: EdgeOptions): void {
   server.maxConnections = limits.max_connections;
   server.headersTimeout = limits.request_timeout_ms > 0 ? Math.min(limits.header_timeout_ms, limits.request_timeout_ms) : limits.header_timeout_ms;
   if (limits.idle_timeout_ms > 0) closeIdleConnections(server, limits.idle_timeout_ms);
+  drainOnClose(app, server);
   logDrops(server, o.logger, limits.max_connections);
   answerExpectations(server, o);
   app.addHook('onRequest', async (req, reply) => {
@@ -162,6 +163,8 @@ function refuse(reply: FastifyReply, errors: EdgeErrors, code: ErrorCode, messag
  * connects and sends nothing, or stays open between requests. A request in flight (a call that
  * waits an hour for its handler) keeps its connection whatever the silence.
  */
+const DRAIN_SWEEP_MS = 50;
+
 function closeIdleConnections(server: Server, idle_ms: number): void {
   const inFlight = new WeakMap<Socket, number>();
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
@@ -172,6 +175,20 @@ function closeIdleConnections(server: Server, idle_ms: number): void {
   // With a listener here Node leaves the decision to us (it destroys the socket otherwise).
   server.setTimeout(idle_ms, (socket: Socket) => {
     if ((inFlight.get(socket) ?? 0) === 0) socket.destroy();
+  });
+}
+
+/**
+ * Closing, the server closes each keep-alive connection as soon as it has no request in flight.
+ * Node closes those idle at the moment of `close()` only: one busy then (a client that retries
+ * at once, a node of a cluster forwarding) stayed open until its idle timeout, and the shutdown
+ * — a cluster node's handover included — waited that long (60 s measured).
+ */
+function drainOnClose(app: FastifyInstance, server: Server): void {
+  app.addHook('preClose', (done) => {
+    const sweep = setInterval(() => server.closeIdleConnections(), DRAIN_SWEEP_MS);
+    server.once('close', () => clearInterval(sweep));
+    done();
   });
 }
 

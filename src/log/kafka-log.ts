@@ -132,6 +132,11 @@ export class KafkaLogClient {
   }
 }
 
+function offsetOf(sent: Array<{ baseOffset?: string } | null | undefined>): number | undefined {
+  const offset = Number(sent[0]?.baseOffset);
+  return Number.isSafeInteger(offset) && offset >= 0 ? offset : undefined;
+}
+
 function entryOf(record: KafkaRecord): LogEntry {
   const epoch = Number(record.headers[HEADER_EPOCH]?.toString('utf8'));
   const position = record.headers[HEADER_POSITION];
@@ -186,7 +191,8 @@ export class KafkaLog implements PartitionLog {
     const epoch = this.seen.epoch + 1;
     // With transactions, this write's transaction fences every earlier producer of the partition.
     const at = await this.write([{ partition: this.partition, value: Buffer.alloc(0), headers: { [HEADER_EPOCH]: String(epoch), [HEADER_NODE]: this.client.settings.node } }]);
-    yield* this.readToEnd(at + 1);
+    // Without its offset, to the end: acknowledged (acks=all), the announcement is below it.
+    yield* this.readToEnd(at === undefined ? 0 : at + 1);
     if (this.seen.epoch !== epoch) throw new LeadershipLostError(`partition ${this.partition}: another node announced epoch ${this.seen.epoch} before this node's ${epoch}`);
     this.leading_epoch = epoch;
     this.client.epochs.set(this.partition, epoch);
@@ -212,14 +218,15 @@ export class KafkaLog implements PartitionLog {
     const last = first + records.length - 1;
     const messages = records.map((value, i) => ({ partition: this.partition, value, headers: { [HEADER_EPOCH]: String(epoch), [HEADER_POSITION]: String(first + i) } }));
     const base = await this.write(messages);
-    if (this.client.settings.transactional || base === this.seen.offset) {
+    if (base !== undefined && (this.client.settings.transactional || base === this.seen.offset)) {
       // Transactions: the fence refused the commit had another leader begun. (The records' commit
       // marker follows them; reading from the first offset past them skips it.)
       this.seen.offset = base + records.length;
       this.seen.position = last;
     } else {
-      // Others wrote between this node's writes: judge them, and these records, as readers will.
-      for await (const _ of this.readToEnd(base + records.length));
+      // Others wrote between this node's writes (or kafkajs did not say where these went): judge
+      // what came since, and these records, as readers will.
+      for await (const _ of this.readToEnd(base === undefined ? 0 : base + records.length));
       if (this.seen.epoch !== epoch || this.seen.position !== last) {
         this.leading_epoch = 0;
         throw new LeadershipLostError(`partition ${this.partition}: epoch ${this.seen.epoch} was announced before this node's append (epoch ${epoch}): the append is void`);
@@ -230,17 +237,21 @@ export class KafkaLog implements PartitionLog {
     return last;
   }
 
-  /** Produces `messages` (acks=all), in a transaction of their own where so configured; resolves to the first one's offset. */
-  private async write(messages: Message[]): Promise<number> {
+  /**
+   * Produces `messages` (acks=all), in a transaction of their own where so configured; resolves
+   * to the first one's offset, or undefined where kafkajs did not say (a send retried across a
+   * broker failover can come back without its metadata).
+   */
+  private async write(messages: Message[]): Promise<number | undefined> {
     const topic = this.client.settings.topic;
     try {
       const producer = await this.client.producer(this.partition);
-      if (!this.client.settings.transactional) return Number((await producer.send({ topic, acks: -1, messages }))[0]!.baseOffset);
+      if (!this.client.settings.transactional) return offsetOf(await producer.send({ topic, acks: -1, messages }));
       const txn = await producer.transaction();
       try {
-        const [meta] = await txn.send({ topic, acks: -1, messages });
+        const sent = await txn.send({ topic, acks: -1, messages });
         await txn.commit();
-        return Number(meta!.baseOffset);
+        return offsetOf(sent);
       } catch (err) {
         await txn.abort().catch(() => undefined);
         throw err;

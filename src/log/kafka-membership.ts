@@ -40,6 +40,8 @@ let kafkajs: typeof Kafkajs | undefined;
 const loadKafkajs = (): typeof Kafkajs => (kafkajs ??= createRequire(import.meta.url)('kafkajs') as typeof Kafkajs);
 
 const ASSIGNOR = 'keel-active-node';
+/** How long a start waits to be in the group before it says it is ready anyway (as a standby). */
+const FIRST_JOIN_WAIT_MS = 30_000;
 
 /** The member to be active: the highest epoch held, then the first name (none held one yet). */
 export function chooseActive(members: ReadonlyArray<{ memberId: string; data: MemberData }>): string | undefined {
@@ -54,6 +56,8 @@ export class ClusterMembership {
   private consumer: Consumer | undefined;
   private view: MembershipView = { active: false, leader: undefined, members: [] };
   private readonly listeners = new Set<(view: MembershipView) => void>();
+  /** Joins seen, so the description of an older one does not overwrite a newer view. */
+  private joins = 0;
 
   constructor(
     private readonly kafka: Kafka,
@@ -106,7 +110,18 @@ export class ClusterMembership {
     await consumer.connect();
     await consumer.subscribe({ topic: this.topic, fromBeginning: false });
     // The metadata topic is read by the registry; this consumer only keeps the node in the group.
+    const joined = new Promise<void>((resolve) => {
+      const off = this.onChange(() => {
+        off();
+        resolve();
+      });
+    });
     await consumer.run({ autoCommit: false, eachBatch: async () => undefined });
+    // Started means joined: the node knows whether it is active, and which node is.
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), FIRST_JOIN_WAIT_MS)));
+    if (await Promise.race([joined.then(() => false), late])) this.logger.warn({ code: 'KEEL0801', waited_ms: FIRST_JOIN_WAIT_MS }, 'not yet a member of the cluster group; standing by meanwhile');
+    clearTimeout(timer);
   }
 
   async stop(): Promise<void> {
@@ -114,6 +129,7 @@ export class ClusterMembership {
   }
 
   private async joined(assignment: Record<string, number[]>): Promise<void> {
+    const join = ++this.joins;
     const active = (assignment[this.topic] ?? []).includes(0);
     let members: NodeInfo[] = [];
     let leader: NodeInfo | undefined = active ? this.self : undefined;
@@ -130,6 +146,7 @@ export class ClusterMembership {
       this.logger.warn({ err, code: 'KEEL0801' }, 'cannot describe the cluster group; the active node is unknown until the next rebalance');
       members = [this.self];
     }
+    if (join !== this.joins) return; // a later join's view is on its way
     this.view = { active, leader, members };
     this.logger.info({ active, leader: leader?.node, members: members.map((m) => m.node) }, active ? 'this node is the active node' : `standing by; ${leader?.node ?? 'no node'} is active`);
     for (const listener of this.listeners) listener(this.view);

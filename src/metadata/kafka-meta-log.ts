@@ -103,10 +103,13 @@ export class KafkaMetaLog {
       this.producer ??= this.kafka.producer({ idempotent: true, maxInFlightRequests: 1, retry: KAFKA_RETRY });
       await this.producer.connect();
       const [meta] = await this.producer.send({ topic: this.topic, acks: -1, messages: [{ partition: 0, value: JSON.stringify(envelope) }] });
-      const at = Number(meta!.baseOffset);
+      // kafkajs can answer a send retried across a broker failover without the offset: then the
+      // record is known by its sequence number and writer (acknowledged, it is below the end).
+      const at = Number(meta?.baseOffset);
+      const known = Number.isSafeInteger(at);
       let ours = false;
-      await this.readThrough(at, (r, env) => {
-        if (env.seq === seq && env.node === this.node && env.offset === at) ours = true;
+      await this.readThrough(known ? at : -1, (r, env) => {
+        if (env.seq === seq && env.node === this.node && (!known || env.offset === at)) ours = true;
         else this.onRemote(r);
       });
       if (!ours) throw new KeelError('META0018', `another node changed the metadata at the same moment (record ${seq} is theirs); nothing was changed: retry`);

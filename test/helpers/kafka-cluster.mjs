@@ -35,7 +35,13 @@ async function freePorts(n) {
 }
 
 /** Kafka's Uuid as its tools print it: 16 random bytes, base64url without padding. */
-const clusterId = () => crypto.randomBytes(16).toString('base64url');
+function clusterId() {
+  // One starting with '-' would be read by the storage tool's argument parser as an option.
+  for (;;) {
+    const id = crypto.randomBytes(16).toString('base64url');
+    if (/^[A-Za-z0-9]/.test(id)) return id;
+  }
+}
 
 function properties({ id, port, controllerPort, voters, dir, brokers }) {
   const isr = Math.max(1, brokers - 1);
@@ -81,12 +87,12 @@ const JVM = [
   '-Dorg.slf4j.simpleLogger.defaultLogLevel=warn', '-Dorg.slf4j.simpleLogger.log.kafka.server.KafkaRaftServer=info',
 ];
 
-/** Starts `brokers` brokers (ids 1..n) and waits until all of them answer metadata. */
-export async function startKafkaCluster(t, { brokers: count = 3 } = {}) {
+/** Starts `brokers` brokers (ids 1..n; on `ports` where given) and waits until all of them answer metadata. */
+export async function startKafkaCluster(t, { brokers: count = 3, ports: brokerPorts } = {}) {
   const libs = kafkaLibs();
   const root = tempDir(t);
   const ports = await freePorts(2 * count);
-  const nodes = Array.from({ length: count }, (_, i) => ({ id: i + 1, port: ports[2 * i], controllerPort: ports[2 * i + 1], dir: path.join(root, `broker-${i + 1}`), proc: undefined, out: '' }));
+  const nodes = Array.from({ length: count }, (_, i) => ({ id: i + 1, port: brokerPorts?.[i] ?? ports[2 * i], controllerPort: ports[2 * i + 1], dir: path.join(root, `broker-${i + 1}`), proc: undefined, out: '' }));
   const voters = nodes.map((n) => `${n.id}@127.0.0.1:${n.controllerPort}`).join(',');
   const cid = clusterId();
   const cp = `${libs}/*`;
