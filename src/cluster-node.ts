@@ -33,7 +33,7 @@ export interface ClusterStatus {
   role: Role;
   active_node: string | undefined;
   members: string[];
-  partitions: Array<{ partition: number; leader_epoch: number | undefined }>;
+  partitions: Array<{ partition: number; leader_epoch: number | undefined; applied_position: number | undefined }>;
 }
 
 export class ClusterNode {
@@ -96,13 +96,23 @@ export class ClusterNode {
     };
   }
 
-  status(): ClusterStatus {
+  /** What /metrics samples: the role, the members seen, the epochs led. */
+  sample(): { active: boolean; members: number; epochs: Array<[number, number]> } {
+    return { active: this.role === 'active', members: this.view.members.length, epochs: this.role === 'active' ? [...this.log.epochs] : [] };
+  }
+
+  /** `applied`: the last log position each partition applied on this node (while it leads them). */
+  status(applied: (partition: number) => number | undefined = () => undefined): ClusterStatus {
     return {
       node: this.self.node,
       role: this.role,
       active_node: this.role === 'active' ? this.self.node : this.view.leader?.node,
       members: this.view.members.map((m) => m.node).sort(),
-      partitions: Array.from({ length: this.config.worker.partitions }, (_, p) => ({ partition: p, leader_epoch: this.log.epochs.get(p) })),
+      partitions: Array.from({ length: this.config.worker.partitions }, (_, p) => ({
+        partition: p,
+        leader_epoch: this.role === 'active' ? this.log.epochs.get(p) : undefined,
+        applied_position: this.role === 'active' ? applied(p) : undefined,
+      })),
     };
   }
 

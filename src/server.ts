@@ -90,7 +90,7 @@ export class KeelServer {
           // A read that fails its checksum, or state that breaks an invariant: never run on it.
           throw new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(err as Error)?.message ?? String(err)}`, 500, { cause: err });
         });
-      const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, { ingress, admin }, worker, async (log) => {
+      const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, metrics, { ingress, admin }, worker, async (log) => {
         await openPartitions(log);
         worker.start(invoker);
         subscriptions.start();
@@ -179,7 +179,7 @@ export class KeelServer {
  * A cluster node: a standby forwards requests to the active node; `GET /cluster` (admin) says
  * where this node stands. A node deposed while active exits (see cluster-node.ts).
  */
-function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, servers: { ingress: FastifyInstance; admin: FastifyInstance }, worker: Worker, activate: (log: KafkaLogClient) => Promise<void>): ClusterNode {
+function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, metrics: KeelMetrics, servers: { ingress: FastifyInstance; admin: FastifyInstance }, worker: Worker, activate: (log: KafkaLogClient) => Promise<void>): ClusterNode {
   const deposed = (reason: string): void => {
     logger.fatal({ code: 'KEEL0802', node: cluster.node_name }, `this node stops: ${reason}`);
     process.exit(1);
@@ -191,7 +191,8 @@ function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, ser
   const node = new ClusterNode(config, cluster, logger.child({ component: 'cluster' }), activate, deposed, stopped);
   forwardWhenStandby(servers.ingress, node.route('ingress'), cluster.node_name, logger);
   forwardWhenStandby(servers.admin, node.route('admin'), cluster.node_name, logger);
-  servers.admin.get('/cluster', async () => node.status());
+  servers.admin.get('/cluster', async () => node.status((p) => worker.processors[p]?.applied_position));
+  metrics.sampleCluster(() => node.sample());
   return node;
 }
 

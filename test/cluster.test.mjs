@@ -32,7 +32,26 @@ const counter = restate.object({
     get: restate.handlers.object.shared(async (ctx) => (await ctx.get('count')) ?? 0),
   },
 });
-const endpoint = await serveServices(t, [steps, counter]);
+const flow = restate.workflow({
+  name: 'Flow',
+  handlers: {
+    run: async (ctx, { tag }) => `${tag}:${await ctx.promise('go').get()}`,
+    approve: async (ctx, value) => void (await ctx.promise('go').resolve(value)),
+  },
+});
+/** The awakeable each Waiter call waits on, by the id the caller gave it. */
+const awakeables = new Map();
+const waiter = restate.service({
+  name: 'Waiter',
+  handlers: {
+    wait: async (ctx, { id }) => {
+      const { id: awakeable, promise } = ctx.awakeable();
+      await ctx.run('publish', () => void awakeables.set(id, awakeable));
+      return `woken with ${await promise}`;
+    },
+  },
+});
+const endpoint = await serveServices(t, [steps, counter, flow, waiter]);
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -81,6 +100,11 @@ t.test('a SIGKILLed node is replaced by a node with an empty disk: nothing ackno
   // Delayed sends: accepted by a, due after a is gone.
   const sends = await Promise.all(Array.from({ length: 10 }, (_, i) => ingress(a, '/Steps/run/send?delay=3s', { id: `later-${i}` })));
   t.same(sends.map((s) => s.status), Array(10).fill(202), 'ten delayed sends accepted');
+  // A workflow waiting for its promise and a call waiting on an awakeable, both started on a.
+  t.equal((await ingress(a, '/Flow/f1/run/send', { tag: 'f1' })).status, 202);
+  const waiting = await ingress(a, '/Waiter/wait/send', { id: 'w1' }, { 'idempotency-key': 'waiter-1' });
+  t.equal(waiting.status, 202);
+  await eventually(() => awakeables.has('w1'));
   const killedAt = Date.now();
   await a.kill('SIGKILL');
 
@@ -92,6 +116,16 @@ t.test('a SIGKILLed node is replaced by a node with an empty disk: nothing ackno
   await eventually(() => [...Array(10).keys()].every((i) => stepRuns.get(`later-${i}`) === 1), { timeout_ms: 20_000 });
   t.pass('every delayed send ran on b, once');
   t.same([...Array(20).keys()].map((i) => stepRuns.get(`call-${i}`)), Array(20).fill(1), 'no recorded step of the calls ran again');
+  // The workflow and the awakeable, completed through b.
+  t.equal((await ingress(b, '/Flow/f1/approve', 'yes')).status, 200, "the workflow's promise resolved through b");
+  const output = await fetch(`${b.ingress}/restate/workflow/Flow/f1/output`);
+  t.same([output.status, await output.json()], [200, 'f1:yes'], "the workflow started on a completes on b");
+  t.equal((await ingress(b, `/restate/awakeables/${awakeables.get('w1')}/resolve`, 42)).status, 202, 'the awakeable resolved through b');
+  const woken = await eventually(async () => {
+    const r = await fetch(`${b.ingress}/restate/invocation/${waiting.body.invocationId}/output`);
+    return r.status === 200 ? r.json() : undefined;
+  });
+  t.equal(woken, 'woken with 42', 'the call waiting on it completes on b');
   const more = await ingress(b, '/Counter/k/add', 100);
   t.equal(more.body, sum + 100, 'b goes on from the state a left');
   await b.stop();
@@ -109,6 +143,14 @@ t.test('standbys forward to the active node and follow the metadata; a SIGKILLed
   await register(b, endpoint);
   const first = await ingress(c, '/Steps/run', { id: 'via-c' });
   t.same([first.status, first.body], [200, 'done via-c'], 'a call to a standby is answered by the active node');
+  const { json: view } = await admin(a, 'GET', '/cluster');
+  t.same(view.partitions.map((p) => p.leader_epoch), [1, 1, 1, 1], 'a leads the four partitions in epoch 1');
+  t.ok(view.partitions.every((p) => Number.isSafeInteger(p.applied_position)) && view.partitions.some((p) => p.applied_position >= 1), `with their log positions (${view.partitions.map((p) => p.applied_position)})`);
+  const scrape = async (keel) => (await fetch(`${keel.admin}/metrics`)).text();
+  t.match(await scrape(a), /^keel_cluster_node_active 1$/m, "a's /metrics: active");
+  t.match(await scrape(a), /^keel_partition_leader_epoch\{partition="3"\} 1$/m, 'and the epoch of each partition');
+  t.match(await scrape(c), /^keel_cluster_node_active 0$/m, "c's /metrics (answered by c itself): standing by");
+  t.match(await scrape(c), /^keel_cluster_members 3$/m, 'in a cluster of three');
 
   // Load through b and c while a is SIGKILLed: adds with idempotency keys, retried until answered.
   let stop = false;
