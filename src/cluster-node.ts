@@ -17,6 +17,12 @@ import type { Route } from './forwarding.js';
 
 type Role = 'standby' | 'activating' | 'active';
 
+/** A partition this node keeps up with while another node leads it (partition/catch-up.ts). */
+export interface Follower {
+  readonly applied_position: number;
+  stop(): Promise<void>;
+}
+
 /** The longest a step of stopping waits for kafkajs. */
 const STOP_STEP_MS = 3_000;
 /** How often the active node looks for a stopped partition. */
@@ -41,6 +47,9 @@ export class ClusterNode {
   private readonly membership: ClusterMembership;
   private role: Role = 'standby';
   private watch: NodeJS.Timeout | undefined;
+  /** While standing by: the partitions followed, by partition. */
+  private following: Promise<Follower[]> | undefined;
+  private followers: Follower[] = [];
   private view: MembershipView = { active: false, leader: undefined, members: [] };
   readonly self: NodeInfo;
 
@@ -54,6 +63,8 @@ export class ClusterNode {
     private readonly deposed: (reason: string) => void,
     /** Why a partition stopped on this node, if one did. */
     private readonly stopped: () => string | undefined,
+    /** Starts following every partition's log into this node's store (while it stands by). */
+    private readonly follow: (log: KafkaLogClient) => Promise<Follower[]>,
   ) {
     const host = cluster.advertised_host.includes(':') ? `[${cluster.advertised_host}]` : cluster.advertised_host;
     this.self = {
@@ -82,6 +93,7 @@ export class ClusterNode {
    */
   async stop(): Promise<void> {
     clearInterval(this.watch);
+    await this.stopFollowing();
     await bounded(this.membership.stop(), STOP_STEP_MS);
     await bounded(this.log.close(), STOP_STEP_MS);
   }
@@ -111,7 +123,7 @@ export class ClusterNode {
       partitions: Array.from({ length: this.config.worker.partitions }, (_, p) => ({
         partition: p,
         leader_epoch: this.role === 'active' ? this.log.epochs.get(p) : undefined,
-        applied_position: this.role === 'active' ? applied(p) : undefined,
+        applied_position: this.role === 'active' ? applied(p) : this.followers[p]?.applied_position,
       })),
     };
   }
@@ -134,16 +146,34 @@ export class ClusterNode {
     if (view.active && this.role === 'standby') {
       this.role = 'activating';
       const started = performance.now();
-      this.activate(this.log).then(
-        () => {
-          this.role = 'active';
-          this.watchPartitions();
-          this.logger.info({ node: this.self.node, took_ms: Math.round(performance.now() - started), epochs: Object.fromEntries(this.log.epochs) }, 'this node is active: it leads every partition');
-        },
-        (err: unknown) => this.deposed(`taking the lead failed: ${(err as Error)?.message ?? String(err)}`),
-      );
+      this.stopFollowing()
+        .then(() => this.activate(this.log))
+        .then(
+          () => {
+            this.role = 'active';
+            this.watchPartitions();
+            this.logger.info({ node: this.self.node, took_ms: Math.round(performance.now() - started), epochs: Object.fromEntries(this.log.epochs) }, 'this node is active: it leads every partition');
+          },
+          (err: unknown) => this.deposed(`taking the lead failed: ${(err as Error)?.message ?? String(err)}`),
+        );
     } else if (!view.active && this.role !== 'standby') {
       this.deposed(`the cluster chose ${view.leader?.node ?? 'another node'} while this node was ${this.role}`);
+    } else if (!view.active && this.following === undefined) {
+      this.following = this.follow(this.log).then(
+        (followers) => (this.followers = followers),
+        (err: unknown) => {
+          this.logger.warn({ err, code: 'KEEL0801' }, 'cannot follow the partition logs; this node catches up when it takes the lead');
+          return [];
+        },
+      );
     }
+  }
+
+  /** Stops following and waits until what was read is in the store (taking the lead reads on from there). */
+  private async stopFollowing(): Promise<void> {
+    const followers = await this.following;
+    this.following = undefined;
+    this.followers = [];
+    await Promise.all((followers ?? []).map((f) => f.stop()));
   }
 }

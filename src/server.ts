@@ -11,9 +11,11 @@ import { DEFAULT_ENDPOINT_CLIENT_OPTIONS, EndpointClient } from './endpoint/clie
 import { RequestSigner } from './endpoint/identity.js';
 import { Registry } from './metadata/registry.js';
 import { Worker } from './partition/worker.js';
-import { ClusterNode } from './cluster-node.js';
+import { ClusterNode, type Follower } from './cluster-node.js';
+import { PartitionFollower } from './partition/catch-up.js';
+import { GroupWriter } from './storage/group-writer.js';
 import { forwardWhenStandby } from './forwarding.js';
-import type { KafkaLogClient } from './log/kafka-log.js';
+import { KafkaLog, type KafkaLogClient } from './log/kafka-log.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
 import { upgradeWorkerStore } from './storage/upgrade.js';
 import { openWorkerStore, type Db } from './storage/store.js';
@@ -90,7 +92,7 @@ export class KeelServer {
           // A read that fails its checksum, or state that breaks an invariant: never run on it.
           throw new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(err as Error)?.message ?? String(err)}`, 500, { cause: err });
         });
-      const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, metrics, { ingress, admin }, worker, async (log) => {
+      const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, metrics, opened, { ingress, admin }, worker, async (log) => {
         await openPartitions(log);
         worker.start(invoker);
         subscriptions.start();
@@ -179,7 +181,7 @@ export class KeelServer {
  * A cluster node: a standby forwards requests to the active node; `GET /cluster` (admin) says
  * where this node stands. A node deposed while active exits (see cluster-node.ts).
  */
-function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, metrics: KeelMetrics, servers: { ingress: FastifyInstance; admin: FastifyInstance }, worker: Worker, activate: (log: KafkaLogClient) => Promise<void>): ClusterNode {
+function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, metrics: KeelMetrics, db: Db, servers: { ingress: FastifyInstance; admin: FastifyInstance }, worker: Worker, activate: (log: KafkaLogClient) => Promise<void>): ClusterNode {
   const deposed = (reason: string): void => {
     logger.fatal({ code: 'KEEL0802', node: cluster.node_name }, `this node stops: ${reason}`);
     process.exit(1);
@@ -188,7 +190,13 @@ function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, met
     const failure = worker.failures()[0];
     return failure === undefined ? undefined : `partition ${failure.partition}: ${failure.reason}`;
   };
-  const node = new ClusterNode(config, cluster, logger.child({ component: 'cluster' }), activate, deposed, stopped);
+  const follow = async (log: KafkaLogClient): Promise<Follower[]> => {
+    const writer = new GroupWriter(db);
+    const cache_bytes = Math.max(1, Math.floor(config.worker.storage_db.state_cache_size_bytes / config.worker.partitions));
+    const logs = await Promise.all(Array.from({ length: config.worker.partitions }, (_, p) => KafkaLog.open(db, p, writer, log)));
+    return logs.map((l) => new PartitionFollower(db, writer, l, cache_bytes, logger.child({ component: 'follower' })));
+  };
+  const node = new ClusterNode(config, cluster, logger.child({ component: 'cluster' }), activate, deposed, stopped, follow);
   forwardWhenStandby(servers.ingress, node.route('ingress'), cluster.node_name, logger);
   forwardWhenStandby(servers.admin, node.route('admin'), cluster.node_name, logger);
   servers.admin.get('/cluster', async () => node.status((p) => worker.processors[p]?.applied_position));

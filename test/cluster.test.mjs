@@ -151,6 +151,13 @@ t.test('standbys forward to the active node and follow the metadata; a SIGKILLed
   t.match(await scrape(a), /^keel_partition_leader_epoch\{partition="3"\} 1$/m, 'and the epoch of each partition');
   t.match(await scrape(c), /^keel_cluster_node_active 0$/m, "c's /metrics (answered by c itself): standing by");
   t.match(await scrape(c), /^keel_cluster_members 3$/m, 'in a cluster of three');
+  const positions = async (keel) => (await admin(keel, 'GET', '/cluster')).json.partitions.map((p) => p.applied_position);
+  await eventually(async () => {
+    const [x, y] = [await positions(c), await positions(a)];
+    if (JSON.stringify(x) !== JSON.stringify(y)) throw new Error(`c applied ${x}, a ${y}`);
+    return true;
+  });
+  t.pass(`c follows the partition logs while it stands by: its store applied what a appended (${await positions(c)})`);
 
   // Load through b and c while a is SIGKILLed: adds with idempotency keys, retried until answered.
   let stop = false;

@@ -198,6 +198,16 @@ export class KafkaLog implements PartitionLog {
     this.client.epochs.set(this.partition, epoch);
   }
 
+  /**
+   * The commands after what was read, up to the end of the log now (a fetch waits up to 100 ms
+   * there). For a node that follows a partition another node leads: `advance` writes what the
+   * caller folded.
+   */
+  readNew(): AsyncGenerator<[position: number, record: Buffer]> {
+    assert(this.leading_epoch === 0, () => `partition ${this.partition}: readNew() while leading epoch ${this.leading_epoch}`);
+    return this.readToEnd();
+  }
+
   /** Records read by `lead` are folded through `position`: their state writes go to the store with the cursor. */
   async advance(position: number, writes: StateWrite[]): Promise<void> {
     assert(position === this.seen.position, () => `partition ${this.partition}: advance to ${position}, read through ${this.seen.position}`);

@@ -3,7 +3,8 @@ import { assert, InvariantError } from '../common/assert.js';
 import { partitionKeyOfIdBytes } from '../common/ids.js';
 import type { Logger } from '../common/logger.js';
 import { keelError } from '../errors/index.js';
-import { decodeCommand, encodeCommand, type Command, type CommandKind } from '../log/commands.js';
+import { encodeCommand, type Command, type CommandKind } from '../log/commands.js';
+import { foldRead } from './catch-up.js';
 import { EmbeddedLog, type PartitionLog } from '../log/partition-log.js';
 import type { GroupWriter } from '../storage/group-writer.js';
 import { KeelMetrics, type PartitionCells } from '../telemetry/metrics.js';
@@ -124,7 +125,8 @@ export class PartitionProcessor implements AttemptHost {
   ): Promise<PartitionProcessor> {
     const log = await (options.openLog?.(partition) ?? EmbeddedLog.open(db, partition, writer, options.log_retained_records ?? 0));
     const state = await loadState(db, partition, options.state_cache_bytes);
-    await catchUp(log, state, options.observe);
+    // Actions are not run: `start` derives what must run from the state, as after any restart.
+    await foldRead(log, log.lead(), state, options.observe);
     const maxLive = options.max_live_invocations ?? MAX_LIVE_INVOCATIONS_PER_PARTITION;
     const metrics = (options.metrics ?? new KeelMetrics()).partition(partition);
     return new PartitionProcessor(partition, log, state, options.fsync, options.effects, options.owns ?? (() => true), maxLive, options.logger.child({ partition }), metrics, options.observe);
@@ -321,33 +323,6 @@ export class PartitionProcessor implements AttemptHost {
     for (const p of this.queue.drain()) p.reject(refusal);
     for (const w of this.durableWaiters.drain()) w.reject(refusal);
   }
-}
-
-/** Records folded between two writes of the state while catching up. */
-const CATCH_UP_CHUNK_RECORDS = 512;
-
-/**
- * Takes the lead of the partition's log and folds what other nodes appended since this node's
- * store last applied. Actions are not run: `start` derives what must run from the state, as after
- * any restart.
- */
-async function catchUp(log: PartitionLog, state: PartitionState, observe: ((partition: number, writes: readonly StateWrite[]) => void) | undefined): Promise<void> {
-  let folded = 0;
-  let last = log.applied_position;
-  const write = async (): Promise<void> => {
-    const writes = state.takeWrites();
-    await log.advance(last, writes);
-    state.writesDurable();
-    observe?.(log.partition, writes);
-    folded = 0;
-  };
-  for await (const [position, record] of log.lead()) {
-    const cmd = decodeCommand(record);
-    fold({ state, actions: [], now_ms: cmd.timestamp_ms ?? 0 }, cmd);
-    last = position;
-    if (++folded >= CATCH_UP_CHUNK_RECORDS) await write();
-  }
-  if (folded > 0) await write();
 }
 
 /**
