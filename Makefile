@@ -44,8 +44,10 @@ test: build sdks
 	  grep -rh -A14 '^ *not ok' .tap/test-results | head -n 120; \
 	  grep -rn '^ *not ok' .tap/test-results | tail -n 20; exit 1; }
 
+# Then the cluster cell (bench/cluster.mjs: one node, then three on three Kafka brokers); BENCH_CLUSTER=0 skips it.
 bench: build
 	npm run bench
+	[ "$${BENCH_CLUSTER:-1}" = 0 ] || npm run bench:cluster
 
 clean:
 	rm -rf dist keel-data .tap

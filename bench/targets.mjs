@@ -99,6 +99,8 @@ export function spawnServer(s) {
       KEEL_BASE_DIR: s.dataDir,
       // As `make run` starts it (README.md, "The store is the state").
       MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? '2',
+      // A cell's own settings (bench/cluster.mjs: a node of a cluster).
+      ...(s.env ?? {}),
     };
     // `keel` runs with Keel's own default; only the other mode is forced.
     if (s.target === 'keel-nofsync') env.KEEL_WORKER__STORAGE_DB__FSYNC = 'false';

@@ -3,9 +3,11 @@
 // is SIGKILLed and a new one with an empty disk takes its place: every acknowledged invocation
 // completes exactly once, no recorded step runs again, object state is the fold of its calls.
 import t from 'tap';
+import fs from 'node:fs';
+import path from 'node:path';
 import * as restate from '@restatedev/restate-sdk';
 import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
-import { startKeel, serveServices, register, ingress, eventually, adminCall as admin } from './helpers/keel.mjs';
+import { startKeel, serveServices, register, ingress, eventually, tempDir, adminCall as admin } from './helpers/keel.mjs';
 
 const kafka = await startKafkaCluster(t, { brokers: 3 });
 let topics = 0;
@@ -51,13 +53,25 @@ const waiter = restate.service({
     },
   },
 });
-const endpoint = await serveServices(t, [steps, counter, flow, waiter]);
+const ledger = restate.object({
+  name: 'Ledger',
+  handlers: {
+    add: async (ctx, input) => {
+      const items = (await ctx.get('items')) ?? [];
+      items.push(input.i);
+      ctx.set('items', items);
+    },
+    get: restate.handlers.object.shared(async (ctx) => (await ctx.get('items')) ?? []),
+  },
+});
+const endpoint = await serveServices(t, [steps, counter, flow, waiter, ledger]);
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** A Keel node of the cluster on `topic`, with its own (empty) directory; sessions of 2 s. */
-function node(t, name, topic) {
+function node(t, name, topic, args = []) {
   return startKeel(t, {
+    args,
     env: {
       KEEL_CLUSTER__BROKERS: kafka.brokers.join(','),
       KEEL_CLUSTER__NODE_NAME: name,
@@ -271,4 +285,30 @@ t.test('under load: the broker leading the log partitions is SIGKILLed, then eve
   });
   t.equal((await call(activeNow, '/Counter/roll/get')).body, load.answered.length, 'every answered add counted once');
   for (const keel of nodes) await keel.kill('SIGKILL');
+});
+
+t.test('a Kafka subscription consumed on the active node goes on from its positions on the next one: every record once, in order per key', async (t) => {
+  const topic = `keel-${++topics}`;
+  const source = `orders-${topics}`;
+  await kafka.createTopic(source, 2);
+  const file = path.join(tempDir(t), 'keel.toml');
+  fs.writeFileSync(file, `[[ingress.kafka_clusters]]\nname = "real"\nbrokers = [${kafka.brokers.map((b) => JSON.stringify(b)).join(', ')}]\n`);
+  const a = await active(await node(t, 'a', topic, ['--config', file]));
+  const b = await node(t, 'b', topic, ['--config', file]);
+  await register(a, endpoint);
+  const created = await admin(b, 'POST', '/subscriptions', { source: `kafka://real/${source}`, sink: 'service://Ledger/add', options: { 'auto.offset.reset': 'earliest', 'session.timeout.ms': '6000', 'heartbeat.interval.ms': '300' } });
+  t.equal(created.status, 201, `subscription created through the standby (${created.text})`);
+  const records = (from, n) => Array.from({ length: n }, (_, j) => ({ key: `k${(from + j) % 5}`, value: JSON.stringify({ i: from + j }) }));
+  await kafka.produce(source, records(0, 100));
+  await sleep(300); // mid-stream
+  await a.kill('SIGKILL');
+  await kafka.produce(source, records(100, 100));
+  await active(b);
+  const items = async (k) => (await call(b, `/Ledger/k${k}/get`)).body;
+  await eventually(async () => (await Promise.all([0, 1, 2, 3, 4].map(items))).flat().length >= 200, { timeout_ms: 60_000 });
+  await sleep(1000);
+  for (let k = 0; k < 5; k++) {
+    const expected = Array.from({ length: 200 }, (_, i) => i).filter((i) => i % 5 === k);
+    t.same(await items(k), expected, `k${k}: its 40 records once, in offset order, across the failover`);
+  }
 });

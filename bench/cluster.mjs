@@ -1,0 +1,139 @@
+// The cluster cell of `make bench` (`npm run bench:cluster`; BENCH_CLUSTER=0 skips it in `make bench`):
+// one Keel node on its embedded log, then three Keel nodes on three Apache Kafka brokers (KRaft, on
+// loopback: the tests' helper, test/helpers/kafka-cluster.mjs), the same SDK service. It reports:
+//   - closed-loop noop calls at BENCH_CLUSTER_CONCURRENCY (32) for BENCH_DURATION s (6): the single node,
+//     the cluster through its active node, the cluster through a standby (forwarded);
+//   - Kafka's append floor: one record produced and acknowledged (acks=all), sequentially;
+//   - failover under load: calls through a standby while the active node is SIGKILLed — the longest wait
+//     for an answer, and the calls answered, failed and whether the counter lost or doubled any.
+// Writes bench/results/cluster.json. On 2 cores the brokers, three nodes, the service and the load
+// share the machine: the cluster is slower than one node here, and the figures say by how much.
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Kafka, logLevel } from 'kafkajs';
+import { stopGroup, crashGroup } from './children.mjs';
+import { RESULTS_DIR, fmt, httpCall, log, median, pickNode, sleep } from './common.mjs';
+import { closedLoopCell, SCENARIOS } from './scenarios.mjs';
+import { newServer, probe, register, spawnServer, startService, waitHealthy } from './targets.mjs';
+import { startKafkaCluster } from '../test/helpers/kafka-cluster.mjs';
+
+const duration = Number(process.env.BENCH_DURATION ?? 6);
+const concurrency = Number(process.env.BENCH_CLUSTER_CONCURRENCY ?? 32);
+const opts = { runWarmupMs: 1000, durationMs: duration * 1000, requestTimeoutMs: 10_000 };
+const node = pickNode();
+const cleanups = [];
+const fakeT = { teardown: (fn) => cleanups.push(fn) };
+const result = { date: new Date().toISOString(), concurrency, durationS: duration, cells: {}, kafkaAppendMs: undefined, failover: undefined };
+const row = (r) => (r.failed ? `ERROR ${r.failed}` : `${fmt(r.rps, 1)} req/s p50 ${fmt(r.latencyMs.p50, 2)} ms p99 ${fmt(r.latencyMs.p99, 2)} ms ok ${r.ok} errors ${r.errors}`);
+
+async function startNode(name, env) {
+  const s = await newServer('keel', { logName: `cluster-${name}` });
+  s.env = env;
+  spawnServer(s);
+  await waitHealthy(s, { timeoutMs: 30_000 });
+  cleanups.push(() => stopGroup(s.child, 3000));
+  return s;
+}
+
+const roleOf = async (s) => JSON.parse((await httpCall('GET', `${s.admin}/cluster`, { timeoutMs: 2000 })).text || '{}').role;
+
+async function until(what, f, timeoutMs = 30_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await f().catch(() => undefined);
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms`);
+    await sleep(100);
+  }
+}
+
+async function cell(name, server, service) {
+  const r = await closedLoopCell(node, server, service, SCENARIOS.noop, concurrency, opts);
+  result.cells[name] = r;
+  log(`${name.padEnd(22)} ${row(r)}`);
+}
+
+/** Sequential single-record appends, acknowledged by all in-sync replicas: the floor under every cluster append. */
+async function kafkaFloor(kafka) {
+  const client = new Kafka({ clientId: 'bench', brokers: kafka.brokers, logLevel: logLevel.NOTHING });
+  const admin = client.admin();
+  await admin.connect();
+  await admin.createTopics({ waitForLeaders: true, topics: [{ topic: 'bench-floor', numPartitions: 1, replicationFactor: 3, configEntries: [{ name: 'min.insync.replicas', value: '2' }] }] });
+  await admin.disconnect();
+  const producer = client.producer({ idempotent: true, maxInFlightRequests: 1 });
+  await producer.connect();
+  const times = [];
+  for (let i = 0; i < 300; i++) {
+    const t0 = performance.now();
+    await producer.send({ topic: 'bench-floor', acks: -1, messages: [{ partition: 0, value: 'x' }] });
+    if (i >= 50) times.push(performance.now() - t0);
+  }
+  await producer.disconnect();
+  times.sort((a, b) => a - b);
+  result.kafkaAppendMs = { p50: median(times), p99: times[Math.floor(times.length * 0.99)] };
+  log(`kafka append (acks=all, 1 record): p50 ${fmt(result.kafkaAppendMs.p50, 2)} ms p99 ${fmt(result.kafkaAppendMs.p99, 2)} ms`);
+}
+
+/** Counter adds through `via` (idempotency keys, retried until answered) while `victim` is SIGKILLed. */
+async function failover(via, victim, standby) {
+  let stop = false;
+  const answered = [];
+  let failed = 0;
+  let n = 0;
+  const worker = async (w) => {
+    while (!stop) {
+      const i = n++;
+      for (;;) {
+        const r = await httpCall('POST', `${via.ingress}/Counter/failover/add`, { body: { delta: 1 }, headers: { 'idempotency-key': `f-${w}-${i}` }, timeoutMs: 15_000 });
+        if (r.status === 200) break;
+        failed++;
+        if (stop) return;
+        await sleep(50);
+      }
+      answered.push(performance.now());
+    }
+  };
+  const workers = Array.from({ length: 8 }, (_, w) => worker(w));
+  await sleep(2000);
+  const killedAt = performance.now();
+  await crashGroup(victim.child);
+  await until('a standby takes over', async () => (await roleOf(standby)) === 'active' || (await roleOf(via)) === 'active', 60_000);
+  await until('answers resume', async () => answered.filter((t) => t > killedAt).length >= 20, 60_000);
+  stop = true;
+  await Promise.all(workers);
+  const before = answered.filter((t) => t <= killedAt).at(-1) ?? killedAt;
+  const after = answered.find((t) => t > killedAt);
+  const count = Number((await httpCall('POST', `${via.ingress}/Counter/failover/get`, { body: {}, timeoutMs: 10_000 })).text);
+  result.failover = { gapMs: after - before, answered: answered.length, retriedFailures: failed, counter: count, lostOrDoubled: count - answered.length };
+  log(`failover (SIGKILL of the active node, 8 callers through a standby): no answer for ${fmt(after - before, 0)} ms; ${answered.length} adds answered, counter ${count}`);
+}
+
+try {
+  const service = await startService(node, 'cluster');
+  cleanups.push(() => stopGroup(service.child, 3000));
+  const single = await startNode('single', {});
+  await register(single, service.url, { timeoutMs: 30_000 });
+  await probe(single, SCENARIOS.noop, { timeoutMs: 30_000, requestTimeoutMs: 10_000 });
+  await cell('single node', single, service);
+  await stopGroup(single.child, 5000);
+
+  const kafka = await startKafkaCluster(fakeT, { brokers: 3 });
+  await kafkaFloor(kafka);
+  const env = (name) => ({ KEEL_CLUSTER__BROKERS: kafka.brokers.join(','), KEEL_CLUSTER__NODE_NAME: name, KEEL_CLUSTER__SESSION_TIMEOUT: '2s' });
+  const a = await startNode('a', env('a'));
+  await until('node a active', async () => (await roleOf(a)) === 'active');
+  const b = await startNode('b', env('b'));
+  const c = await startNode('c', env('c'));
+  await register(a, service.url, { timeoutMs: 30_000 });
+  for (const s of [a, b]) await probe(s, SCENARIOS.noop, { timeoutMs: 30_000, requestTimeoutMs: 10_000 });
+  await cell('cluster, active node', a, service);
+  await cell('cluster, via a standby', b, service);
+  await failover(b, a, c);
+} finally {
+  for (const fn of cleanups.reverse()) await fn();
+}
+const single = result.cells['single node'];
+const active = result.cells['cluster, active node'];
+if (single?.rps && active?.rps) log(`cluster/single throughput: ${fmt(active.rps / single.rps, 2)}`);
+writeFileSync(join(RESULTS_DIR, 'cluster.json'), JSON.stringify(result, null, 2));
+log(`wrote ${join(RESULTS_DIR, 'cluster.json')}`);
