@@ -14,6 +14,7 @@ import { Kafka, logLevel } from 'kafkajs';
 import { stopGroup, crashGroup } from './children.mjs';
 import { LOG_DIR, RESULTS_DIR, fmt, httpCall, log, median, pickNode, sleep } from './common.mjs';
 import { closedLoopCell, SCENARIOS } from './scenarios.mjs';
+import { sampleCpu } from './proc.mjs';
 import { newServer, probe, register, spawnServer, startService, waitHealthy } from './targets.mjs';
 import { startKafkaCluster } from '../test/helpers/kafka-cluster.mjs';
 
@@ -48,10 +49,18 @@ async function until(what, f, timeoutMs = 30_000) {
   }
 }
 
-async function cell(name, server, service) {
+/**
+ * One closed-loop cell; `others`: processes whose CPU during the cell is reported per invocation
+ * beside the server's (the standbys, the brokers).
+ */
+async function cell(name, server, service, others = {}) {
+  const before = sampleCpu(others);
   const r = await closedLoopCell(node, server, service, SCENARIOS.noop, concurrency, opts);
-  result.cells[name] = r;
-  log(`${name.padEnd(22)} ${row(r)}`);
+  const after = sampleCpu(others);
+  const perInvocation = Object.fromEntries(Object.keys(others).map((k) => [k, r.ok > 0 && after[k] != null ? (after[k] - before[k]) / r.ok : null]));
+  result.cells[name] = { ...r, otherCpuMsPerInvocation: perInvocation };
+  const extra = Object.entries(perInvocation).map(([k, v]) => `${k} ${fmt(v, 3)}`).join(', ');
+  log(`${name.padEnd(22)} ${row(r)} cpu ms/inv: server ${fmt(r.cpuMsPerInvocation?.server, 3)}${extra ? `, ${extra}` : ''}`);
 }
 
 /** Sequential single-record appends, acknowledged by all in-sync replicas: the floor under every cluster append. */
@@ -130,8 +139,10 @@ try {
   const c = await startNode('c', env('c'));
   await register(a, service.url, { timeoutMs: 30_000 });
   for (const s of [a, b]) await probe(s, SCENARIOS.noop, { timeoutMs: 30_000, requestTimeoutMs: 10_000 });
-  await cell('cluster, active node', a, service);
-  await cell('cluster, via a standby', b, service);
+  // The brokers' JVMs: every pid of the helper's processes (their CPU counts against the cluster).
+  const brokers = Object.fromEntries(kafka.nodes.map((n) => [`broker ${n.id}`, n.proc.pid]));
+  await cell('cluster, active node', a, service, { 'standby b': b.pid, 'standby c': c.pid, ...brokers });
+  await cell('cluster, via a standby', b, service, { 'active a': a.pid, 'standby c': c.pid, ...brokers });
   await failover(b, a, c);
 } finally {
   for (const fn of cleanups.reverse()) await fn();
