@@ -105,6 +105,9 @@ t.test('a SIGKILLed node is replaced by a node with an empty disk: nothing ackno
   await register(a, endpoint);
   const calls = await Promise.all(Array.from({ length: 20 }, (_, i) => ingress(a, '/Steps/run', { id: `call-${i}` })));
   t.same(calls.map((c) => c.status), Array(20).fill(200), 'twenty calls answered by node a');
+  // A 3 MB input: its batch is larger than Kafka's default record batch limit (1 MiB).
+  const big = await ingress(a, '/Steps/run', { id: 'big', pad: 'x'.repeat(3_000_000) });
+  t.same([big.status, big.body], [200, 'done big'], 'a call with a 3 MB input is appended to the Kafka log');
   let sum = 0;
   for (let i = 1; i <= 10; i++) {
     const res = await ingress(a, '/Counter/k/add', i);

@@ -50,6 +50,8 @@ export class LeadershipLostError extends Error {
 const HEADER_EPOCH = 'keel-epoch';
 const HEADER_POSITION = 'keel-position';
 const HEADER_NODE = 'keel-node';
+/** The largest record batch the log topic takes (topic config `max.message.bytes`): under the brokers' `socket.request.max.bytes` (100 MiB). */
+const MAX_BATCH_BYTES = 96 * 1024 * 1024;
 /** Retries of one Kafka request (a broker failing over answers NOT_LEADER until it has moved). */
 const KAFKA_RETRY = { initialRetryTime: 100, maxRetryTime: 500, retries: 30 };
 
@@ -97,6 +99,9 @@ export class KafkaLogClient {
         // Kept until Keel trims it: a node with an empty disk rebuilds from the first record.
         { name: 'retention.ms', value: '-1' },
         { name: 'retention.bytes', value: '-1' },
+        // One append is one record batch: a batch of commands can carry several messages of up to
+        // worker.invoker.message_size_limit (32 MiB) each; Kafka's default is 1 MiB.
+        { name: 'max.message.bytes', value: String(MAX_BATCH_BYTES) },
       ] }],
     });
     const meta = await this.admin.fetchTopicMetadata({ topics: [s.topic] });
