@@ -76,7 +76,7 @@ export class ClusterNode {
       { node: cluster.node_name, brokers: cluster.brokers, topic: cluster.log_topic, partitions: config.worker.partitions, replication_factor: cluster.replication_factor, min_insync_replicas: cluster.min_insync_replicas, transactional: cluster.transactional },
       logger.child({ component: 'kafka-log' }),
     );
-    this.membership = new ClusterMembership(this.log.kafka, `${cluster.log_topic}-nodes`, `${cluster.log_topic}-meta`, this.self, () => this.log.epochs.get(0) ?? 0, cluster.session_timeout_ms, logger.child({ component: 'membership' }));
+    this.membership = new ClusterMembership(this.log.kafka, `${cluster.log_topic}-nodes`, `${cluster.log_topic}-meta`, this.self, () => this.log.epochs.get(0) ?? 0, () => this.role !== 'standby', cluster.session_timeout_ms, logger.child({ component: 'membership' }));
     this.membership.onChange((view) => this.changed(view));
   }
 

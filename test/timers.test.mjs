@@ -49,7 +49,11 @@ t.test('timers fire in due order across window refills and a SIGKILL; memory hol
     } catch {}
   }, 20);
   t.teardown(() => clearInterval(watch));
-  const [p0] = await partitions(keel);
+  // A send is answered once accepted: its timer is stored once its attempt has reached the sleep.
+  const p0 = await eventually(async () => {
+    const [p] = await partitions(keel);
+    return p.timers === 30 ? p : undefined;
+  });
   t.equal(p0.timers, 30, 'every timer is stored');
   t.ok(p0.timers_in_memory <= 4, `${p0.timers_in_memory} in memory`);
   for (const id of ids) t.equal((await getInvocation(keel, id)).status, 200);

@@ -34,6 +34,8 @@ export interface MembershipView {
 
 interface MemberData extends NodeInfo {
   epoch: number;
+  /** Whether the node is active or taking over (its epoch is announced only once it has). */
+  active: boolean;
 }
 
 let kafkajs: typeof Kafkajs | undefined;
@@ -43,11 +45,21 @@ const ASSIGNOR = 'keel-active-node';
 /** How long a start waits to be in the group before it says it is ready anyway (as a standby). */
 const FIRST_JOIN_WAIT_MS = 30_000;
 
-/** The member to be active: the highest epoch held, then the first name (none held one yet). */
+/**
+ * The member to be active: one that is active or taking over, then the highest epoch held, then the
+ * first name. (A node restarting holds no epoch yet: without the first rule it could take the work
+ * back from one still taking over, which then steps down.)
+ */
 export function chooseActive(members: ReadonlyArray<{ memberId: string; data: MemberData }>): string | undefined {
+  const rank = (d: MemberData): [number, number] => [d.active ? 1 : 0, d.epoch];
   let best: { memberId: string; data: MemberData } | undefined;
   for (const m of members) {
-    if (best === undefined || m.data.epoch > best.data.epoch || (m.data.epoch === best.data.epoch && m.data.node < best.data.node)) best = m;
+    if (best === undefined) {
+      best = m;
+      continue;
+    }
+    const [a, b] = [rank(m.data), rank(best.data)];
+    if (a[0] > b[0] || (a[0] === b[0] && (a[1] > b[1] || (a[1] === b[1] && m.data.node < best.data.node)))) best = m;
   }
   return best?.memberId;
 }
@@ -66,6 +78,8 @@ export class ClusterMembership {
     private readonly self: NodeInfo,
     /** The leader epoch this node holds now (0: none). */
     private readonly epoch: () => number,
+    /** Whether this node is active or taking over. */
+    private readonly activeNow: () => boolean,
     private readonly session_timeout_ms: number,
     private readonly logger: Logger,
   ) {}
@@ -81,7 +95,7 @@ export class ClusterMembership {
 
   async start(): Promise<void> {
     const { AssignerProtocol } = loadKafkajs();
-    const encode = (): Buffer => AssignerProtocol.MemberMetadata.encode({ version: 1, topics: [this.topic], userData: Buffer.from(JSON.stringify({ ...this.self, epoch: this.epoch() })) });
+    const encode = (): Buffer => AssignerProtocol.MemberMetadata.encode({ version: 1, topics: [this.topic], userData: Buffer.from(JSON.stringify({ ...this.self, epoch: this.epoch(), active: this.activeNow() })) });
     const assigner = () => ({
       name: ASSIGNOR,
       version: 1,
@@ -158,9 +172,9 @@ function dataOf(metadata: Buffer): MemberData {
   const raw = AssignerProtocol.MemberMetadata.decode(metadata)?.userData;
   try {
     const data = JSON.parse(raw?.toString('utf8') ?? '') as MemberData;
-    if (typeof data.node === 'string' && typeof data.ingress === 'string' && typeof data.admin === 'string') return { ...data, epoch: Number(data.epoch) || 0 };
+    if (typeof data.node === 'string' && typeof data.ingress === 'string' && typeof data.admin === 'string') return { ...data, epoch: Number(data.epoch) || 0, active: data.active === true };
   } catch {
     // a member of another kind in the group: never chosen
   }
-  return { node: '~', ingress: '', admin: '', epoch: -1 };
+  return { node: '~', ingress: '', admin: '', epoch: -1, active: false };
 }
