@@ -13,8 +13,7 @@
 // The node's own store holds the partition's state, the last position applied and where in the
 // topic that position ends (offset, epoch): a restart or a new leader reads the topic from there.
 import type { Admin, Kafka, Message, Producer } from 'kafkajs';
-import { createRequire } from 'node:module';
-import type * as Kafkajs from 'kafkajs';
+import { KAFKA_RETRY, loadKafkajs } from './kafkajs.js';
 import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
 import type { GroupWriter } from '../storage/group-writer.js';
@@ -52,14 +51,10 @@ const HEADER_POSITION = 'keel-position';
 const HEADER_NODE = 'keel-node';
 /** The largest record batch the log topic takes (topic config `max.message.bytes`): under the brokers' `socket.request.max.bytes` (100 MiB). */
 const MAX_BATCH_BYTES = 96 * 1024 * 1024;
-/** Retries of one Kafka request (a broker failing over answers NOT_LEADER until it has moved). */
-const KAFKA_RETRY = { initialRetryTime: 100, maxRetryTime: 500, retries: 30 };
 
 /** Where a node's copy of a partition stands in the topic: the next offset to read and the reader's epoch state there. */
 type Cursor = LogCursor;
 
-let kafkajs: typeof Kafkajs | undefined;
-const loadKafkajs = (): typeof Kafkajs => (kafkajs ??= createRequire(import.meta.url)('kafkajs') as typeof Kafkajs);
 
 /** A node's connection to the cluster's brokers, shared by its partitions' logs. */
 export class KafkaLogClient {

@@ -12,8 +12,7 @@
 // does not win it back. An active node that finds itself unassigned has been deposed already:
 // another node announced a later epoch, and its own appends are void (kafka-log.ts).
 import type { Consumer, Kafka } from 'kafkajs';
-import { createRequire } from 'node:module';
-import type * as Kafkajs from 'kafkajs';
+import { loadKafkajs } from './kafkajs.js';
 import type { Logger } from '../common/logger.js';
 
 /** What a node tells the others about itself. */
@@ -38,8 +37,6 @@ interface MemberData extends NodeInfo {
   active: boolean;
 }
 
-let kafkajs: typeof Kafkajs | undefined;
-const loadKafkajs = (): typeof Kafkajs => (kafkajs ??= createRequire(import.meta.url)('kafkajs') as typeof Kafkajs);
 
 const ASSIGNOR = 'keel-active-node';
 /** How long a start waits to be in the group before it says it is ready anyway (as a standby). */

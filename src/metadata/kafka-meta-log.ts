@@ -8,8 +8,7 @@
 // is dropped by all readers alike. A writer learns which happened by reading the topic through
 // its own record before it answers: two nodes cannot register conflicting revisions.
 import type { Kafka, Producer } from 'kafkajs';
-import { createRequire } from 'node:module';
-import type * as Kafkajs from 'kafkajs';
+import { KAFKA_RETRY, loadKafkajs } from '../log/kafkajs.js';
 import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
 import type { ClusterConfig } from '../config/index.js';
@@ -19,10 +18,7 @@ import { isMetaRecord, type MetaRecord } from './store.js';
 
 /** How often a node looks for metadata other nodes wrote (each look is a fetch that waits up to 100 ms). */
 const FOLLOW_INTERVAL_MS = 200;
-const KAFKA_RETRY = { initialRetryTime: 100, maxRetryTime: 500, retries: 30 };
 
-let kafkajs: typeof Kafkajs | undefined;
-const loadKafkajs = (): typeof Kafkajs => (kafkajs ??= createRequire(import.meta.url)('kafkajs') as typeof Kafkajs);
 
 interface Envelope {
   seq: number;

@@ -9,8 +9,7 @@
 // every `heartbeat.interval.ms`. A crash kafkajs does not restart itself is restarted here, with
 // a fresh consumer and backoff, until `stop`.
 
-import { createRequire } from 'node:module';
-import type * as Kafkajs from 'kafkajs';
+import { loadKafkajs } from '../log/kafkajs.js';
 import type { Admin, Batch, Consumer, Kafka, KafkaConfig, SASLOptions } from 'kafkajs';
 import type { KafkaConsumerSettings } from '../metadata/kafka-options.js';
 import {
@@ -21,10 +20,6 @@ import {
   type KafkaRecord,
   type PartitionLag,
 } from './kafka-client.js';
-
-/** kafkajs takes ~100 ms of CPU to load: a server without subscriptions never loads it. */
-let kafkajs: typeof Kafkajs | undefined;
-const loadKafkajs = (): typeof Kafkajs => (kafkajs ??= createRequire(import.meta.url)('kafkajs') as typeof Kafkajs);
 
 /** How long `stop` waits for kafkajs to leave the group and close its connections. */
 const STOP_WAIT_MS = 5_000;
