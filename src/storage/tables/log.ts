@@ -29,7 +29,10 @@ export const logTable = {
 
   async readCursor(db: Db, partition: number): Promise<LogCursor | undefined> {
     const raw = await db.get(logTable.cursorKey(partition));
-    if (raw === undefined) return undefined;
+    return raw === undefined ? undefined : logTable.decodeCursor(partition, raw);
+  },
+
+  decodeCursor(partition: number, raw: Buffer): LogCursor {
     const cursor = JSON.parse(raw.toString('utf8')) as LogCursor;
     for (const field of ['offset', 'epoch', 'position'] as const) {
       if (!Number.isSafeInteger(cursor[field]) || cursor[field] < 0) throw new Error(`partition ${partition}: corrupt log cursor ${raw.toString('utf8')}`);
