@@ -14,6 +14,7 @@ import { splitAddress, type ClusterConfig, type Config } from './config/index.js
 import { KafkaLogClient } from './log/kafka-log.js';
 import { ClusterMembership, type MembershipView, type NodeInfo } from './log/kafka-membership.js';
 import type { Route } from './forwarding.js';
+import { DirectorySnapshotStore } from './storage/snapshots.js';
 
 type Role = 'standby' | 'activating' | 'active';
 
@@ -51,14 +52,16 @@ export class ClusterNode {
   private following: Promise<Follower[]> | undefined;
   private followers: Follower[] = [];
   private view: MembershipView = { active: false, leader: undefined, members: [] };
+  /** Stops what activating started beside the partitions. */
+  private stopActive: (() => Promise<void>) | undefined;
   readonly self: NodeInfo;
 
   constructor(
     private readonly config: Config,
     cluster: ClusterConfig,
     private readonly logger: Logger,
-    /** Opens and starts the partitions, the invoker, timers and subscriptions on this node. */
-    private readonly activate: (log: KafkaLogClient) => Promise<void>,
+    /** Opens and starts the partitions, the invoker, timers and subscriptions on this node; returns what stops its background work (snapshots). */
+    private readonly activate: (log: KafkaLogClient) => Promise<(() => Promise<void>) | undefined>,
     /** This node was deposed while active: it must stop at once. */
     private readonly deposed: (reason: string) => void,
     /** Why a partition stopped on this node, if one did. */
@@ -73,7 +76,10 @@ export class ClusterNode {
       admin: `http://${host}:${splitAddress(config.admin.bind_address).port}`,
     };
     this.log = new KafkaLogClient(
-      { node: cluster.node_name, brokers: cluster.brokers, topic: cluster.log_topic, partitions: config.worker.partitions, replication_factor: cluster.replication_factor, min_insync_replicas: cluster.min_insync_replicas, transactional: cluster.transactional },
+      {
+        node: cluster.node_name, brokers: cluster.brokers, topic: cluster.log_topic, partitions: config.worker.partitions, replication_factor: cluster.replication_factor, min_insync_replicas: cluster.min_insync_replicas, transactional: cluster.transactional,
+        ...(cluster.snapshot_path !== undefined ? { snapshots: new DirectorySnapshotStore(cluster.snapshot_path) } : {}),
+      },
       logger.child({ component: 'kafka-log' }),
     );
     this.membership = new ClusterMembership(this.log.kafka, `${cluster.log_topic}-nodes`, `${cluster.log_topic}-meta`, this.self, () => this.log.epochs.get(0) ?? 0, () => this.role !== 'standby', cluster.session_timeout_ms, logger.child({ component: 'membership' }));
@@ -91,8 +97,16 @@ export class ClusterNode {
    * closes the Kafka clients. Each step is bounded: kafkajs can wait out its request timeouts on
    * a broker that died and came back, while the work is to be handed over in seconds.
    */
+  /** Stops the background work of an active node (before its partitions close). */
+  async stopWork(): Promise<void> {
+    const stop = this.stopActive;
+    this.stopActive = undefined;
+    await stop?.();
+  }
+
   async stop(): Promise<void> {
     clearInterval(this.watch);
+    await this.stopWork();
     await this.stopFollowing();
     await bounded(this.membership.stop(), STOP_STEP_MS);
     await bounded(this.log.close(), STOP_STEP_MS);
@@ -149,7 +163,8 @@ export class ClusterNode {
       this.stopFollowing()
         .then(() => this.activate(this.log))
         .then(
-          () => {
+          (stop) => {
+            this.stopActive = stop;
             this.role = 'active';
             this.watchPartitions();
             this.logger.info({ node: this.self.node, took_ms: Math.round(performance.now() - started), epochs: Object.fromEntries(this.log.epochs) }, 'this node is active: it leads every partition');

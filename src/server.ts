@@ -13,6 +13,7 @@ import { Registry } from './metadata/registry.js';
 import { Worker } from './partition/worker.js';
 import { ClusterNode, type Follower } from './cluster-node.js';
 import { PartitionFollower } from './partition/catch-up.js';
+import { Snapshotter } from './partition/snapshotter.js';
 import { GroupWriter } from './storage/group-writer.js';
 import { forwardWhenStandby } from './forwarding.js';
 import { KafkaLog, type KafkaLogClient } from './log/kafka-log.js';
@@ -96,6 +97,7 @@ export class KeelServer {
         await openPartitions(log);
         worker.start(invoker);
         subscriptions.start();
+        return startSnapshots(config.cluster!, opened, worker, log, logger);
       });
       // In a cluster the partitions open once this node is chosen to lead them (after it listens).
       if (cluster === undefined) await openPartitions();
@@ -161,6 +163,7 @@ export class KeelServer {
       this.logger.debug({ took_ms: Math.round(performance.now() - started) }, `shutdown: ${what}`);
     };
     await Promise.allSettled([
+      timed('snapshots stopped', this.cluster?.stopWork() ?? Promise.resolve()),
       timed('ingress closed', this.ingress.close()),
       timed('admin closed', this.admin.close()),
       timed('subscriptions stopped', this.subscriptions.stop()),
@@ -181,7 +184,7 @@ export class KeelServer {
  * A cluster node: a standby forwards requests to the active node; `GET /cluster` (admin) says
  * where this node stands. A node deposed while active exits (see cluster-node.ts).
  */
-function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, metrics: KeelMetrics, db: Db, servers: { ingress: FastifyInstance; admin: FastifyInstance }, worker: Worker, activate: (log: KafkaLogClient) => Promise<void>): ClusterNode {
+function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, metrics: KeelMetrics, db: Db, servers: { ingress: FastifyInstance; admin: FastifyInstance }, worker: Worker, activate: (log: KafkaLogClient) => Promise<(() => Promise<void>) | undefined>): ClusterNode {
   const deposed = (reason: string): void => {
     logger.fatal({ code: 'KEEL0802', node: cluster.node_name }, `this node stops: ${reason}`);
     process.exit(1);
@@ -193,8 +196,9 @@ function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, met
   const follow = async (log: KafkaLogClient): Promise<Follower[]> => {
     const writer = new GroupWriter(db);
     const cache_bytes = Math.max(1, Math.floor(config.worker.storage_db.state_cache_size_bytes / config.worker.partitions));
-    const logs = await Promise.all(Array.from({ length: config.worker.partitions }, (_, p) => KafkaLog.open(db, p, writer, log)));
-    return logs.map((l) => new PartitionFollower(db, writer, l, cache_bytes, logger.child({ component: 'follower' })));
+    const open = (p: number) => KafkaLog.open(db, p, writer, log);
+    const logs = await Promise.all(Array.from({ length: config.worker.partitions }, (_, p) => open(p)));
+    return logs.map((l) => new PartitionFollower(db, l, () => open(l.partition), cache_bytes, logger.child({ component: 'follower' })));
   };
   const node = new ClusterNode(config, cluster, logger.child({ component: 'cluster' }), activate, deposed, stopped, follow);
   forwardWhenStandby(servers.ingress, node.route('ingress'), cluster.node_name, logger);
@@ -202,6 +206,16 @@ function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, met
   servers.admin.get('/cluster', async () => node.status((p) => worker.processors[p]?.applied_position));
   metrics.sampleCluster(() => node.sample());
   return node;
+}
+
+/** An active node's snapshots of its partitions, and the trimming of their logs (when cluster.snapshot_path is set). */
+function startSnapshots(cluster: ClusterConfig, db: Db, worker: Worker, log: KafkaLogClient, logger: Logger): (() => Promise<void>) | undefined {
+  const store = log.settings.snapshots;
+  if (store === undefined) return undefined;
+  const partitions = () => worker.processors.map((p) => ({ partition: p.partition, applied_position: p.applied_position }));
+  const snapshotter = new Snapshotter(db, store, partitions, (p, offset) => log.trim(p, offset), { interval_records: cluster.snapshot_interval_records, kept: cluster.snapshots_kept }, logger.child({ component: 'snapshots' }));
+  snapshotter.start();
+  return () => snapshotter.stop();
 }
 
 /** Queue depths, invocations by status and store sizes for /metrics, read at scrape time. */

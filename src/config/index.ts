@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve as resolvePath } from 'node:path';
 import { parse as parseToml, TomlError } from 'smol-toml';
 import { KeelError } from '../errors/index.js';
 import { parseDuration_ms, parseSize_bytes } from '../common/units.js';
@@ -124,6 +124,12 @@ export interface ClusterConfig {
   min_insync_replicas: number;
   /** Every append in a Kafka transaction as well as behind the epochs (slower: see README). */
   transactional: boolean;
+  /** A directory every node shares for snapshots of the partitions; undefined: no snapshots, and the Kafka log is never trimmed. */
+  snapshot_path: string | undefined;
+  /** A partition's leader snapshots it each time it has applied this many records since the last snapshot. */
+  snapshot_interval_records: number;
+  /** Snapshots kept per partition; the Kafka log is trimmed below the oldest of them. */
+  snapshots_kept: number;
 }
 
 type Kind = 'string' | 'url' | 'address' | 'duration' | 'timeout' | 'size' | 'int' | 'count' | 'number' | 'bool' | 'attempts' | 'on_max' | 'log_format';
@@ -190,6 +196,9 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'cluster.replication_factor', kind: 'int', dflt: 3 },
   { path: 'cluster.min_insync_replicas', kind: 'int', dflt: 2 },
   { path: 'cluster.transactional', kind: 'bool', dflt: false },
+  { path: 'cluster.snapshot_path', kind: 'string', dflt: undefined },
+  { path: 'cluster.snapshot_interval_records', kind: 'int', dflt: 100_000 },
+  { path: 'cluster.snapshots_kept', kind: 'int', dflt: 2 },
 ];
 
 const ENV_PREFIX = 'KEEL_';
@@ -529,7 +538,7 @@ function clusterConfig(v: <T>(path: string) => T): ClusterConfig | undefined {
   if (rf < 1 || isr < 1 || isr > rf) throw new KeelError('RT0002', `keys 'cluster.replication_factor' (${rf}) and 'cluster.min_insync_replicas' (${isr}): both at least 1, and min_insync_replicas at most replication_factor`);
   const bound = splitAddress(v<string>('ingress.bind_address')).host;
   const advertised = v<string | undefined>('cluster.advertised_host') ?? (bound === '0.0.0.0' || bound === '::' ? hostname() : bound);
-  return { node_name: node, advertised_host: advertised, session_timeout_ms: v<number>('cluster.session_timeout'), brokers: list, log_topic: topic, replication_factor: rf, min_insync_replicas: isr, transactional: v<boolean>('cluster.transactional') };
+  return { node_name: node, advertised_host: advertised, session_timeout_ms: v<number>('cluster.session_timeout'), brokers: list, log_topic: topic, replication_factor: rf, min_insync_replicas: isr, transactional: v<boolean>('cluster.transactional'), ...snapshotConfig(v) };
 }
 
 /** A token travels in an HTTP header: visible ASCII only. */
@@ -569,4 +578,9 @@ export function splitAddress(address: string): { host: string; port: number } {
   const i = address.lastIndexOf(':');
   const host = address.slice(0, i).replace(/^\[|\]$/g, '');
   return { host, port: Number(address.slice(i + 1)) };
+}
+
+function snapshotConfig(v: <T>(path: string) => T): Pick<ClusterConfig, 'snapshot_path' | 'snapshot_interval_records' | 'snapshots_kept'> {
+  const path = v<string | undefined>('cluster.snapshot_path');
+  return { snapshot_path: path === undefined || path === '' ? undefined : resolvePath(path), snapshot_interval_records: v<number>('cluster.snapshot_interval_records'), snapshots_kept: v<number>('cluster.snapshots_kept') };
 }

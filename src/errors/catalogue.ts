@@ -241,6 +241,9 @@ const entries = [
   { code: 'KEEL0803', title: 'No active node', status: 503,
     condition: 'This node of the cluster stands by and forwards requests to the active node, and none is active yet (a failover is under way, or the cluster is starting), or the active node cannot be reached.',
     remedy: 'Retry in a moment; GET /cluster on any node says which node is active.' },
+  { code: 'KEEL0804', title: 'Partition snapshot failed', status: 500,
+    condition: "A partition's snapshot could not be written to, read from or restored out of cluster.snapshot_path, or a node's copy of a partition ends below the start of its trimmed Kafka log and no snapshot reaches the log. Until a snapshot is written the Kafka log is not trimmed further; a node that cannot restore does not take the partition.",
+    remedy: 'Check that cluster.snapshot_path is the same shared directory on every node, writable and with space, and that its files are intact.' },
 ] as const satisfies readonly CodeEntry[];
 
 /** Every stable code. */

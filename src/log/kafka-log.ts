@@ -15,10 +15,12 @@
 import type { Admin, Kafka, Message, Producer } from 'kafkajs';
 import { KAFKA_RETRY, loadKafkajs } from './kafkajs.js';
 import { assert } from '../common/assert.js';
+import { KeelError } from '../errors/index.js';
 import type { Logger } from '../common/logger.js';
 import type { GroupWriter } from '../storage/group-writer.js';
 import type { Db, StateWrite } from '../storage/store.js';
 import { logTable, type LogCursor } from '../storage/tables/log.js';
+import { restorePartition, type SnapshotStore } from '../storage/snapshots.js';
 import { judge, type EpochState, type LogEntry } from './epochs.js';
 import { KafkaPartitionReader, type KafkaRecord } from './kafka-reader.js';
 import type { PartitionLog } from './partition-log.js';
@@ -39,6 +41,8 @@ export interface KafkaLogSettings {
    * 40-320 ms an append, against ~4 ms without).
    */
   transactional: boolean;
+  /** Snapshots of the partitions shared by the nodes: a copy that ends below the log's start is restored from the newest. */
+  snapshots?: SnapshotStore;
 }
 
 /** This node no longer leads the partition (another announced a later epoch): its appends are void. */
@@ -82,12 +86,20 @@ export class KafkaLogClient {
     this.reader = new KafkaPartitionReader(this.kafka, settings.topic);
   }
 
+  private async connectedAdmin(): Promise<Admin> {
+    if (this.admin === undefined) {
+      const admin = this.kafka.admin();
+      await admin.connect();
+      this.admin = admin;
+    }
+    return this.admin;
+  }
+
   /** Creates the log topic when it is missing; refuses one with fewer partitions than Keel has. */
   async ensureTopic(): Promise<void> {
     const s = this.settings;
-    this.admin ??= this.kafka.admin();
-    await this.admin.connect();
-    await this.admin.createTopics({
+    const admin = await this.connectedAdmin();
+    await admin.createTopics({
       waitForLeaders: true,
       topics: [{ topic: s.topic, numPartitions: s.partitions, replicationFactor: s.replication_factor, configEntries: [
         { name: 'min.insync.replicas', value: String(s.min_insync_replicas) },
@@ -99,9 +111,42 @@ export class KafkaLogClient {
         { name: 'max.message.bytes', value: String(MAX_BATCH_BYTES) },
       ] }],
     });
-    const meta = await this.admin.fetchTopicMetadata({ topics: [s.topic] });
+    const meta = await admin.fetchTopicMetadata({ topics: [s.topic] });
     const count = meta.topics[0]?.partitions.length ?? 0;
     if (count < s.partitions) throw new Error(`the log topic ${s.topic} has ${count} partitions; Keel has ${s.partitions} (give the topic at least as many, or another name)`);
+  }
+
+  /** The first offset the partition's log still holds: 0 until it is trimmed. */
+  async logStart(partition: number): Promise<number> {
+    const offsets = await (await this.connectedAdmin()).fetchTopicOffsets(this.settings.topic);
+    const low = offsets.find((o) => o.partition === partition)?.low;
+    assert(low !== undefined, () => `the log topic ${this.settings.topic} has no partition ${partition}`);
+    return Number(low);
+  }
+
+  /** Drops the partition's records below `offset` (a snapshot covers them). */
+  async trim(partition: number, offset: number): Promise<void> {
+    await (await this.connectedAdmin()).deleteTopicRecords({ topic: this.settings.topic, partitions: [{ partition, offset: String(offset) }] });
+  }
+
+  /**
+   * Before a partition's log opens on this node: when the node's copy cannot be read on from the
+   * log (it never had the partition, or the log was trimmed past its cursor), loads the newest
+   * snapshot, which the log continues. A copy the log continues is kept as it is.
+   */
+  async restoreIfBehind(db: Db, partition: number): Promise<void> {
+    const cursor = await logTable.readCursor(db, partition);
+    const start = await this.logStart(partition);
+    if (cursor !== undefined && cursor.offset >= start) return;
+    const store = this.settings.snapshots;
+    const newest = store === undefined ? undefined : (await store.list(partition)).at(-1);
+    if (store === undefined || newest === undefined || newest.cursor.offset < start) {
+      if (start === 0) return; // nothing trimmed: the log is read from its first record
+      throw new KeelError('KEEL0804', `partition ${partition}: its log starts at offset ${start}, this node's copy ends at ${cursor?.offset ?? 'nothing'}, and no snapshot reaches the log (newest: ${newest?.cursor.offset ?? 'none'})`, 500);
+    }
+    const started = performance.now();
+    const { keys } = await restorePartition(db, newest, store);
+    this.logger.info({ partition, snapshot: newest.name, offset: newest.cursor.offset, position: newest.cursor.position, keys, log_start: start, took_ms: Math.round(performance.now() - started) }, 'partition restored from a snapshot; the log continues it');
   }
 
   /** The producer of one Keel partition: idempotent, and transactional (its id the partition's, on every node) where configured. */
@@ -163,6 +208,7 @@ export class KafkaLog implements PartitionLog {
   }
 
   static async open(db: Db, partition: number, writer: GroupWriter, client: KafkaLogClient): Promise<KafkaLog> {
+    await client.restoreIfBehind(db, partition);
     const applied = await logTable.readApplied(db, partition);
     const cursor = (await logTable.readCursor(db, partition)) ?? { offset: 0, epoch: 0, position: 0 };
     if (cursor.position !== applied) throw new Error(`partition ${partition}: the store applied position ${applied}, its Kafka cursor says ${cursor.position} (a store written by the embedded log?)`);

@@ -4,7 +4,6 @@
 import { decodeCommand } from '../log/commands.js';
 import type { KafkaLog } from '../log/kafka-log.js';
 import type { PartitionLog } from '../log/partition-log.js';
-import type { GroupWriter } from '../storage/group-writer.js';
 import type { Db, StateWrite } from '../storage/store.js';
 import type { Logger } from '../common/logger.js';
 import { fold } from './fold/index.js';
@@ -45,7 +44,9 @@ export async function foldRead(
 
 /**
  * Keeps this node's store of one partition in step with its log while another node leads it.
- * `stop` resolves once what was read is written: the store is then ready for `lead`.
+ * `stop` resolves once what was read is written: the store is then ready for `lead`. When the
+ * leader trims the log past what this node read (it was paused longer than two snapshot
+ * intervals), `reopen` opens the log again, which restores the newest snapshot first.
  */
 export class PartitionFollower {
   private stopping = false;
@@ -53,18 +54,26 @@ export class PartitionFollower {
 
   constructor(
     db: Db,
-    writer: GroupWriter,
-    private readonly log: KafkaLog,
+    private log: KafkaLog,
+    reopen: () => Promise<KafkaLog>,
     state_cache_bytes: number | undefined,
     logger: Logger,
   ) {
     this.done = (async () => {
-      const state = await loadState(db, log.partition, state_cache_bytes);
-      // Each round reads to the end of the log and writes what it folded.
-      while (!this.stopping) await foldRead(log, log.readNew(), state);
+      while (!this.stopping) {
+        const state = await loadState(db, this.log.partition, state_cache_bytes);
+        try {
+          // Each round reads to the end of the log and writes what it folded.
+          while (!this.stopping) await foldRead(this.log, this.log.readNew(), state);
+        } catch (err) {
+          if ((err as { type?: unknown }).type !== 'OFFSET_OUT_OF_RANGE' || this.stopping) throw err;
+          logger.info({ partition: this.log.partition, applied_position: this.log.applied_position }, 'the log was trimmed past what this node followed; restoring the newest snapshot');
+          this.log = await reopen();
+        }
+      }
     })().catch((err: unknown) => {
       // The next leader reads from what was written: following is an optimisation, never needed.
-      logger.warn({ err, code: 'KEEL0801', partition: log.partition }, 'following the partition log failed; the node catches up when it takes the lead');
+      logger.warn({ err, code: 'KEEL0801', partition: this.log.partition }, 'following the partition log failed; the node catches up when it takes the lead');
     });
   }
 
