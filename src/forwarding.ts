@@ -6,7 +6,9 @@
 import http from 'node:http';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from './common/logger.js';
-import { catalogue } from './errors/index.js';
+import { catalogue, KeelError, type ErrorCode } from './errors/index.js';
+import type { PgQueries } from './admin/pgwire.js';
+import { PG_ANSWER_TYPE } from './admin/routes/query.js';
 
 const FORWARDED = 'x-keel-forwarded-by';
 /** Answered by the node asked, never forwarded. */
@@ -62,4 +64,55 @@ function forward(req: http.IncomingMessage, res: http.ServerResponse, base: stri
   res.on('close', () => {
     if (!res.writableFinished) upstream.destroy();
   });
+}
+
+/**
+ * The SQL of a standby's pg clients (9071), answered by the active node: its admin API runs the
+ * query and sends the rows as the wire protocol carries them, which this node relays. The
+ * client authenticated here; the active node is asked with this node's admin token.
+ */
+export function routePgQueries(engine: PgQueries, route: Route, node: string, admin_token: string | undefined): PgQueries {
+  return {
+    async query(sql, format, opts = {}) {
+      const to = route();
+      if (to === 'local') return engine.query(sql, format, opts);
+      if (to === undefined) throw new KeelError('KEEL0803', `no node of the cluster is active yet (asked: ${node}); retry in a moment`);
+      let res: Response;
+      try {
+        res = await fetch(new URL('/query', to), {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', accept: PG_ANSWER_TYPE, [FORWARDED]: node, ...(admin_token !== undefined ? { authorization: `Bearer ${admin_token}` } : {}) },
+          body: JSON.stringify({ query: sql, ...(opts.params !== undefined ? { params: opts.params } : {}) }),
+          ...(opts.signal !== undefined ? { signal: opts.signal } : {}),
+        });
+      } catch (err) {
+        throw new KeelError('KEEL0803', `the active node (${new URL(to).origin}) cannot be reached from ${node}: ${(err as Error).message}; retry in a moment`, undefined, { cause: err });
+      }
+      if (res.status !== 200) throw refusal(res.status, await res.text());
+      const bytes = new Uint8Array(await res.arrayBuffer());
+      const headBytes = Number(res.headers.get('x-keel-head-bytes') ?? 0);
+      const rest = bytes.subarray(headBytes);
+      return {
+        rows: Number(res.headers.get('x-keel-rows') ?? 0),
+        ...(headBytes > 0 ? { head: bytes.subarray(0, headBytes) } : {}),
+        body: (async function* () {
+          if (rest.length > 0) yield rest;
+        })(),
+      };
+    },
+  };
+}
+
+/** The active node's error answer as the error it was there (its code, so pg clients get the same SQLSTATE). */
+function refusal(status: number, text: string): KeelError {
+  let code: string | undefined;
+  let message = text;
+  try {
+    const body = JSON.parse(text) as { restate_code?: string; code?: unknown; message?: string };
+    code = body.restate_code ?? (typeof body.code === 'string' ? body.code : undefined);
+    message = (body.message ?? text).replace(/^\[[A-Z]+[0-9]+\] /, '');
+  } catch {
+    // not JSON: a proxy's page; said as it came
+  }
+  return code !== undefined && catalogue.has(code) ? new KeelError(code as ErrorCode, message, status) : new KeelError('KEEL0803', `the active node answered ${status}: ${message}`);
 }

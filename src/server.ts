@@ -15,7 +15,7 @@ import { ClusterNode, type Follower } from './cluster-node.js';
 import { PartitionFollower } from './partition/catch-up.js';
 import { Snapshotter } from './partition/snapshotter.js';
 import { GroupWriter } from './storage/group-writer.js';
-import { forwardWhenStandby } from './forwarding.js';
+import { forwardWhenStandby, routePgQueries } from './forwarding.js';
 import { KafkaLog, type KafkaLogClient } from './log/kafka-log.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
 import { upgradeWorkerStore } from './storage/upgrade.js';
@@ -106,7 +106,8 @@ export class KeelServer {
       let pgsql: PgServer;
       try {
         await listen(admin, config.admin.bind_address, 'admin');
-        pgsql = await startPgServer(config.admin.query_engine, engine, logger);
+        const sql = cluster === undefined ? engine : routePgQueries(engine, cluster.route('admin'), cluster.self.node, config.admin.auth_tokens[0]);
+        pgsql = await startPgServer(config.admin.query_engine, sql, logger);
       } catch (err) {
         await Promise.allSettled([ingress.close(), admin.close()]);
         throw err;

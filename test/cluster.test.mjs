@@ -6,6 +6,7 @@ import t from 'tap';
 import fs from 'node:fs';
 import path from 'node:path';
 import * as restate from '@restatedev/restate-sdk';
+import pg from 'pg';
 import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
 import { startKeel, serveServices, register, ingress, eventually, tempDir, adminCall as admin } from './helpers/keel.mjs';
 
@@ -160,6 +161,22 @@ t.test('standbys forward to the active node and follow the metadata; a SIGKILLed
   await register(b, endpoint);
   const first = await ingress(c, '/Steps/run', { id: 'via-c' });
   t.same([first.status, first.body], [200, 'done via-c'], 'a call to a standby is answered by the active node');
+  // SQL on a standby's 9071: the active node answers for the cluster, errors keep their SQLSTATE.
+  const pgOf = async (keel) => {
+    const client = new pg.Client({ host: keel.pgsql.host, port: keel.pgsql.port, user: 'keel', database: 'keel' });
+    client.on('error', () => {}); // its node is SIGKILLed below
+    await client.connect();
+    t.teardown(() => client.end().catch(() => {}));
+    return client;
+  };
+  const [pgA, pgC] = [await pgOf(a), await pgOf(c)];
+  const sql = 'SELECT target_service_name AS service, status FROM sys_invocation WHERE target_service_name = $1';
+  await eventually(async () => (await pgC.query(sql, ['Steps'])).rows.length === 1);
+  t.same((await pgC.query(sql, ['Steps'])).rows, [{ service: 'Steps', status: 'completed' }], "psql on a standby sees the active node's invocations");
+  const wrong = async (client) => client.query('SELECT nope FROM sys_invocation').then(() => undefined, (err) => [err.code, err.message]);
+  const [wrongA, wrongC] = [await wrong(pgA), await wrong(pgC)];
+  t.ok(wrongC !== undefined, `a bad query on the standby is an error: ${wrongC}`);
+  t.same(wrongC, wrongA, 'with the SQLSTATE and message the active node gives');
   const { json: view } = await admin(a, 'GET', '/cluster');
   t.same(view.partitions.map((p) => p.leader_epoch), [1, 1, 1, 1], 'a leads the four partitions in epoch 1');
   t.ok(view.partitions.every((p) => Number.isSafeInteger(p.applied_position)) && view.partitions.some((p) => p.applied_position >= 1), `with their log positions (${view.partitions.map((p) => p.applied_position)})`);

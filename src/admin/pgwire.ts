@@ -11,7 +11,12 @@ import { loadPackage } from '../common/load-package.js';
 import { splitAddress, type QueryEngineConfig } from '../config/index.js';
 import { KeelError } from '../errors/index.js';
 import { SERVER_VERSION } from './routes/meta.js';
-import type { QueryEngine } from './query/engine.js';
+import type { Answer, QueryOptions } from './query/engine.js';
+
+/** What answers the SQL of pg clients: the query engine, or (on a cluster's standby) the active node through it. */
+export interface PgQueries {
+  query(sql: string, format: 'pg', opts?: QueryOptions): Promise<Answer>;
+}
 import {
   PG_TYPE, bindComplete, closeComplete, commandComplete, cstring, dataRow, emptyQueryResponse, errorResponse, message, noData, parameterDescription,
   parseComplete, readyForQuery, rowDescription,
@@ -111,7 +116,7 @@ class Session {
   private skipToSync = false;
   private greeted = false;
 
-  constructor(private readonly engine: QueryEngine, private readonly logger: Logger) {}
+  constructor(private readonly engine: PgQueries, private readonly logger: Logger) {}
 
   async *handle(data: Uint8Array): AsyncGenerator<Uint8Array> {
     if (!this.greeted) {
@@ -273,7 +278,7 @@ export interface PgServer {
 }
 
 /** Listens on pgsql_bind_address; RT0004 when it cannot bind. */
-export async function startPgServer(config: QueryEngineConfig, engine: QueryEngine, logger: Logger): Promise<PgServer> {
+export async function startPgServer(config: QueryEngineConfig, engine: PgQueries, logger: Logger): Promise<PgServer> {
   const log = logger.child({ component: 'pgsql' });
   const password = config.pgsql_password;
   let scram: Promise<ScramSha256Data> | undefined;
