@@ -97,6 +97,15 @@ export class ClusterNode {
    * closes the Kafka clients. Each step is bounded: kafkajs can wait out its request timeouts on
    * a broker that died and came back, while the work is to be handed over in seconds.
    */
+  private lag: LogLag | undefined;
+
+  /** Starts reading how far this node's copies are behind the logs (`appliedOffset`: a partition's cursor in the store). */
+  watchLag(appliedOffset: (partition: number) => Promise<number | undefined>): LogLag {
+    this.lag = new LogLag(this.log, appliedOffset, this.config.worker.partitions);
+    this.lag.start();
+    return this.lag;
+  }
+
   /** Stops the background work of an active node (before its partitions close). */
   async stopWork(): Promise<void> {
     const stop = this.stopActive;
@@ -106,6 +115,7 @@ export class ClusterNode {
 
   async stop(): Promise<void> {
     clearInterval(this.watch);
+    this.lag?.stop();
     await this.stopWork();
     await this.stopFollowing();
     await bounded(this.membership.stop(), STOP_STEP_MS);
@@ -190,5 +200,56 @@ export class ClusterNode {
     this.following = undefined;
     this.followers = [];
     await Promise.all((followers ?? []).map((f) => f.stop()));
+  }
+}
+
+/** How often the lag of this node's copies behind the logs is read for /metrics. */
+const LAG_REFRESH_MS = 5_000;
+
+export interface PartitionLag {
+  partition: number;
+  /** The end of the partition's log in Kafka (the offset its next record gets). */
+  log_end_offset: number;
+  /** Where this node's copy ends in the log (the next offset it reads). */
+  applied_offset: number;
+  /** Offsets between the two: records (commands, announcements) this node has not applied yet. */
+  lag_offsets: number;
+}
+
+/** How far this node's copy of each partition is behind its log: read on GET /cluster, and every LAG_REFRESH_MS for /metrics. */
+export class LogLag {
+  private last: PartitionLag[] = [];
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly log: KafkaLogClient,
+    /** The next offset this node's copy of the partition reads (its cursor in the store). */
+    private readonly appliedOffset: (partition: number) => Promise<number | undefined>,
+    private readonly partitions: number,
+  ) {}
+
+  get current(): readonly PartitionLag[] {
+    return this.last;
+  }
+
+  async refresh(): Promise<PartitionLag[]> {
+    const ends = await this.log.logEnds();
+    this.last = await Promise.all(
+      Array.from({ length: this.partitions }, async (_, partition) => {
+        const log_end_offset = ends[partition] ?? 0;
+        const applied_offset = (await this.appliedOffset(partition)) ?? 0;
+        return { partition, log_end_offset, applied_offset, lag_offsets: Math.max(0, log_end_offset - applied_offset) };
+      }),
+    );
+    return this.last;
+  }
+
+  start(): void {
+    this.timer = setInterval(() => void this.refresh().catch(() => undefined), LAG_REFRESH_MS);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
   }
 }

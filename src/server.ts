@@ -20,6 +20,7 @@ import { KafkaLog, type KafkaLogClient } from './log/kafka-log.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
 import { upgradeWorkerStore } from './storage/upgrade.js';
 import { openWorkerStore, type Db } from './storage/store.js';
+import { logTable } from './storage/tables/log.js';
 import { SubscriptionManager } from './subscriptions/manager.js';
 import { directorySize_bytes } from './telemetry/disk.js';
 import { createTracing, KeelMetrics, type Telemetry } from './telemetry/index.js';
@@ -204,8 +205,13 @@ function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, met
   const node = new ClusterNode(config, cluster, logger.child({ component: 'cluster' }), activate, deposed, stopped, follow);
   forwardWhenStandby(servers.ingress, node.route('ingress'), cluster.node_name, logger);
   forwardWhenStandby(servers.admin, node.route('admin'), cluster.node_name, logger);
-  servers.admin.get('/cluster', async () => node.status((p) => worker.processors[p]?.applied_position));
-  metrics.sampleCluster(() => node.sample());
+  const lag = node.watchLag(async (p) => (await logTable.readCursor(db, p))?.offset);
+  servers.admin.get('/cluster', async () => {
+    const status = node.status((p) => worker.processors[p]?.applied_position);
+    const lags = await lag.refresh().catch(() => lag.current);
+    return { ...status, partitions: status.partitions.map((p) => ({ ...p, ...lags[p.partition] })) };
+  });
+  metrics.sampleCluster(() => ({ ...node.sample(), lag: lag.current.map((l) => [l.partition, l.lag_offsets] as [number, number]) }));
   return node;
 }
 

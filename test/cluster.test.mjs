@@ -192,6 +192,12 @@ t.test('standbys forward to the active node and follow the metadata; a SIGKILLed
     return true;
   });
   t.pass(`c follows the partition logs while it stands by: its store applied what a appended (${await positions(c)})`);
+  for (const keel of [a, c]) {
+    const { partitions } = (await admin(keel, 'GET', '/cluster')).json;
+    t.ok(partitions.every((p) => p.log_end_offset > 0 && p.applied_offset === p.log_end_offset && p.lag_offsets === 0), `GET /cluster: no lag behind the logs (${partitions.map((p) => `${p.applied_offset}/${p.log_end_offset}`)})`);
+  }
+  await eventually(async () => /^keel_partition_log_lag_offsets\{partition="3"\} 0$/m.test(await scrape(c)));
+  t.pass("and /metrics gives each partition's lag");
 
   // Load through b and c while a is SIGKILLed: adds with idempotency keys, retried until answered.
   let stop = false;

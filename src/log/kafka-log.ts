@@ -124,6 +124,14 @@ export class KafkaLogClient {
     return Number(low);
   }
 
+  /** The end of each partition's log (Kafka's high watermark: the offset the next record gets), by partition. */
+  async logEnds(): Promise<number[]> {
+    const offsets = await (await this.connectedAdmin()).fetchTopicOffsets(this.settings.topic);
+    const ends: number[] = [];
+    for (const o of offsets) ends[o.partition] = Number(o.high);
+    return ends;
+  }
+
   /** Drops the partition's records below `offset` (a snapshot covers them). */
   async trim(partition: number, offset: number): Promise<void> {
     await (await this.connectedAdmin()).deleteTopicRecords({ topic: this.settings.topic, partitions: [{ partition, offset: String(offset) }] });
@@ -240,8 +248,20 @@ export class KafkaLog implements PartitionLog {
     // Without its offset, to the end: acknowledged (acks=all), the announcement is below it.
     yield* this.readToEnd(at === undefined ? 0 : at + 1);
     if (this.seen.epoch !== epoch) throw new LeadershipLostError(`partition ${this.partition}: another node announced epoch ${this.seen.epoch} before this node's ${epoch}`);
+    await this.skipRead();
     this.leading_epoch = epoch;
     this.client.epochs.set(this.partition, epoch);
+  }
+
+  /**
+   * When everything read since the last write held no command to fold (announcements, commit
+   * markers, dropped writes), moves the stored cursor past it: the node's copy then ends where
+   * the log does (GET /cluster shows no lag), and the next start does not read it again.
+   */
+  private async skipRead(): Promise<void> {
+    if (this.seen.position !== this.applied.position || this.seen.offset === this.applied.offset) return;
+    this.applied = { ...this.seen };
+    await this.persist([], this.applied);
   }
 
   /**
@@ -249,9 +269,10 @@ export class KafkaLog implements PartitionLog {
    * there). For a node that follows a partition another node leads: `advance` writes what the
    * caller folded.
    */
-  readNew(): AsyncGenerator<[position: number, record: Buffer]> {
+  async *readNew(): AsyncGenerator<[position: number, record: Buffer]> {
     assert(this.leading_epoch === 0, () => `partition ${this.partition}: readNew() while leading epoch ${this.leading_epoch}`);
-    return this.readToEnd();
+    yield* this.readToEnd();
+    await this.skipRead();
   }
 
   /** Records read by `lead` are folded through `position`: their state writes go to the store with the cursor. */

@@ -168,12 +168,17 @@ export class KeelMetrics {
   }
 
   /** In a cluster: this node's role, the members it sees, and the epoch it leads each partition in. */
-  sampleCluster(source: () => { active: boolean; members: number; epochs: ReadonlyArray<[partition: number, epoch: number]> }): void {
+  sampleCluster(source: () => { active: boolean; members: number; epochs: ReadonlyArray<[partition: number, epoch: number]>; lag: ReadonlyArray<[partition: number, offsets: number]> }): void {
     this.register(new SampledGauge('keel_cluster_node_active', 'Whether this node is the active node of its cluster (1) or stands by (0)', () => [[{}, source().active ? 1 : 0]]));
     this.register(new SampledGauge('keel_cluster_members', 'Nodes in the cluster, as this node last saw its group', () => [[{}, source().members]]));
     this.register(
       new SampledGauge('keel_partition_leader_epoch', 'The leader epoch this node leads each partition in (absent: it does not lead it)', () =>
         source().epochs.map(([partition, epoch]): [Labels, number] => [{ partition: String(partition) }, epoch]),
+      ),
+    );
+    this.register(
+      new SampledGauge('keel_partition_log_lag_offsets', "Offsets of each partition's Kafka log this node's copy has not applied yet (read every 5 s)", () =>
+        source().lag.map(([partition, offsets]): [Labels, number] => [{ partition: String(partition) }, offsets]),
       ),
     );
   }
