@@ -59,7 +59,7 @@ export class KeelServer {
     const phase = (name: string) => (phases_ms[name] = Math.round(performance.now()));
     // The store opens (after a crash, LevelDB replays its write-ahead log on the thread pool)
     // while the registry opens and the routes are built; the partitions load once it is open.
-    const opening = openWorkerStore(config.worker.storage_db.path, { block_cache_bytes: config.worker.storage_db.block_cache_size_bytes, upgrade: upgradeWorkerStore });
+    const opening = openWorkerStore(config.worker.storage_db.path, { block_cache_bytes: config.worker.storage_db.block_cache_size_bytes, max_open_files: config.worker.storage_db.max_open_files, upgrade: upgradeWorkerStore });
     opening.catch(() => {}); // awaited below, or closed when the start fails before that
     let db: Db | undefined;
     let registry: Registry | undefined;

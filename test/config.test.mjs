@@ -284,7 +284,9 @@ t.test('the server runs on the system Node (20) and serves the Greeter', async (
   // its dynamic-import callback, and the packages loaded on first use (prom-client, pg-gateway,
   // @fastify/send) must still load.
   const bundleDir = path.join(root, 'dist/bundle');
-  const cached = () => fs.readdirSync(bundleDir).some((f) => f.startsWith(`keel.cjs.${version}.`) && f.endsWith('.v8cache'));
+  // The cache of this bundle (its size and time name it): one of an earlier build may be there too.
+  const bundle = fs.statSync(path.join(bundleDir, 'keel.cjs'));
+  const cached = () => fs.existsSync(path.join(bundleDir, `keel.cjs.${version}.${bundle.size}.${Math.round(bundle.mtimeMs)}.v8cache`));
   for (const deadline = Date.now() + 15_000; !cached() && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 200));
   t.ok(cached(), `a code cache for ${version} was written`);
   await keel.stop();

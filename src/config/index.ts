@@ -78,6 +78,8 @@ export interface Config {
       state_cache_size_bytes: number;
       /** The store's own cache of uncompressed blocks (LevelDB's block cache). */
       block_cache_size_bytes: number;
+      /** Table files LevelDB keeps open, each with its index and bloom filter in memory (its table cache). */
+      max_open_files: number;
     };
     invoker: {
       inactivity_timeout_ms: number;
@@ -166,6 +168,7 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'worker.storage_db.log_retained_records', kind: 'count', dflt: 100_000 },
   { path: 'worker.storage_db.state_cache_size', kind: 'size', dflt: 128 * 1024 * 1024 },
   { path: 'worker.storage_db.block_cache_size', kind: 'size', dflt: 64 * 1024 * 1024 },
+  { path: 'worker.storage_db.max_open_files', kind: 'int', dflt: 200 },
   { path: 'worker.invoker.inactivity_timeout', kind: 'timeout', dflt: 60_000 },
   { path: 'worker.invoker.abort_timeout', kind: 'timeout', dflt: 600_000 },
   { path: 'worker.invoker.message_size_limit', kind: 'size', dflt: 32 * 1024 * 1024 },
@@ -488,6 +491,7 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
         log_retained_records: v<number>('worker.storage_db.log_retained_records'),
         state_cache_size_bytes: v<number>('worker.storage_db.state_cache_size'),
         block_cache_size_bytes: v<number>('worker.storage_db.block_cache_size'),
+        max_open_files: v<number>('worker.storage_db.max_open_files'),
       },
       invoker: {
         inactivity_timeout_ms: v<number>('worker.invoker.inactivity_timeout'),
