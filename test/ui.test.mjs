@@ -8,13 +8,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as restate from '@restatedev/restate-sdk';
-import { chromium } from 'playwright-core';
+import { launch, newPage } from './helpers/browser.mjs';
 import { adminCall, eventually, ingress, query, serveServices, startKeel, tempDir } from './helpers/keel.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const ARTIFACTS = path.join(here, 'artifacts', 'ui');
 fs.mkdirSync(ARTIFACTS, { recursive: true });
-const CHROMIUM = process.env.KEEL_CHROMIUM ?? '/usr/bin/chromium';
 
 // ---- services ----------------------------------------------------------------------------------
 
@@ -87,36 +86,6 @@ const Signup = restate.workflow({
     },
   },
 });
-
-// ---- browser -----------------------------------------------------------------------------------
-
-async function launch(t) {
-  if (!fs.existsSync(CHROMIUM)) throw new Error(`no chromium at ${CHROMIUM}: apt-get install -y chromium (or set KEEL_CHROMIUM)`);
-  const browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
-  t.teardown(() => browser.close());
-  return browser;
-}
-
-async function newPage(browser, t, viewport = { width: 1360, height: 900 }) {
-  const context = await browser.newContext({ viewport, acceptDownloads: true });
-  const page = await context.newPage();
-  const problems = [];
-  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
-  page.on('console', (m) => m.type() === 'error' && !/Failed to load resource/.test(m.text()) && problems.push(`console: ${m.text()}`));
-  page.on('requestfailed', (r) => {
-    // Only the admin origin may be asked for anything: the UI works offline, no CDN.
-    if (!r.url().startsWith('http://127.0.0.1')) problems.push(`request outside the admin origin: ${r.url()}`);
-  });
-  page.on('request', (r) => {
-    const u = r.url();
-    if (!u.startsWith('http://127.0.0.1') && !u.startsWith('data:') && !u.startsWith('blob:')) problems.push(`request outside the admin origin: ${u}`);
-  });
-  t.teardown(() => context.close());
-  return { page, problems };
-}
 
 const shot = (page, name) => page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: true });
 
@@ -489,6 +458,12 @@ t.test('admin UI', async (t) => {
     await page.locator('#sql-run').click();
     await page.locator('.error-box').waitFor();
     t.match(await page.locator('.error-box').innerText(), /Query failed/);
+  });
+
+  await t.test('the cluster page of a node that runs alone', async (t) => {
+    await page.goto(ui('/cluster'));
+    await page.locator('#single-node').waitFor();
+    t.match(await page.locator('#single-node').innerText(), /runs alone/, 'says so, and how to make it a node of a cluster');
   });
 
   await t.test('narrow screen', async (t) => {

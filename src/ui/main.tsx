@@ -12,6 +12,7 @@ import { PromisesPage } from './pages/promises';
 import { SubscriptionsPage } from './pages/subscriptions';
 import { SqlPage } from './pages/sql';
 import { ErrorPage, ErrorsIndexPage } from './pages/errors';
+import { ClusterPage } from './pages/cluster';
 import './style.css';
 
 const NAV: Array<[path: string, label: string]> = [
@@ -23,6 +24,7 @@ const NAV: Array<[path: string, label: string]> = [
   ['/subscriptions', 'Subscriptions'],
   ['/sql', 'SQL'],
   ['/errors', 'Errors'],
+  ['/cluster', 'Cluster'],
 ];
 
 function route(path: string, query: URLSearchParams) {
@@ -37,6 +39,7 @@ function route(path: string, query: URLSearchParams) {
   if (path === '/subscriptions') return { title: 'Subscriptions', page: <SubscriptionsPage /> };
   if (path === '/sql') return { title: 'SQL', page: <SqlPage query={query} /> };
   if (path === '/errors') return { title: 'Errors', page: <ErrorsIndexPage /> };
+  if (path === '/cluster') return { title: 'Cluster', page: <ClusterPage /> };
   if ((m = match('/errors/:code', path))) return { title: m.code!, page: <ErrorPage key={m.code} code={m.code!} /> };
   return {
     title: 'Not found',
