@@ -1,13 +1,14 @@
 // Snapshots and log trimming in a cluster, on a real Apache Kafka cluster (3 brokers, KRaft, on
 // loopback) and a snapshot directory the nodes share: the active node snapshots each partition
 // every 25 records and trims the Kafka log below the oldest of the 2 kept; a node with an empty
-// disk starts from the newest snapshot (the log no longer holds the start) and takes over after
-// a SIGKILL with every object's state and every completed call intact; a rebuild from snapshot +
-// log equals the leader's store.
+// disk starts from the newest snapshot (the log no longer holds the start), restores again when
+// it was paused while the log was trimmed past it, and takes over after a SIGKILL with every
+// object's state and every completed call intact; a rebuild from snapshot + log equals the
+// leader's store.
 import t from 'tap';
 import path from 'node:path';
-import * as restate from '@restatedev/restate-sdk';
 import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
+import { counter, stepRuns, steps } from './services/cluster-services.mjs';
 import { startKeel, serveServices, register, ingress, eventually, tempDir, adminCall as admin } from './helpers/keel.mjs';
 import { openWorkerStore } from '../dist/storage/store.js';
 import { GroupWriter } from '../dist/storage/group-writer.js';
@@ -20,28 +21,8 @@ import { silentLogger } from '../dist/common/logger.js';
 
 const kafka = await startKafkaCluster(t, { brokers: 3 });
 const PARTITIONS = 2;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-const stepRuns = new Map();
-const steps = restate.service({
-  name: 'Steps',
-  handlers: {
-    run: async (ctx, { id }) => {
-      await ctx.run('step', () => void stepRuns.set(id, (stepRuns.get(id) ?? 0) + 1));
-      return `done ${id}`;
-    },
-  },
-});
-const counter = restate.object({
-  name: 'Counter',
-  handlers: {
-    add: async (ctx, n) => {
-      const next = ((await ctx.get('count')) ?? 0) + n;
-      ctx.set('count', next);
-      return next;
-    },
-    get: restate.handlers.object.shared(async (ctx) => (await ctx.get('count')) ?? 0),
-  },
-});
 const endpoint = await serveServices(t, [steps, counter]);
 
 function node(t, name, topic, snapshots) {
@@ -91,7 +72,7 @@ t.test('snapshots trim the log; a node with an empty disk starts from them and t
   const store = new DirectorySnapshotStore(shared);
   const snapshotsOf = () => Promise.all(Array.from({ length: PARTITIONS }, (_, p) => store.list(p)));
   let sum = 0;
-  for (let round = 0; round < 8; round++) {
+  const loadRound = async (round) => {
     const calls = await Promise.all(Array.from({ length: 10 }, (_, i) => ingress(a, '/Steps/run', { id: `s-${round}-${i}` }, { 'idempotency-key': `s-${round}-${i}` })));
     t.same(calls.map((c) => c.status), Array(10).fill(200));
     for (const key of ['k1', 'k2', 'k3']) {
@@ -99,6 +80,9 @@ t.test('snapshots trim the log; a node with an empty disk starts from them and t
       t.equal(res.status, 200);
     }
     sum += round + 1;
+  };
+  for (let round = 0; round < 8; round++) {
+    await loadRound(round);
     if (round === 3) {
       await eventually(async () => (await snapshotsOf()).every((s) => s.length === 1), { timeout_ms: 30_000 });
       t.same(await logStarts(client), Array(PARTITIONS).fill(0), 'one snapshot each: the log is not trimmed yet (no spare)');
@@ -120,22 +104,41 @@ t.test('snapshots trim the log; a node with an empty disk starts from them and t
   const restored = b.logs().split('\n').filter((l) => l.includes('partition restored from a snapshot')).map((l) => JSON.parse(l).partition);
   t.same([...new Set(restored)].sort(), [0, 1], 'b restored both partitions from snapshots');
 
+  // b paused while a goes on: the log is trimmed past what b followed; resumed, b restores the
+  // newest snapshot and follows on from it.
+  await eventually(async () => (await admin(b, 'GET', '/cluster')).json.partitions.every((p) => p.lag_offsets === 0));
+  const followed = (await admin(b, 'GET', '/cluster')).json.partitions.map((p) => p.applied_offset);
+  b.proc.kill('SIGSTOP');
+  // Two more snapshots of each partition past what b followed: load until the log is trimmed past it.
+  const trimmedPast = async () => (await logStarts(client)).every((start, p) => start > followed[p]);
+  let rounds = 8;
+  while (!(await trimmedPast())) {
+    if (rounds >= 40) throw new Error(`the log was not trimmed past what b followed after ${rounds} rounds`);
+    await loadRound(rounds++);
+    await sleep(500);
+  }
+  t.pass(`the log was trimmed past what b followed (${followed}; the log starts at ${await logStarts(client)})`);
+  b.proc.kill('SIGCONT');
+  await eventually(() => b.logs().includes('the log was trimmed past what this node followed'), { timeout_ms: 30_000 });
+  await eventually(async () => (await admin(b, 'GET', '/cluster')).json.partitions.every((p) => p.lag_offsets === 0), { timeout_ms: 30_000 });
+  t.pass('b restored the newest snapshots and caught up with the logs');
+
   const killedAt = Date.now();
   await a.kill('SIGKILL');
   await eventually(async () => (await role(b)) === 'active', { timeout_ms: 30_000 });
   t.comment(`b active ${Date.now() - killedAt} ms after a was SIGKILLed`);
   for (const key of ['k1', 'k2', 'k3']) {
     const res = await ingress(b, `/Counter/${key}/get`);
-    t.same([res.status, res.body], [200, sum], `${key}: the fold of its ${8} adds`);
+    t.same([res.status, res.body], [200, sum], `${key}: the fold of its ${rounds} adds`);
   }
   // Every call done on a answers on b, from state that came through a snapshot: none ran again.
-  for (let round = 0; round < 8; round++) {
+  for (let round = 0; round < rounds; round++) {
     for (let i = 0; i < 10; i++) {
       const again = await ingress(b, '/Steps/run', { id: `s-${round}-${i}` }, { 'idempotency-key': `s-${round}-${i}` });
       t.same([again.status, again.body], [200, `done s-${round}-${i}`]);
     }
   }
-  t.ok([...stepRuns.values()].every((n) => n === 1) && stepRuns.size === 80, 'each of the 80 steps ran once');
+  t.ok([...stepRuns.values()].every((n) => n === 1) && stepRuns.size === rounds * 10, `each of the ${rounds * 10} steps ran once`);
   const more = await ingress(b, '/Counter/k1/add', 100);
   t.same([more.status, more.body], [200, sum + 100], 'b goes on from the restored state');
 

@@ -7,34 +7,14 @@ import fs from 'node:fs';
 import path from 'node:path';
 import * as restate from '@restatedev/restate-sdk';
 import pg from 'pg';
+import { launch, newPage } from './helpers/browser.mjs';
 import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
+import { counter, stepRuns, steps } from './services/cluster-services.mjs';
 import { startKeel, serveServices, register, ingress, eventually, tempDir, adminCall as admin } from './helpers/keel.mjs';
 
 const kafka = await startKafkaCluster(t, { brokers: 3 });
 let topics = 0;
 
-/** Each recorded step's runs, by the id the caller gave it. */
-const stepRuns = new Map();
-const steps = restate.service({
-  name: 'Steps',
-  handlers: {
-    run: async (ctx, { id }) => {
-      await ctx.run('step', () => void stepRuns.set(id, (stepRuns.get(id) ?? 0) + 1));
-      return `done ${id}`;
-    },
-  },
-});
-const counter = restate.object({
-  name: 'Counter',
-  handlers: {
-    add: async (ctx, n) => {
-      const next = ((await ctx.get('count')) ?? 0) + n;
-      ctx.set('count', next);
-      return next;
-    },
-    get: restate.handlers.object.shared(async (ctx) => (await ctx.get('count')) ?? 0),
-  },
-});
 const flow = restate.workflow({
   name: 'Flow',
   handlers: {
@@ -70,10 +50,11 @@ const endpoint = await serveServices(t, [steps, counter, flow, waiter, ledger]);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** A Keel node of the cluster on `topic`, with its own (empty) directory; sessions of 2 s. */
-function node(t, name, topic, args = []) {
+function node(t, name, topic, args = [], env = {}) {
   return startKeel(t, {
     args,
     env: {
+      ...env,
       KEEL_CLUSTER__BROKERS: kafka.brokers.join(','),
       KEEL_CLUSTER__NODE_NAME: name,
       KEEL_CLUSTER__LOG_TOPIC: topic,
@@ -198,6 +179,17 @@ t.test('standbys forward to the active node and follow the metadata; a SIGKILLed
   }
   await eventually(async () => /^keel_partition_log_lag_offsets\{partition="3"\} 0$/m.test(await scrape(c)));
   t.pass("and /metrics gives each partition's lag");
+  // The UI's cluster page on the standby, in a real browser: the node's own view.
+  const browser = await launch(t);
+  const { page, problems } = await newPage(browser, t);
+  await page.goto(`${c.admin}/ui/cluster`);
+  await page.locator('#cluster-partitions tbody tr').nth(3).waitFor();
+  t.equal(await page.locator('#cluster-partitions tbody tr').count(), 4, 'the cluster page: one row per partition');
+  t.match(await page.locator('#cluster-node').innerText(), /c\s+Role\s+standby/, 'this node, c, stands by');
+  t.equal(await page.locator('#active-node').innerText(), 'a', 'a is active');
+  t.equal(await page.locator('#cluster-members').innerText(), 'a, b, c');
+  t.same(problems, [], 'no page errors');
+  await browser.close();
 
   // Load through b and c while a is SIGKILLed: adds with idempotency keys, retried until answered.
   let stop = false;
@@ -233,22 +225,36 @@ t.test('standbys forward to the active node and follow the metadata; a SIGKILLed
   t.equal(deployments.deployments?.length, 1, 'the new active node had followed the deployment registered through a standby');
 });
 
-t.test('an active node paused past its session is deposed: it exits when it resumes, nothing it held is lost', async (t) => {
-  const topic = `keel-${++topics}`;
-  const a = await active(await node(t, 'a', topic));
-  const b = await node(t, 'b', topic);
-  await register(a, endpoint);
-  for (let i = 0; i < 5; i++) t.equal((await call(b, '/Counter/p/add', 1, { 'idempotency-key': `p-${i}` })).status, 200);
-  a.proc.kill('SIGSTOP');
-  await active(b);
-  t.pass('b took over while a was paused');
-  for (let i = 5; i < 10; i++) t.equal((await call(b, '/Counter/p/add', 1, { 'idempotency-key': `p-${i}` })).status, 200);
-  a.proc.kill('SIGCONT');
-  const exited = await Promise.race([a.exited, sleep(20_000).then(() => 'still running')]);
-  t.same(exited, { code: 1, signal: null }, 'a exited once it saw it was deposed');
-  t.ok(a.logLines('KEEL0802').length > 0, 'and said why (KEEL0802)');
-  t.equal((await call(b, '/Counter/p/get')).body, 10, 'the state holds every add, once');
-});
+// Twice: with the epochs alone, and with Kafka's transactional producer as a second fence (the
+// new leader's producer, of the same transactional.id, fences the paused one's).
+for (const transactional of [false, true]) {
+  t.test(`an active node paused past its session is deposed: it exits when it resumes, nothing it held is lost (transactional: ${transactional})`, async (t) => {
+    const topic = `keel-${++topics}`;
+    const env = { KEEL_CLUSTER__TRANSACTIONAL: String(transactional) };
+    const a = await active(await node(t, 'a', topic, [], env));
+    const b = await node(t, 'b', topic, [], env);
+    await register(a, endpoint);
+    for (let i = 0; i < 5; i++) t.equal((await call(b, '/Counter/p/add', 1, { 'idempotency-key': `p-${i}` })).status, 200);
+    // A call on its way into a as it is paused: whatever a answers, it is applied at most once.
+    const inflight = ingress(a, '/Counter/p/add', 100, { 'idempotency-key': 'p-inflight' }).catch((err) => ({ status: 0, body: String(err) }));
+    a.proc.kill('SIGSTOP');
+    await active(b);
+    t.pass('b took over while a was paused');
+    for (let i = 5; i < 10; i++) t.equal((await call(b, '/Counter/p/add', 1, { 'idempotency-key': `p-${i}` })).status, 200);
+    a.proc.kill('SIGCONT');
+    const exited = await Promise.race([a.exited, sleep(20_000).then(() => 'still running')]);
+    t.same(exited, { code: 1, signal: null }, 'a exited once it saw it was deposed');
+    t.ok(a.logLines('KEEL0802').length > 0, 'and said why (KEEL0802)');
+    const late = await inflight;
+    t.comment(`the call in flight into a when it was paused: a answered ${late.status} ${JSON.stringify(late.body)}`);
+    const before = (await call(b, '/Counter/p/get')).body;
+    if (late.status === 200) t.equal(before, 110, 'a acknowledged the call in flight: it is in the state b holds');
+    else t.ok(before === 10 || before === 110, `a did not acknowledge it: applied once or not at all (${before})`);
+    const retried = await call(b, '/Counter/p/add', 100, { 'idempotency-key': 'p-inflight' });
+    t.equal(retried.status, 200, 'the call in flight, retried through b with its idempotency key, is answered');
+    t.equal((await call(b, '/Counter/p/get')).body, 110, 'the state holds every add once, the one in flight included');
+  });
+}
 
 /** Adds through `nodes` in turn, each with its own idempotency key, retried until answered; returns the answers' times. */
 function loadOn(key, nodes) {
