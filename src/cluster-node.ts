@@ -54,6 +54,7 @@ export class ClusterNode {
   private view: MembershipView = { active: false, leader: undefined, members: [] };
   /** Stops what activating started beside the partitions. */
   private stopActive: (() => Promise<void>) | undefined;
+  private lag: LogLag | undefined;
   readonly self: NodeInfo;
 
   constructor(
@@ -92,13 +93,6 @@ export class ClusterNode {
     await this.membership.start();
   }
 
-  /**
-   * Leaves the group (a standby is chosen at once, without waiting out this node's session) and
-   * closes the Kafka clients. Each step is bounded: kafkajs can wait out its request timeouts on
-   * a broker that died and came back, while the work is to be handed over in seconds.
-   */
-  private lag: LogLag | undefined;
-
   /** Starts reading how far this node's copies are behind the logs (`appliedOffset`: a partition's cursor in the store). */
   watchLag(appliedOffset: (partition: number) => Promise<number | undefined>): LogLag {
     this.lag = new LogLag(this.log, appliedOffset, this.config.worker.partitions);
@@ -113,6 +107,11 @@ export class ClusterNode {
     await stop?.();
   }
 
+  /**
+   * Leaves the group (a standby is chosen at once, without waiting out this node's session) and
+   * closes the Kafka clients. Each step is bounded: kafkajs can wait out its request timeouts on
+   * a broker that died and came back, while the work is to be handed over in seconds.
+   */
   async stop(): Promise<void> {
     clearInterval(this.watch);
     this.lag?.stop();
