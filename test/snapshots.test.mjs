@@ -58,6 +58,11 @@ t.test('snapshots list oldest first by log offset; writes in progress and damage
     await snapshotPartition(db, 0, store);
   }
   fs.writeFileSync(path.join(dir, 'snapshots', 'p0', '.writing-1-2.tmp'), 'half a snapshot');
+  fs.writeFileSync(path.join(dir, 'snapshots', 'p0', '.writing-3-4.tmp'), 'a write left by a node killed two hours ago');
+  const twoHoursAgo = new Date(Date.now() - 7_200_000);
+  fs.utimesSync(path.join(dir, 'snapshots', 'p0', '.writing-3-4.tmp'), twoHoursAgo, twoHoursAgo);
+  t.equal(await store.removeUnfinished(0, 3_600_000), 1, 'an unfinished write over an hour old is removed');
+  t.ok(fs.existsSync(path.join(dir, 'snapshots', 'p0', '.writing-1-2.tmp')), 'a recent one (a write in progress) stays');
   const listed = await store.list(0);
   t.same(listed.map((s) => s.cursor.offset), [9, 100, 1_000_000_000_000], 'by offset, not by name length');
 

@@ -10,6 +10,11 @@ import type { Db } from '../storage/store.js';
 
 /** How often the leader looks for partitions due a snapshot. */
 export const SNAPSHOT_CHECK_MS = 2_000;
+/**
+ * A write left unfinished this long ago is one whose writer died (a snapshot of a large partition
+ * takes seconds to minutes): its file is removed so the shared directory stays bounded.
+ */
+const UNFINISHED_AGE_MS = 3_600_000;
 
 export interface SnapshotterSettings {
   interval_records: number;
@@ -71,6 +76,8 @@ export class Snapshotter {
     // newest be unreadable, and the log must reach back to each of them.
     const trimmed_below = kept.length === this.settings.kept ? kept[0]!.cursor.offset : undefined;
     if (trimmed_below !== undefined) await this.trim(partition, trimmed_below);
+    const removed = await this.store.removeUnfinished(partition, UNFINISHED_AGE_MS);
+    if (removed > 0) this.logger.warn({ partition, removed, code: 'KEEL0804' }, 'removed snapshot files a writer left unfinished over an hour ago');
     this.logger.info({ partition, snapshot: taken.name, position: taken.cursor.position, offset: taken.cursor.offset, bytes: taken.bytes, trimmed_below, took_ms: Math.round(performance.now() - started) }, 'partition snapshot written');
   }
 }

@@ -35,11 +35,15 @@ export interface SnapshotStore {
   write(partition: number, entries: AsyncIterable<[string, Buffer]>, cursor: () => LogCursor): Promise<SnapshotInfo>;
   read(snapshot: SnapshotInfo): AsyncIterable<[string, Buffer]>;
   delete(snapshot: SnapshotInfo): Promise<void>;
+  /** Removes what writes that never finished left behind (a node killed mid-write) once older than `age_ms`; returns how many. */
+  removeUnfinished(partition: number, age_ms: number): Promise<number>;
 }
 
 /** Keys written per batch while a snapshot loads. */
 const RESTORE_BATCH_KEYS = 1_000;
 const NAME = /^o(\d{20})-e(\d{10})-p(\d{16})\.keel-snapshot$/;
+/** A snapshot being written (its name is known only once it is). */
+const TEMPORARY_PREFIX = '.writing-';
 
 export class DirectorySnapshotStore implements SnapshotStore {
   constructor(readonly root: string) {}
@@ -66,7 +70,7 @@ export class DirectorySnapshotStore implements SnapshotStore {
   async write(partition: number, entries: AsyncIterable<[string, Buffer]>, cursorOf: () => LogCursor): Promise<SnapshotInfo> {
     const dir = this.dir(partition);
     await fsp.mkdir(dir, { recursive: true });
-    const temporary = join(dir, `.writing-${process.pid}-${Date.now()}.tmp`);
+    const temporary = join(dir, `${TEMPORARY_PREFIX}${process.pid}-${Date.now()}.tmp`);
     let name: string;
     let cursor: LogCursor;
     try {
@@ -92,6 +96,20 @@ export class DirectorySnapshotStore implements SnapshotStore {
 
   async delete(snapshot: SnapshotInfo): Promise<void> {
     await fsp.rm(join(this.dir(snapshot.partition), snapshot.name), { force: true });
+  }
+
+  async removeUnfinished(partition: number, age_ms: number): Promise<number> {
+    const dir = this.dir(partition);
+    const names = await fsp.readdir(dir).catch(() => [] as string[]);
+    let removed = 0;
+    for (const name of names) {
+      if (!name.startsWith(TEMPORARY_PREFIX)) continue;
+      const stat = await fsp.stat(join(dir, name)).catch(() => undefined);
+      if (stat === undefined || Date.now() - stat.mtimeMs < age_ms) continue;
+      await fsp.rm(join(dir, name), { force: true });
+      removed += 1;
+    }
+    return removed;
   }
 }
 
