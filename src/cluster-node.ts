@@ -232,10 +232,10 @@ export class LogLag {
   }
 
   async refresh(): Promise<PartitionLag[]> {
-    const ends = await this.log.logEnds();
+    const bounds = await this.log.logBounds();
     this.last = await Promise.all(
       Array.from({ length: this.partitions }, async (_, partition) => {
-        const log_end_offset = ends[partition] ?? 0;
+        const log_end_offset = bounds[partition]?.end ?? 0;
         const applied_offset = (await this.appliedOffset(partition)) ?? 0;
         return { partition, log_end_offset, applied_offset, lag_offsets: Math.max(0, log_end_offset - applied_offset) };
       }),

@@ -10,7 +10,7 @@ import { Invoker } from './invoker/index.js';
 import { DEFAULT_ENDPOINT_CLIENT_OPTIONS, EndpointClient } from './endpoint/client.js';
 import { RequestSigner } from './endpoint/identity.js';
 import { Registry } from './metadata/registry.js';
-import { Worker } from './partition/worker.js';
+import { stateCacheBytesPerPartition, Worker } from './partition/worker.js';
 import { ClusterNode, type Follower } from './cluster-node.js';
 import { PartitionFollower } from './partition/catch-up.js';
 import { Snapshotter } from './partition/snapshotter.js';
@@ -197,7 +197,7 @@ function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, met
   };
   const follow = async (log: KafkaLogClient): Promise<Follower[]> => {
     const writer = new GroupWriter(db);
-    const cache_bytes = Math.max(1, Math.floor(config.worker.storage_db.state_cache_size_bytes / config.worker.partitions));
+    const cache_bytes = stateCacheBytesPerPartition(config);
     const open = (p: number) => KafkaLog.open(db, p, writer, log);
     const logs = await Promise.all(Array.from({ length: config.worker.partitions }, (_, p) => open(p)));
     return logs.map((l) => new PartitionFollower(db, l, () => open(l.partition), cache_bytes, logger.child({ component: 'follower' })));

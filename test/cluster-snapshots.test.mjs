@@ -156,4 +156,11 @@ t.test('snapshots trim the log; a node with an empty disk starts from them and t
   const [want, got] = [await stateOf(leader), await stateOf(rebuilt)];
   t.ok(Object.keys(want).length > 100, `${Object.keys(want).length} state keys on the leader`);
   t.same(got, want, 'snapshot + log rebuilds exactly the leader\'s state');
+
+  // Without the snapshots, a node with an empty disk cannot rebuild a trimmed log: it says so.
+  const blind = new KafkaLogClient({ ...client.settings, snapshots: undefined }, silentLogger);
+  t.teardown(() => blind.close());
+  const empty = await openWorkerStore(path.join(tempDir(t), 'empty'));
+  t.teardown(() => empty.close());
+  await t.rejects(KafkaLog.open(empty, 0, new GroupWriter(empty), blind), { code: 'KEEL0804', message: /its log starts at offset [1-9]\d*, this node's copy ends at nothing, and no snapshot reaches the log/ }, 'KEEL0804: no snapshot reaches the trimmed log');
 });

@@ -9,7 +9,7 @@ import * as restate from '@restatedev/restate-sdk';
 import pg from 'pg';
 import { launch, newPage } from './helpers/browser.mjs';
 import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
-import { counter, stepRuns, steps } from './services/cluster-services.mjs';
+import { counter, ledger, stepRuns, steps } from './services/cluster-services.mjs';
 import { startKeel, serveServices, register, ingress, eventually, tempDir, adminCall as admin } from './helpers/keel.mjs';
 
 const kafka = await startKafkaCluster(t, { brokers: 3 });
@@ -32,17 +32,6 @@ const waiter = restate.service({
       await ctx.run('publish', () => void awakeables.set(id, awakeable));
       return `woken with ${await promise}`;
     },
-  },
-});
-const ledger = restate.object({
-  name: 'Ledger',
-  handlers: {
-    add: async (ctx, input) => {
-      const items = (await ctx.get('items')) ?? [];
-      items.push(input.i);
-      ctx.set('items', items);
-    },
-    get: restate.handlers.object.shared(async (ctx) => (await ctx.get('items')) ?? []),
   },
 });
 const endpoint = await serveServices(t, [steps, counter, flow, waiter, ledger]);

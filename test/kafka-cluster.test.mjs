@@ -4,7 +4,7 @@
 import t from 'tap';
 import fs from 'node:fs';
 import path from 'node:path';
-import * as restate from '@restatedev/restate-sdk';
+import { ledger, ledgerAdds } from './services/cluster-services.mjs';
 import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
 import { startKeel, serveServices, register, tempDir, adminCall as admin, eventually } from './helpers/keel.mjs';
 
@@ -77,19 +77,7 @@ t.test('transactions fence: a second producer with the same transactional.id sto
 
 t.test('a Keel subscription on the real cluster: every record once per key order, through the SIGKILL of the broker leading a partition', async (t) => {
   await cluster.createTopic('orders', 3);
-  const seen = [];
-  const ledger = restate.object({
-    name: 'Ledger',
-    handlers: {
-      add: async (ctx, input) => {
-        const items = (await ctx.get('items')) ?? [];
-        items.push(input.i);
-        ctx.set('items', items);
-        seen.push({ key: ctx.key, i: input.i });
-      },
-      get: restate.handlers.object.shared(async (ctx) => (await ctx.get('items')) ?? []),
-    },
-  });
+  const seen = ledgerAdds;
   const file = path.join(tempDir(t), 'keel.toml');
   fs.writeFileSync(file, `[[ingress.kafka_clusters]]\nname = "real"\nbrokers = [${cluster.brokers.map((b) => JSON.stringify(b)).join(', ')}]\n`);
   const keel = await startKeel(t, { args: ['--config', file] });

@@ -59,7 +59,6 @@ const MAX_BATCH_BYTES = 96 * 1024 * 1024;
 /** Where a node's copy of a partition stands in the topic: the next offset to read and the reader's epoch state there. */
 type Cursor = LogCursor;
 
-
 /** A node's connection to the cluster's brokers, shared by its partitions' logs. */
 export class KafkaLogClient {
   readonly kafka: Kafka;
@@ -116,20 +115,22 @@ export class KafkaLogClient {
     if (count < s.partitions) throw new Error(`the log topic ${s.topic} has ${count} partitions; Keel has ${s.partitions} (give the topic at least as many, or another name)`);
   }
 
-  /** The first offset the partition's log still holds: 0 until it is trimmed. */
-  async logStart(partition: number): Promise<number> {
+  /**
+   * Where each partition's log starts (0 until it is trimmed) and ends (Kafka's high watermark:
+   * the offset its next record gets), by partition.
+   */
+  async logBounds(): Promise<Array<{ start: number; end: number }>> {
     const offsets = await (await this.connectedAdmin()).fetchTopicOffsets(this.settings.topic);
-    const low = offsets.find((o) => o.partition === partition)?.low;
-    assert(low !== undefined, () => `the log topic ${this.settings.topic} has no partition ${partition}`);
-    return Number(low);
+    const bounds: Array<{ start: number; end: number }> = [];
+    for (const o of offsets) bounds[o.partition] = { start: Number(o.low), end: Number(o.high) };
+    return bounds;
   }
 
-  /** The end of each partition's log (Kafka's high watermark: the offset the next record gets), by partition. */
-  async logEnds(): Promise<number[]> {
-    const offsets = await (await this.connectedAdmin()).fetchTopicOffsets(this.settings.topic);
-    const ends: number[] = [];
-    for (const o of offsets) ends[o.partition] = Number(o.high);
-    return ends;
+  /** The first offset the partition's log still holds. */
+  async logStart(partition: number): Promise<number> {
+    const bounds = (await this.logBounds())[partition];
+    assert(bounds !== undefined, () => `the log topic ${this.settings.topic} has no partition ${partition}`);
+    return bounds.start;
   }
 
   /** Drops the partition's records below `offset` (a snapshot covers them). */

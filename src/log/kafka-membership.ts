@@ -37,7 +37,6 @@ interface MemberData extends NodeInfo {
   active: boolean;
 }
 
-
 const ASSIGNOR = 'keel-active-node';
 /** How long a start waits to be in the group before it says it is ready anyway (as a standby). */
 const FIRST_JOIN_WAIT_MS = 30_000;
@@ -48,16 +47,9 @@ const FIRST_JOIN_WAIT_MS = 30_000;
  * back from one still taking over, which then steps down.)
  */
 export function chooseActive(members: ReadonlyArray<{ memberId: string; data: MemberData }>): string | undefined {
-  const rank = (d: MemberData): [number, number] => [d.active ? 1 : 0, d.epoch];
+  const before = (a: MemberData, b: MemberData): boolean => (a.active !== b.active ? a.active : a.epoch !== b.epoch ? a.epoch > b.epoch : a.node < b.node);
   let best: { memberId: string; data: MemberData } | undefined;
-  for (const m of members) {
-    if (best === undefined) {
-      best = m;
-      continue;
-    }
-    const [a, b] = [rank(m.data), rank(best.data)];
-    if (a[0] > b[0] || (a[0] === b[0] && (a[1] > b[1] || (a[1] === b[1] && m.data.node < best.data.node)))) best = m;
-  }
+  for (const m of members) if (best === undefined || before(m.data, best.data)) best = m;
   return best?.memberId;
 }
 

@@ -19,7 +19,6 @@ import { isMetaRecord, type MetaRecord } from './store.js';
 /** How often a node looks for metadata other nodes wrote (each look is a fetch that waits up to 100 ms). */
 const FOLLOW_INTERVAL_MS = 200;
 
-
 interface Envelope {
   seq: number;
   node: string;

@@ -89,7 +89,7 @@ export class Worker implements Effects {
     const options = {
       fsync: this.config.worker.storage_db.fsync,
       log_retained_records: this.config.worker.storage_db.log_retained_records,
-      state_cache_bytes: Math.max(1, Math.floor(this.config.worker.storage_db.state_cache_size_bytes / this.config.worker.partitions)),
+      state_cache_bytes: stateCacheBytesPerPartition(this.config),
       effects: this,
       logger: this.logger,
       metrics: this.telemetry.metrics,
@@ -358,6 +358,11 @@ export class Worker implements Effects {
     );
     this.timers.add(handle);
   }
+}
+
+/** Each partition's share of worker.storage_db.state_cache_size (split evenly). */
+export function stateCacheBytesPerPartition(config: Config): number {
+  return Math.max(1, Math.floor(config.worker.storage_db.state_cache_size_bytes / config.worker.partitions));
 }
 
 function completionOutcome(s: InvocationStatus): CompletionOutcome {

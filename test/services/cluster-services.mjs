@@ -1,5 +1,6 @@
 // The services the cluster tests call: a recorded step (each run counted, so a step run twice
-// after a failover shows) and a counter object (its state the fold of its adds).
+// after a failover shows), a counter object (its state the fold of its adds) and a ledger (the
+// items a subscription delivered, in order).
 import * as restate from '@restatedev/restate-sdk';
 
 /** Each recorded step's runs, by the id the caller gave it. */
@@ -12,6 +13,23 @@ export const steps = restate.service({
       await ctx.run('step', () => void stepRuns.set(id, (stepRuns.get(id) ?? 0) + 1));
       return `done ${id}`;
     },
+  },
+});
+
+/** Every Ledger/add applied, in the order they ran: { key, i }. */
+export const ledgerAdds = [];
+
+/** An object that keeps the items added to it, in order (a Kafka subscription's sink). */
+export const ledger = restate.object({
+  name: 'Ledger',
+  handlers: {
+    add: async (ctx, input) => {
+      const items = (await ctx.get('items')) ?? [];
+      items.push(input.i);
+      ctx.set('items', items);
+      ledgerAdds.push({ key: ctx.key, i: input.i });
+    },
+    get: restate.handlers.object.shared(async (ctx) => (await ctx.get('items')) ?? []),
   },
 });
 
