@@ -42,7 +42,8 @@ export function forwardWhenStandby(app: FastifyInstance, route: Route, node: str
 
 function forward(req: http.IncomingMessage, res: http.ServerResponse, base: string, node: string, logger: Logger): void {
   const headers: http.OutgoingHttpHeaders = { [FORWARDED]: node };
-  for (const [name, value] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(name)) headers[name] = value;
+  // A request that arrived over HTTP/2 goes on over HTTP/1.1: its pseudo-header fields stay behind.
+  for (const [name, value] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(name) && !name.startsWith(':')) headers[name] = value;
   const target = new URL(req.url ?? '/', base);
   const upstream = http.request(target, { method: req.method, headers, agent }, (answer) => {
     const out: http.OutgoingHttpHeaders = {};

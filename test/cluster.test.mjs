@@ -4,6 +4,7 @@
 // completes exactly once, no recorded step runs again, object state is the fold of its calls.
 import t from 'tap';
 import fs from 'node:fs';
+import http2 from 'node:http2';
 import path from 'node:path';
 import * as restate from '@restatedev/restate-sdk';
 import pg from 'pg';
@@ -147,6 +148,22 @@ t.test('standbys forward to the active node and follow the metadata; a SIGKILLed
   const [wrongA, wrongC] = [await wrong(pgA), await wrong(pgC)];
   t.ok(wrongC !== undefined, `a bad query on the standby is an error: ${wrongC}`);
   t.same(wrongC, wrongA, 'with the SQLSTATE and message the active node gives');
+  // Over HTTP/2 (h2c) to the standby, forwarded over HTTP/1.1: the pseudo-header fields stay behind.
+  const h2 = await new Promise((resolve, reject) => {
+    const session = http2.connect(c.ingress);
+    session.on('error', reject);
+    const stream = session.request({ ':method': 'POST', ':path': '/Steps/run', 'content-type': 'application/json' });
+    let body = '';
+    let status;
+    stream.on('response', (h) => (status = h[':status']));
+    stream.on('data', (d) => (body += d));
+    stream.on('end', () => {
+      session.close();
+      resolve({ status, body });
+    });
+    stream.end(JSON.stringify({ id: 'via-c-h2' }));
+  });
+  t.same([h2.status, JSON.parse(h2.body)], [200, 'done via-c-h2'], 'a call over h2c to a standby is answered by the active node');
   const { json: view } = await admin(a, 'GET', '/cluster');
   t.same(view.partitions.map((p) => p.leader_epoch), [1, 1, 1, 1], 'a leads the four partitions in epoch 1');
   t.ok(view.partitions.every((p) => Number.isSafeInteger(p.applied_position)) && view.partitions.some((p) => p.applied_position >= 1), `with their log positions (${view.partitions.map((p) => p.applied_position)})`);

@@ -1,8 +1,8 @@
 // Over-limit bodies and heads are answered with their coded 413 and 431 and the client reads the answer, even one
 // that writes its whole body before it reads anything (as Python's http.client, Java's
 // HttpURLConnection and most scripts do): the server reads and discards the rest of the body, up
-// to a bound, and the connection stays usable. On the ingress and the admin API (HTTP/1.1: Keel
-// serves no HTTP/2 on them).
+// to a bound, and the connection stays usable. On the ingress and the admin API, over HTTP/1.1
+// (HTTP/2: edge-h2c.test.mjs).
 import t from 'tap';
 import net from 'node:net';
 import { startKeel } from './helpers/keel.mjs';

@@ -7,6 +7,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, Fasti
 import type { HttpLimits } from '../config/index.js';
 import { catalogue, KeelError, type ErrorCode } from '../errors/index.js';
 import type { Logger } from '../common/logger.js';
+import { serveH2c } from './h2c.js';
 
 /** Request target (path and query) in bytes: longer is 414. Keys and names live in it. */
 export const MAX_URL_BYTES = 8 * 1024;
@@ -75,6 +76,7 @@ export function edgeServerOptions(o: EdgeOptions): Partial<FastifyServerOptions>
 export function hardenServer(app: FastifyInstance, o: EdgeOptions): void {
   const server = app.server as Server;
   const { limits } = o;
+  serveH2c(app, o);
   // Node 20 keeps collecting up to this many headers and silently drops the rest (a body would
   // then lose its content-type): one more than the limit is enough to see it was exceeded. Newer
   // Node refuses the request in the parser instead (clientErrorHandler answers 431).
@@ -86,11 +88,22 @@ export function hardenServer(app: FastifyInstance, o: EdgeOptions): void {
   logDrops(server, o.logger, limits.max_connections);
   answerExpectations(server, o);
   app.addHook('onRequest', async (req, reply) => {
-    if (req.url.length > MAX_URL_BYTES) return refuse(reply, o.errors, 'KEEL0414', `the request target is ${req.url.length} bytes long, more than ${MAX_URL_BYTES}`);
-    const headers = req.raw.rawHeaders.length / 2;
-    if (headers > limits.max_header_count) return refuse(reply, o.errors, 'KEEL0431', `the request has more than ${limits.max_header_count} header fields (http.max_header_count)`);
+    if (req.url.length > MAX_URL_BYTES) return refuse(reply, o, 'KEEL0414', `the request target is ${req.url.length} bytes long, more than ${MAX_URL_BYTES}`);
+    const h2 = req.raw.httpVersionMajor === 2;
+    // HTTP/2's pseudo-header fields (:method, :path…) stand for HTTP/1.1's request line: not counted.
+    const names = req.raw.rawHeaders.filter((_, i) => i % 2 === 0 && !(h2 && req.raw.rawHeaders[i]!.startsWith(':')));
+    if (names.length > limits.max_header_count) return refuse(reply, o, 'KEEL0431', `the request has more than ${limits.max_header_count} header fields (http.max_header_count)`);
+    // HTTP/1.1's parser enforces the size itself (clientErrorHandler answers); HTTP/2's does not.
+    if (h2 && headerBytes(req.raw.rawHeaders) > limits.max_header_size_bytes) return refuse(reply, o, 'KEEL0431', `the request header section is larger than ${limits.max_header_size_bytes} bytes (http.max_header_size)`);
     return undefined;
   });
+}
+
+/** A header section's size as HTTP/1.1 counts it: each field's name, value, ': ' and line end. */
+function headerBytes(raw: string[]): number {
+  let bytes = 0;
+  for (let i = 0; i + 1 < raw.length; i += 2) bytes += raw[i]!.length + raw[i + 1]!.length + 4;
+  return bytes;
 }
 
 /**
@@ -103,6 +116,8 @@ export function hardenServer(app: FastifyInstance, o: EdgeOptions): void {
  */
 export function discardOversizedBody(req: FastifyRequest, reply: FastifyReply): void {
   const raw = req.raw;
+  // HTTP/2 has no `connection` field (Node warns and drops it); its stream ends on its own.
+  if (raw.httpVersionMajor === 2) reply.removeHeader('connection');
   if (raw.complete || raw.httpVersionMajor !== 1) return;
   reply.removeHeader('connection');
   const socket = raw.socket;
@@ -134,7 +149,7 @@ function answerExpectations(server: Server, o: EdgeOptions): void {
     const expect = String(req.headers.expect).slice(0, 100);
     o.logger.warn({ code, expect }, 'http request refused before routing');
     const body = JSON.stringify(o.errors.body(code, `[${code}] the Expect header ${JSON.stringify(expect)} is not supported; only "100-continue" is`, 417));
-    res.writeHead(417, { ...o.errors.headers, connection: 'close', 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body) });
+    res.writeHead(417, { ...o.errors.headers, ...closeHeader(req.httpVersionMajor), 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body) });
     res.end(body);
   });
 }
@@ -153,9 +168,17 @@ function logDrops(server: Server, logger: Logger, limit: number): void {
   });
 }
 
-function refuse(reply: FastifyReply, errors: EdgeErrors, code: ErrorCode, message: string): FastifyReply {
-  const status = catalogue.get(code)!.status;
-  return reply.code(status).headers({ ...errors.headers, connection: 'close' }).send(errors.body(code, `[${code}] ${message}`, status));
+/** `connection: close` where there is such a field (HTTP/1.x): an HTTP/2 stream ends alone. */
+function closeHeader(httpVersionMajor: number): Record<string, string> {
+  return httpVersionMajor === 2 ? {} : { connection: 'close' };
+}
+
+function refuse(reply: FastifyReply, o: EdgeOptions, code: ErrorCode, message: string): FastifyReply {
+  const { errors } = o;
+  const entry = catalogue.get(code)!;
+  const status = entry.status;
+  o.logger[entry.log_level ?? 'warn']({ code, status, http: reply.request.raw.httpVersion, err: message }, 'http request refused before routing');
+  return reply.code(status).headers({ ...errors.headers, ...closeHeader(reply.request.raw.httpVersionMajor) }).send(errors.body(code, `[${code}] ${message}`, status));
 }
 
 /**

@@ -117,7 +117,8 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
 
   const headers: Header[] = [];
   for (const [name, value] of Object.entries(req.headers)) {
-    if (DROPPED_HEADERS.has(name) || value === undefined) continue;
+    // HTTP/2's pseudo-header fields (:path, :authority…) are the request line, not headers.
+    if (DROPPED_HEADERS.has(name) || value === undefined || name.startsWith(':')) continue;
     for (const v of Array.isArray(value) ? value : [value]) headers.push({ key: name, value: v });
   }
   headers.push({ key: 'x-restate-ingress-path', value: url.pathname + url.search });
