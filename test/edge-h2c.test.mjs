@@ -6,7 +6,7 @@ import t from 'tap';
 import http2 from 'node:http2';
 import { execFile } from 'node:child_process';
 import * as restate from '@restatedev/restate-sdk';
-import { startKeel, serveServices, register } from './helpers/keel.mjs';
+import { startKeel, serveServices, register, eventually } from './helpers/keel.mjs';
 
 const MB = 1024 * 1024;
 
@@ -156,6 +156,12 @@ t.test('the edge limits over h2c: 413, 431, 417, resets far past them; the sessi
   const flood = await h2request(connect(t, keel.ingress), { ':method': 'GET', ':path': '/restate/health', ...fields(1000) });
   t.equal(flood.status, undefined, 'a stream with 1,000 header fields is not answered');
   t.not(flood.rstCode, 0, `it is reset (code ${flood.rstCode})`);
+
+  // A header block of 1 MB: Node's HTTP/2 layer ends the whole session (COMPRESSION_ERROR), logged.
+  const huge = await h2request(connect(t, keel.ingress), { ':method': 'GET', ':path': '/restate/health', 'x-big': 'z'.repeat(MB) });
+  t.equal(huge.status, undefined, `a 1 MB header is not answered (reset ${huge.rstCode}, ${huge.error})`);
+  await eventually(() => keel.output.includes('http/2 sessions ended by a protocol error of the client'));
+  t.pass('the session it ended is logged');
 
   const health = await h2request(connect(t, keel.ingress), { ':method': 'GET', ':path': '/restate/health' });
   t.equal(health.status, 200, 'the server is fine');

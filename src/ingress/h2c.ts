@@ -31,6 +31,8 @@ const MAX_CONCURRENT_STREAMS = 250;
  * layer (ENHANCE_YOUR_CALM) before any of it is kept, as HTTP/1.1 closes past its discard bound.
  */
 const NODE_LIMIT_FACTOR = 2;
+/** At most one log line per this period for sessions a client's protocol error ended: a flood must not flood the log. */
+const SESSION_ERROR_LOG_PERIOD_MS = 10_000;
 /** Pseudo-header fields of a request (:method, :scheme, :authority, :path): not counted as headers. */
 const PSEUDO_HEADERS = 4;
 
@@ -47,7 +49,7 @@ export function serveH2c(app: FastifyInstance, o: H2cOptions): void {
     server.emit('request', req, res);
   });
   h2.on('checkExpectation', (req: Http2ServerRequest, res: Http2ServerResponse) => server.emit('checkExpectation', req, res));
-  const sessions = trackSessions(h2, o.limits.idle_timeout_ms);
+  const sessions = trackSessions(h2, o.limits.idle_timeout_ms, o.logger);
   const http1 = server.listeners('connection') as Array<(socket: Socket) => void>;
   assert.ok(http1.length > 0, 'the HTTP/1.1 server listens for connections');
   server.removeAllListeners('connection');
@@ -98,8 +100,17 @@ function sniff(socket: Socket, timeout_ms: number, handOver: (isH2: boolean) => 
  * in flight keeps its session however long the handler takes, as a call keeps its HTTP/1.1
  * connection).
  */
-function trackSessions(h2: Http2Server, idle_ms: number): Set<Http2Session> {
+function trackSessions(h2: Http2Server, idle_ms: number, logger: Logger): Set<Http2Session> {
   const sessions = new Set<Http2Session>();
+  let loggedAt_ms = 0;
+  let since = 0;
+  const logSessionError = (why: string): void => {
+    since += 1;
+    if (Date.now() - loggedAt_ms < SESSION_ERROR_LOG_PERIOD_MS) return;
+    logger.warn({ err: why, sessions_ended: since }, 'http/2 sessions ended by a protocol error of the client');
+    loggedAt_ms = Date.now();
+    since = 0;
+  };
   h2.on('session', (session: Http2Session) => {
     sessions.add(session);
     let streams = 0;
@@ -108,8 +119,12 @@ function trackSessions(h2: Http2Server, idle_ms: number): Set<Http2Session> {
       stream.once('close', () => (streams -= 1));
     });
     session.once('close', () => sessions.delete(session));
-    // A session-level protocol error is the peer's: the session ends, the server goes on.
-    session.on('error', () => session.destroy());
+    // A session-level protocol error is the peer's (a header block past every limit, garbage after
+    // the preface): the session ends, the server goes on.
+    session.on('error', (err: Error & { code?: string }) => {
+      session.destroy();
+      logSessionError(err.code ?? err.message);
+    });
     if (idle_ms > 0) session.setTimeout(idle_ms, () => streams === 0 && session.close());
   });
   return sessions;
