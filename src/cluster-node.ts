@@ -132,8 +132,8 @@ export class ClusterNode {
   }
 
   /** What /metrics samples: the role, the members seen, the epochs led. */
-  sample(): { active: boolean; members: number; epochs: Array<[number, number]> } {
-    return { active: this.role === 'active', members: this.view.members.length, epochs: this.role === 'active' ? [...this.log.epochs] : [] };
+  sample(): { active: boolean; members: number; epochs: Array<[number, number]>; fetch_requests: number } {
+    return { active: this.role === 'active', members: this.view.members.length, epochs: this.role === 'active' ? [...this.log.epochs] : [], fetch_requests: this.log.reader.fetch_requests };
   }
 
   /** `applied`: the last log position each partition applied on this node (while it leads them). */

@@ -133,6 +133,43 @@ t.test("a deposed leader's write that no transaction fenced is dropped by every 
   await pb.close().catch(() => {});
 });
 
+t.test('a node following eight partitions led by one broker reads them all in one fetch request per poll', async (t) => {
+  const topic = `keel-shared-${++topics}`;
+  // Every partition led by broker 1 (the first replica of each is its preferred leader).
+  const admin = cluster.kafka().admin();
+  await admin.connect();
+  await admin.createTopics({ waitForLeaders: true, topics: [{ topic, replicaAssignment: Array.from({ length: 8 }, (_, partition) => ({ partition, replicas: [1, 2, 3] })) }] });
+  await admin.disconnect();
+  t.same(new Set(Object.values(await cluster.leaders(topic))), new Set([1]), 'broker 1 leads the eight partitions');
+  const db = await openWorkerStore(path.join(tempDir(t), 'follower'));
+  const client = new KafkaLogClient({ node: 'f', brokers: cluster.brokers, topic, partitions: 8, replication_factor: 3, min_insync_replicas: 2 }, silentLogger);
+  t.teardown(async () => {
+    await client.close();
+    await db.close();
+  });
+  const writer = new GroupWriter(db);
+  const logs = await Promise.all(Array.from({ length: 8 }, (_, p) => KafkaLog.open(db, p, writer, client)));
+  let stop = false;
+  let rounds = 0;
+  // As a standby's followers do: each reads to the end of its (idle) partition, and again.
+  const following = logs.map(async (log) => {
+    while (!stop) {
+      for await (const _ of log.readNew());
+      rounds += 1;
+    }
+  });
+  await new Promise((r) => setTimeout(r, 500));
+  const [requests0, rounds0] = [client.reader.fetch_requests, rounds];
+  await new Promise((r) => setTimeout(r, 2_000));
+  const [requests, reads] = [client.reader.fetch_requests - requests0, rounds - rounds0];
+  stop = true;
+  await Promise.all(following);
+  t.comment(`2 s of following 8 idle partitions: ${reads} reads to the end, ${requests} fetch requests`);
+  t.ok(reads >= 8 * 10, `each partition was read to its end about every poll (${reads} reads; 8 × 20 at most)`);
+  // One request per long poll (100 ms) for the eight partitions: ~20 in 2 s; alone, each partition would send its own (~160).
+  t.ok(requests <= 40, `${requests} fetch requests in 2 s for 8 partitions on one broker (alone: ~160)`);
+});
+
 t.test('appends go on through the SIGKILL of the broker leading the partition; nothing acknowledged is lost', async (t) => {
   const topic = `log-${++topics}`;
   const a = await node(t, 'a', topic);

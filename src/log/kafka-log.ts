@@ -272,7 +272,7 @@ export class KafkaLog implements PartitionLog {
    */
   async *readNew(): AsyncGenerator<[position: number, record: Buffer]> {
     assert(this.leading_epoch === 0, () => `partition ${this.partition}: readNew() while leading epoch ${this.leading_epoch}`);
-    yield* this.readToEnd();
+    yield* this.readToEnd(0, true);
     await this.skipRead();
   }
 
@@ -367,9 +367,9 @@ export class KafkaLog implements PartitionLog {
   }
 
   /** Reads on from `seen` until the end committed now (and at least up to `until`), yielding the commands kept. */
-  private async *readToEnd(until = 0): AsyncGenerator<[position: number, record: Buffer]> {
+  private async *readToEnd(until = 0, shared = false): AsyncGenerator<[position: number, record: Buffer]> {
     for (;;) {
-      const batch = await this.fetch(this.seen.offset);
+      const batch = await this.client.reader.fetch(this.partition, this.seen.offset, { shared });
       for (const record of batch.records) {
         const verdict = judge(this.seen, entryOf(record));
         this.seen.offset = record.offset + 1;

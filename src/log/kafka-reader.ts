@@ -66,10 +66,25 @@ function clusterOf(kafka: Kafka): KafkajsCluster {
   return factory({ isolationLevel: READ_COMMITTED, allowAutoTopicCreation: false, metadataMaxAge: 300_000 });
 }
 
+/** A fetch waiting for the next request to its partition's leader (`fetchShared`). */
+interface Waiting {
+  partition: number;
+  offset: number;
+  resolve(result: FetchResult): void;
+  reject(err: unknown): void;
+}
+type PartitionData = { partition: number; lastStableOffset: string; highWatermark: string };
+
 export class KafkaPartitionReader {
   private readonly cluster: KafkajsCluster;
   private readonly Batch: BatchClass = require('kafkajs/src/consumer/batch') as BatchClass;
   private connected: Promise<void> | undefined;
+  /** Shared fetches waiting, by leader broker: at most one per partition. */
+  private readonly waiting = new Map<string, Waiting[]>();
+  /** Brokers a shared fetch is in flight to. */
+  private readonly inFlight = new Set<string>();
+  /** Fetch requests sent to brokers, all kinds: what a node's reading costs the brokers. */
+  fetch_requests = 0;
 
   constructor(
     kafka: Kafka,
@@ -83,10 +98,10 @@ export class KafkaPartitionReader {
    * for some at the end. Retried while the partition moves between brokers (NOT_LEADER_OR_FOLLOWER:
    * metadata is refreshed first); then throws what the broker answered.
    */
-  async fetch(partition: number, offset: number): Promise<FetchResult> {
+  async fetch(partition: number, offset: number, { shared = false } = {}): Promise<FetchResult> {
     for (let attempt = 0; ; attempt++) {
       try {
-        return await this.fetchOnce(partition, offset);
+        return await (shared ? this.fetchShared(partition, offset) : this.fetchOnce(partition, offset));
       } catch (err) {
         if (attempt >= FETCH_RETRIES || (err as { type?: string }).type === 'OFFSET_OUT_OF_RANGE') throw err;
         await new Promise((resolve) => setTimeout(resolve, Math.min(500, 50 * 2 ** attempt)));
@@ -104,6 +119,7 @@ export class KafkaPartitionReader {
       const nodeId = Object.keys(leaders)[0];
       if (nodeId === undefined) throw new Error(`no leader known for ${this.topic}/${partition}`);
       broker = await this.cluster.findBroker({ nodeId });
+      this.fetch_requests += 1;
       response = await broker.fetch({
         isolationLevel: READ_COMMITTED,
         maxWaitTime: MAX_WAIT_MS,
@@ -115,8 +131,76 @@ export class KafkaPartitionReader {
       await this.cluster.refreshMetadata().catch(() => undefined);
       throw err;
     }
-    const data = response.responses[0]?.partitions[0] as { partition: number; lastStableOffset: string; highWatermark: string } | undefined;
+    const data = response.responses[0]?.partitions[0] as PartitionData | undefined;
     assert(data !== undefined && data.partition === partition, () => `fetch of ${this.topic}/${partition} answered for another partition`);
+    return this.resultOf(offset, data);
+  }
+
+  /**
+   * A fetch sent with the other partitions led by the same broker: while a request is in flight
+   * to a broker, the fetches asked of it wait and go together in the next one, as Kafka's own
+   * consumers fetch (one request per broker for every partition). A node following eight
+   * partitions sent eight long polls at once before, each answered alone. For a reader that can
+   * wait a poll: a standby following; a leader's reads (taking the lead, an append's check) go alone.
+   */
+  private async fetchShared(partition: number, offset: number): Promise<FetchResult> {
+    assert(Number.isSafeInteger(offset) && offset >= 0, () => `fetch offset ${offset}`);
+    await (this.connected ??= this.connect());
+    const nodeId = Object.keys(this.cluster.findLeaderForPartitions(this.topic, [partition]))[0];
+    if (nodeId === undefined) {
+      await this.cluster.refreshMetadata().catch(() => undefined);
+      throw new Error(`no leader known for ${this.topic}/${partition}`);
+    }
+    const queue = this.waiting.get(nodeId) ?? [];
+    // A second reader of the partition meanwhile (a rebuild beside the follower) reads alone.
+    if (queue.some((w) => w.partition === partition)) return this.fetchOnce(partition, offset);
+    return new Promise((resolve, reject) => {
+      queue.push({ partition, offset, resolve, reject });
+      this.waiting.set(nodeId, queue);
+      // The readers answered by one response ask again within the same turn: they go together.
+      if (queue.length === 1) setImmediate(() => this.sendShared(nodeId));
+    });
+  }
+
+  private sendShared(nodeId: string): void {
+    const batch = this.waiting.get(nodeId);
+    if (this.inFlight.has(nodeId) || batch === undefined || batch.length === 0) return;
+    this.waiting.delete(nodeId);
+    this.inFlight.add(nodeId);
+    void this.fetchMany(nodeId, batch).finally(() => {
+      this.inFlight.delete(nodeId);
+      this.sendShared(nodeId);
+    });
+  }
+
+  private async fetchMany(nodeId: string, batch: Waiting[]): Promise<void> {
+    let byPartition: Map<number, PartitionData>;
+    try {
+      const broker = await this.cluster.findBroker({ nodeId });
+      this.fetch_requests += 1;
+      const response = await broker.fetch({
+        isolationLevel: READ_COMMITTED,
+        maxWaitTime: MAX_WAIT_MS,
+        minBytes: 1,
+        maxBytes: MAX_BYTES,
+        topics: [{ topic: this.topic, partitions: batch.map((w) => ({ partition: w.partition, fetchOffset: String(w.offset), maxBytes: MAX_BYTES })) }],
+      });
+      byPartition = new Map((response.responses[0]?.partitions as PartitionData[] | undefined)?.map((d) => [d.partition, d]));
+    } catch {
+      // One partition's error (trimmed past its offset, moved to another broker) fails the whole
+      // request: each is asked again alone, and answers for itself.
+      await this.cluster.refreshMetadata().catch(() => undefined);
+      for (const w of batch) this.fetchOnce(w.partition, w.offset).then(w.resolve, w.reject);
+      return;
+    }
+    for (const w of batch) {
+      const data = byPartition.get(w.partition);
+      if (data === undefined) w.reject(new Error(`the fetch of ${this.topic} answered nothing for partition ${w.partition}`));
+      else w.resolve(this.resultOf(w.offset, data));
+    }
+  }
+
+  private resultOf(offset: number, data: PartitionData): FetchResult {
     const batch = new this.Batch(this.topic, String(offset), data);
     const records = batch.messages.map((m) => ({ offset: Number(m.offset), value: m.value ?? Buffer.alloc(0), headers: headersOf(m.headers) }));
     const stable = Number(data.lastStableOffset) >= 0 ? Number(data.lastStableOffset) : Number(data.highWatermark);

@@ -111,7 +111,7 @@ export class HistogramFamily implements ScrapedMetric {
 
 /** Gauges read from their sources at scrape time (queue depths, sizes): nothing on the hot path. */
 export class SampledGauge implements ScrapedMetric {
-  readonly type = 'gauge';
+  readonly type: 'gauge' | 'counter' = 'gauge';
 
   constructor(
     readonly name: string,
@@ -121,8 +121,13 @@ export class SampledGauge implements ScrapedMetric {
 
   async get(): Promise<CollectedMetric> {
     const samples = await this.sample();
-    return { name: this.name, help: this.help, type: 'gauge', values: samples.map(([labels, value]) => ({ labels, value })), aggregator: 'sum' };
+    return { name: this.name, help: this.help, type: this.type, values: samples.map(([labels, value]) => ({ labels, value })), aggregator: 'sum' };
   }
+}
+
+/** A count kept by its source (a client's requests) and read at scrape time. */
+export class SampledCounter extends SampledGauge {
+  override readonly type = 'counter';
 }
 
 /** Latency buckets in seconds: 1 ms to 5 min, dense where the hot path lives. */

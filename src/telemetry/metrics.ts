@@ -9,6 +9,7 @@ import {
   CellFamily,
   HistogramFamily,
   SECONDS_BUCKETS,
+  SampledCounter,
   SampledGauge,
   WRITE_SECONDS_BUCKETS,
   type HistogramCell,
@@ -168,7 +169,8 @@ export class KeelMetrics {
   }
 
   /** In a cluster: this node's role, the members it sees, and the epoch it leads each partition in. */
-  sampleCluster(source: () => { active: boolean; members: number; epochs: ReadonlyArray<[partition: number, epoch: number]>; lag: ReadonlyArray<[partition: number, offsets: number]> }): void {
+  sampleCluster(source: () => { active: boolean; members: number; epochs: ReadonlyArray<[partition: number, epoch: number]>; lag: ReadonlyArray<[partition: number, offsets: number]>; fetch_requests: number }): void {
+    this.register(new SampledCounter('keel_log_fetch_requests_total', 'Fetch requests this node sent to the Kafka brokers to read the partition logs', () => [[{}, source().fetch_requests]]));
     this.register(new SampledGauge('keel_cluster_node_active', 'Whether this node is the active node of its cluster (1) or stands by (0)', () => [[{}, source().active ? 1 : 0]]));
     this.register(new SampledGauge('keel_cluster_members', 'Nodes in the cluster, as this node last saw its group', () => [[{}, source().members]]));
     this.register(
