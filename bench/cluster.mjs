@@ -17,6 +17,7 @@ import { closedLoopCell, SCENARIOS } from './scenarios.mjs';
 import { sampleCpu } from './proc.mjs';
 import { newServer, probe, register, spawnServer, startService, waitHealthy } from './targets.mjs';
 import { startKafkaCluster } from '../test/helpers/kafka-cluster.mjs';
+import { dropKafkajsTimerWarnings } from '../test/helpers/kafka.mjs';
 
 const duration = Number(process.env.BENCH_DURATION ?? 6);
 const concurrency = Number(process.env.BENCH_CLUSTER_CONCURRENCY ?? 32);
@@ -65,6 +66,7 @@ async function cell(name, server, service, others = {}) {
 
 /** Sequential single-record appends, acknowledged by all in-sync replicas: the floor under every cluster append. */
 async function kafkaFloor(kafka) {
+  dropKafkajsTimerWarnings();
   const client = new Kafka({ clientId: 'bench', brokers: kafka.brokers, logLevel: logLevel.NOTHING });
   const admin = client.admin();
   await admin.connect();
