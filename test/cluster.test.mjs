@@ -152,7 +152,9 @@ t.test('standbys forward to the active node and follow the metadata; a SIGKILLed
   const h2 = await new Promise((resolve, reject) => {
     const session = http2.connect(c.ingress);
     session.on('error', reject);
+    setTimeout(() => reject(new Error('no answer over h2c in 15 s')), 15_000).unref();
     const stream = session.request({ ':method': 'POST', ':path': '/Steps/run', 'content-type': 'application/json' });
+    stream.on('error', reject);
     let body = '';
     let status;
     stream.on('response', (h) => (status = h[':status']));

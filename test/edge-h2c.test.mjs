@@ -1,12 +1,16 @@
 // HTTP/2 in clear text with prior knowledge (h2c), beside HTTP/1.1 on the same ports, as Restate's
 // ingress serves it: calls and admin requests through real HTTP/2 clients (Node's http2 and curl),
 // and the edge's limits on HTTP/2 as on HTTP/1.1 — a coded 413, 431 and 408 the client reads, a
-// session closed when idle but never under a call in flight, a shutdown not held by open sessions.
+// session closed when idle but never under a call in flight, a shutdown not held by open sessions,
+// a connection's first bytes (what tells HTTP/2 from HTTP/1.1) bounded in time and safe to reset.
 import t from 'tap';
 import http2 from 'node:http2';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
 import { execFile } from 'node:child_process';
 import * as restate from '@restatedev/restate-sdk';
-import { startKeel, serveServices, register, eventually } from './helpers/keel.mjs';
+import { startKeel, serveServices, register, eventually, tempDir } from './helpers/keel.mjs';
 
 const MB = 1024 * 1024;
 
@@ -29,6 +33,7 @@ const echo = restate.service({
  * before anything is read), or `body`; `stall` leaves the stream open after the body.
  */
 function h2request(session, headers, { body, body_bytes = 0, stall = false } = {}) {
+  let sent = 0;
   return new Promise((resolve) => {
     const stream = session.request(headers, { endStream: body === undefined && body_bytes === 0 && !stall });
     let status;
@@ -39,6 +44,9 @@ function h2request(session, headers, { body, body_bytes = 0, stall = false } = {
       answer = h;
     });
     stream.on('data', (d) => chunks.push(d));
+    // The server ended the stream before the body was all sent (RST_STREAM NO_ERROR after its answer):
+    // Node's client leaves its writable side open, so the request is given up here, as curl does.
+    stream.on('aborted', () => stream.destroy());
     let error;
     stream.on('error', (e) => (error = e.code ?? e.message));
     stream.on('close', () => {
@@ -47,14 +55,13 @@ function h2request(session, headers, { body, body_bytes = 0, stall = false } = {
       try {
         json = JSON.parse(text);
       } catch {}
-      resolve({ status, headers: answer, text, json, rstCode: stream.rstCode, error });
+      resolve({ status, headers: answer, text, json, rstCode: stream.rstCode, error, sent });
     });
     if (body !== undefined) {
       stream.write(body);
       if (!stall) stream.end();
     } else if (body_bytes > 0) {
       const piece = Buffer.alloc(MB, 0x61);
-      let sent = 0;
       const pump = () => {
         while (sent < body_bytes && !stream.destroyed) {
           sent += piece.length;
@@ -129,8 +136,18 @@ t.test('the edge limits over h2c: 413, 431, 417, resets far past them; the sessi
   t.equal(big.headers.connection, undefined, 'no connection field (HTTP/2 has none)');
   const streamed = await h2request(ingress, { ':method': 'POST', ':path': '/Echo/say', 'content-type': 'application/json' }, { body_bytes: 40 * MB });
   isCoded(t, streamed, 413, 'KEEL0413', 'a 40 MB body without a content-length');
+  // curl with a 50 MB file (it sends a content-length): the answer read, not a reset.
+  const file = path.join(tempDir(t), 'fifty');
+  fs.writeFileSync(file, Buffer.alloc(50 * MB, 0x61));
+  const byCurl = await curl(['-X', 'POST', `${keel.ingress}/Echo/say`, '-H', 'content-type: application/json', '--data-binary', `@${file}`, '-w', '\n%{http_version} %{http_code}']);
+  t.match(byCurl.stdout, /"restate_code":"KEEL0413"/, `curl reads the coded 413 (${byCurl.stdout.slice(-60)}, exit ${byCurl.code})`);
+  t.match(byCurl.stdout, /\n2 413$/, 'over HTTP/2');
   const after = await h2request(ingress, { ':method': 'GET', ':path': '/restate/health' });
   t.equal(after.status, 200, 'the same session answers the next request');
+  // Past 64 MiB the rest of the body is not read: the stream is closed (HTTP/1.1 closes its connection).
+  const endless = await h2request(connect(t, keel.ingress), { ':method': 'POST', ':path': '/Echo/say', 'content-type': 'application/json' }, { body_bytes: 1024 * MB });
+  isCoded(t, endless, 413, 'KEEL0413', 'a 1 GB body without a content-length');
+  t.ok(endless.sent < 256 * MB, `the client could send ${Math.round(endless.sent / MB)} MB of its 1 GB: the server ended the stream past 64 MiB`);
 
   const admin = connect(t, keel.admin);
   const json = await h2request(admin, { ':method': 'POST', ':path': '/deployments', 'content-type': 'application/json' }, { body: `{"uri":"${'u'.repeat(2 * MB)}"}` });
@@ -165,24 +182,62 @@ t.test('the edge limits over h2c: 413, 431, 417, resets far past them; the sessi
 
   const health = await h2request(connect(t, keel.ingress), { ':method': 'GET', ':path': '/restate/health' });
   t.equal(health.status, 200, 'the server is fine');
+
+  // Shutdown with the default idle timeout (1 minute): the sessions get GOAWAY instead of holding it.
 });
 
-t.test('h2c timeouts: an idle session closes, a call in flight keeps it, a stalled body is 408, shutdown is not held', async (t) => {
-  const keel = await startKeel(t, { env: { KEEL_HTTP__IDLE_TIMEOUT: '1s', KEEL_HTTP__REQUEST_TIMEOUT: '2s' } });
+/** Connects, writes `text`, and waits for the server to close the connection: how long it took and what it answered. */
+function rawConnection(base, text) {
+  const { port } = new URL(base);
+  return new Promise((resolve) => {
+    const t0 = Date.now();
+    let answer = '';
+    const s = net.connect(Number(port), '127.0.0.1', () => text && s.write(text));
+    s.on('data', (d) => (answer += d.toString('latin1')));
+    s.on('error', () => {});
+    s.on('close', () => resolve({ closed_ms: Date.now() - t0, answer }));
+    setTimeout(() => s.destroy(), 15_000).unref();
+  });
+}
+
+/** Resolves once `session` is closed by the server, with the time it took, or undefined after `limit_ms`. */
+function closedWithin(session, limit_ms) {
+  const t0 = Date.now();
+  return new Promise((resolve) => {
+    if (session.closed || session.destroyed) return resolve(0);
+    session.once('close', () => resolve(Date.now() - t0));
+    setTimeout(() => resolve(undefined), limit_ms).unref();
+  });
+}
+
+t.test('h2c timeouts: an idle session closes, a call in flight keeps it, a stalled body is 408, silent or reset first bytes', async (t) => {
+  const keel = await startKeel(t, { env: { KEEL_HTTP__IDLE_TIMEOUT: '1s', KEEL_HTTP__REQUEST_TIMEOUT: '2s', KEEL_HTTP__HEADER_TIMEOUT: '1s' } });
   await register(keel, await serveServices(t, [echo]));
 
   const idle = connect(t, keel.ingress);
   await h2request(idle, { ':method': 'GET', ':path': '/restate/health' });
-  const closed_ms = await new Promise((resolve) => {
-    const t0 = Date.now();
-    idle.once('close', () => resolve(Date.now() - t0));
-    setTimeout(() => resolve(undefined), 10_000);
-  });
+  const closed_ms = await closedWithin(idle, 10_000);
   t.ok(closed_ms !== undefined && closed_ms < 5_000, `a session idle past http.idle_timeout (1 s) is closed (${closed_ms} ms)`);
 
   const busy = connect(t, keel.ingress);
   const slow = await h2request(busy, { ':method': 'POST', ':path': '/Echo/slow', 'content-type': 'application/json' }, { body: '3000' });
   t.equal(slow.json, 'slept 3000', 'a call of 3 s on a session with a 1 s idle timeout is answered');
+  const busyClosed_ms = await closedWithin(busy, 10_000);
+  t.ok(busyClosed_ms !== undefined && busyClosed_ms < 5_000, `and that session is closed once idle after it (${busyClosed_ms} ms)`);
+
+  // The first bytes: a connection that sends nothing, or half the HTTP/2 preface, is closed; one
+  // reset while its first bytes are read does not bring the server down.
+  const silent = await rawConnection(keel.ingress, '');
+  const half = await rawConnection(keel.ingress, 'PRI * HTTP/2.0\r\n');
+  t.ok(silent.closed_ms < 8_000, `a silent connection is closed (${silent.closed_ms} ms)`);
+  t.ok(half.closed_ms < 8_000, `half a preface, then silence: closed (${half.closed_ms} ms, answer: ${JSON.stringify(half.answer.slice(0, 40))})`);
+  for (let i = 0; i < 20; i++) {
+    const { port } = new URL(keel.ingress);
+    const s = net.connect(Number(port), '127.0.0.1', () => s.write('PRI', () => s.resetAndDestroy()));
+    s.on('error', () => {});
+  }
+  await new Promise((r) => setTimeout(r, 200));
+  t.equal((await fetch(`${keel.ingress}/restate/health`)).status, 200, '20 connections reset mid-preface: the server answers');
 
   const stalled = await h2request(connect(t, keel.ingress), { ':method': 'POST', ':path': '/Echo/say', 'content-type': 'application/json' }, { body: '"half', stall: true });
   isCoded(t, stalled, 408, 'KEEL0408', 'a body still arriving after http.request_timeout (2 s)');

@@ -2,6 +2,7 @@
 // idle clients, a bound on connections, and coded answers where Node would otherwise reset the
 // connection or answer in its own words. (The admin server imports it from here, a lower layer.)
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import http2, { type Http2ServerRequest } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify';
 import type { HttpLimits } from '../config/index.js';
@@ -116,8 +117,7 @@ function headerBytes(raw: string[]): number {
  */
 export function discardOversizedBody(req: FastifyRequest, reply: FastifyReply): void {
   const raw = req.raw;
-  // HTTP/2 has no `connection` field (Node warns and drops it); its stream ends on its own.
-  if (raw.httpVersionMajor === 2) reply.removeHeader('connection');
+  if (raw.httpVersionMajor === 2) return discardOnStream(raw as unknown as Http2ServerRequest, reply);
   if (raw.complete || raw.httpVersionMajor !== 1) return;
   reply.removeHeader('connection');
   const socket = raw.socket;
@@ -140,6 +140,36 @@ export function discardOversizedBody(req: FastifyRequest, reply: FastifyReply): 
   socket.on('data', count);
   raw.once('end', stop);
   socket.once('close', stop);
+}
+
+/**
+ * HTTP/2 has no `connection` field (fastify sets one on a body error; Node warns and drops it). The
+ * rest of the body is read and discarded within the same bounds as HTTP/1.1's, then the stream is
+ * closed (RST_STREAM NO_ERROR after the answer, RFC 9113 §8.1): closing at once would leave a client
+ * that wrote its whole body waiting for flow control (Node's own client never ends such a stream).
+ */
+function discardOnStream(raw: Http2ServerRequest, reply: FastifyReply): void {
+  reply.removeHeader('connection');
+  const stream = raw.stream;
+  if (raw.complete || stream.destroyed) return;
+  let seen_bytes = 0;
+  const stop = (): void => {
+    clearTimeout(timer);
+    stream.off('data', count);
+  };
+  const cut = (): void => {
+    stop();
+    if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+  };
+  const count = (chunk: Buffer): void => {
+    seen_bytes += chunk.length;
+    if (seen_bytes > DISCARD_MAX_BYTES) cut();
+  };
+  const timer = setTimeout(cut, DISCARD_MAX_MS);
+  timer.unref();
+  stream.on('data', count);
+  stream.once('end', stop);
+  stream.once('close', stop);
 }
 
 /** Node answers an unknown `Expect` with a bare 417 of its own; this one carries the code. */

@@ -49,18 +49,28 @@ export function serveH2c(app: FastifyInstance, o: H2cOptions): void {
     server.emit('request', req, res);
   });
   h2.on('checkExpectation', (req: Http2ServerRequest, res: Http2ServerResponse) => server.emit('checkExpectation', req, res));
-  const sessions = trackSessions(h2, o.limits.idle_timeout_ms, o.logger);
+  let closing = false;
+  const sessions = trackSessions(h2, o.limits.idle_timeout_ms, o.logger, () => closing);
   const http1 = server.listeners('connection') as Array<(socket: Socket) => void>;
   assert.ok(http1.length > 0, 'the HTTP/1.1 server listens for connections');
   server.removeAllListeners('connection');
-  server.on('connection', (socket: Socket) =>
-    sniff(socket, o.limits.header_timeout_ms, (isH2) => {
+  // Connections whose first bytes are still awaited: at most http.max_connections.
+  const sniffing = new Set<Socket>();
+  const wait_ms = o.limits.header_timeout_ms > 0 ? o.limits.header_timeout_ms : o.limits.idle_timeout_ms;
+  server.on('connection', (socket: Socket) => {
+    sniffing.add(socket);
+    socket.once('close', () => sniffing.delete(socket));
+    sniff(socket, wait_ms, (isH2) => {
+      sniffing.delete(socket);
       if (isH2) h2.emit('connection', socket);
       else for (const listener of http1) listener.call(server, socket);
-    }),
-  );
-  // Closing: GOAWAY to every session; each ends once its streams have (as idle HTTP/1.1 keep-alives close).
+    });
+  });
+  // Closing: GOAWAY to every session, now and to any that opens meanwhile; each ends once its streams
+  // have (as idle HTTP/1.1 keep-alives close). A connection that has not sent its first bytes has no request to finish.
   app.addHook('preClose', (done) => {
+    closing = true;
+    for (const socket of sniffing) socket.destroy();
     for (const session of sessions) session.close();
     done();
   });
@@ -68,16 +78,22 @@ export function serveH2c(app: FastifyInstance, o: H2cOptions): void {
 
 /**
  * Reads a connection's first bytes until they are or cannot be the HTTP/2 preface (at most its 24
- * bytes), puts them back, and hands the socket on. A client that sends nothing within the header
- * timeout goes to HTTP/1.1, whose own timeouts then close it (within twice the header timeout in all).
+ * bytes), puts them back, and hands the socket on. A client that sends nothing within `timeout_ms`
+ * (the header timeout, else the idle timeout) goes to HTTP/1.1, whose own timeouts then close it.
  */
 function sniff(socket: Socket, timeout_ms: number, handOver: (isH2: boolean) => void): void {
   let seen = Buffer.alloc(0);
   let decided = false;
+  // Until a server has the socket, nobody else listens for its errors (a reset would be uncaught).
+  const onError = (): void => {
+    clearTimeout(timer);
+    socket.destroy();
+  };
   const decide = (isH2: boolean): void => {
     if (decided) return;
     decided = true;
     clearTimeout(timer);
+    socket.off('error', onError);
     socket.off('readable', onReadable);
     if (seen.length > 0) socket.unshift(seen);
     handOver(isH2);
@@ -89,8 +105,8 @@ function sniff(socket: Socket, timeout_ms: number, handOver: (isH2: boolean) => 
     if (!likeH2) decide(false);
     else if (seen.length >= PREFACE.length) decide(true);
   };
-  const timer = setTimeout(() => decide(false), timeout_ms);
-  timer.unref();
+  const timer = timeout_ms > 0 ? setTimeout(() => decide(false), timeout_ms).unref() : undefined;
+  socket.on('error', onError);
   socket.on('readable', onReadable);
   socket.once('close', () => clearTimeout(timer));
 }
@@ -100,7 +116,7 @@ function sniff(socket: Socket, timeout_ms: number, handOver: (isH2: boolean) => 
  * in flight keeps its session however long the handler takes, as a call keeps its HTTP/1.1
  * connection).
  */
-function trackSessions(h2: Http2Server, idle_ms: number, logger: Logger): Set<Http2Session> {
+function trackSessions(h2: Http2Server, idle_ms: number, logger: Logger, closing: () => boolean): Set<Http2Session> {
   const sessions = new Set<Http2Session>();
   let loggedAt_ms = 0;
   let since = 0;
@@ -123,9 +139,15 @@ function trackSessions(h2: Http2Server, idle_ms: number, logger: Logger): Set<Ht
     // the preface): the session ends, the server goes on.
     session.on('error', (err: Error & { code?: string }) => {
       session.destroy();
-      logSessionError(err.code ?? err.message);
+      // A reset or a vanished peer is routine; a frame Node's HTTP/2 layer refused is the client's fault.
+      if (err.code?.startsWith('ERR_HTTP2') === true) logSessionError(err.code);
     });
-    if (idle_ms > 0) session.setTimeout(idle_ms, () => streams === 0 && session.close());
+    // Node's timer re-arms on the session's next activity; a listener given to setTimeout() would run once.
+    if (idle_ms > 0) {
+      session.setTimeout(idle_ms);
+      session.on('timeout', () => streams === 0 && session.close());
+    }
+    if (closing()) session.close();
   });
   return sessions;
 }

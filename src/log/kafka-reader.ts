@@ -46,6 +46,7 @@ interface KafkajsCluster {
   findBroker(args: { nodeId: string }): Promise<KafkajsBroker>;
 }
 interface KafkajsBatch {
+  rawMessages: unknown[];
   messages: Array<{ offset: string; value: Buffer | null; headers?: Record<string, Buffer | Buffer[] | undefined> }>;
   lastOffset(): string;
 }
@@ -83,6 +84,8 @@ export class KafkaPartitionReader {
   private readonly waiting = new Map<string, Waiting[]>();
   /** Brokers a shared fetch is in flight to. */
   private readonly inFlight = new Set<string>();
+  /** Turns the order of the partitions in each shared request (see fetchMany). */
+  private rotation = 0;
   /** Fetch requests sent to brokers, all kinds: what a node's reading costs the brokers. */
   fetch_requests = 0;
 
@@ -167,14 +170,23 @@ export class KafkaPartitionReader {
     if (this.inFlight.has(nodeId) || batch === undefined || batch.length === 0) return;
     this.waiting.delete(nodeId);
     this.inFlight.add(nodeId);
-    void this.fetchMany(nodeId, batch).finally(() => {
-      this.inFlight.delete(nodeId);
-      this.sendShared(nodeId);
-    });
+    void this.fetchMany(nodeId, batch)
+      .catch((err: unknown) => batch.forEach((w) => w.reject(err)))
+      .finally(() => {
+        this.inFlight.delete(nodeId);
+        this.sendShared(nodeId);
+      });
   }
 
+  /**
+   * The broker fills a response partition by partition up to MAX_BYTES: one late in the request
+   * may get nothing while it has records (resultOf then does not advance it). The order turns
+   * with every request so that none waits behind the same busy partitions each time.
+   */
   private async fetchMany(nodeId: string, batch: Waiting[]): Promise<void> {
     let byPartition: Map<number, PartitionData>;
+    const turn = this.rotation++ % batch.length;
+    batch = [...batch.slice(turn), ...batch.slice(0, turn)];
     try {
       const broker = await this.cluster.findBroker({ nodeId });
       this.fetch_requests += 1;
@@ -194,9 +206,13 @@ export class KafkaPartitionReader {
       return;
     }
     for (const w of batch) {
-      const data = byPartition.get(w.partition);
-      if (data === undefined) w.reject(new Error(`the fetch of ${this.topic} answered nothing for partition ${w.partition}`));
-      else w.resolve(this.resultOf(w.offset, data));
+      try {
+        const data = byPartition.get(w.partition);
+        if (data === undefined) throw new Error(`the fetch of ${this.topic} answered nothing for partition ${w.partition}`);
+        w.resolve(this.resultOf(w.offset, data));
+      } catch (err) {
+        w.reject(err);
+      }
     }
   }
 
@@ -205,6 +221,9 @@ export class KafkaPartitionReader {
     const records = batch.messages.map((m) => ({ offset: Number(m.offset), value: m.value ?? Buffer.alloc(0), headers: headersOf(m.headers) }));
     const stable = Number(data.lastStableOffset) >= 0 ? Number(data.lastStableOffset) : Number(data.highWatermark);
     // lastOffset(): the last record of the response, filtered or not (or the end when empty).
+    // Nothing at all for the partition (not even filtered records) says nothing of where its
+    // records end: a shared request can leave a partition out when the response is full.
+    if (batch.rawMessages.length === 0) return { records, next_offset: offset, last_stable_offset: stable, high_watermark: Number(data.highWatermark) };
     const next = Math.max(offset, Number(batch.lastOffset()) + 1);
     return { records, next_offset: Math.min(next, Math.max(stable, offset)), last_stable_offset: stable, high_watermark: Number(data.highWatermark) };
   }
