@@ -219,6 +219,14 @@ t.test('h2c timeouts: an idle session closes, a call in flight keeps it, a stall
   const closed_ms = await closedWithin(idle, 10_000);
   t.ok(closed_ms !== undefined && closed_ms < 5_000, `a session idle past http.idle_timeout (1 s) is closed (${closed_ms} ms)`);
 
+  // PINGs every 300 ms are not a request: the session is closed all the same.
+  const pinger = connect(t, keel.ingress);
+  await h2request(pinger, { ':method': 'GET', ':path': '/restate/health' });
+  const pings = setInterval(() => pinger.closed || pinger.destroyed || pinger.ping(() => {}), 300);
+  const pingerClosed_ms = await closedWithin(pinger, 10_000);
+  clearInterval(pings);
+  t.ok(pingerClosed_ms !== undefined && pingerClosed_ms < 5_000, `a session that only PINGs is closed when idle (${pingerClosed_ms} ms)`);
+
   const busy = connect(t, keel.ingress);
   const slow = await h2request(busy, { ':method': 'POST', ':path': '/Echo/slow', 'content-type': 'application/json' }, { body: '3000' });
   t.equal(slow.json, 'slept 3000', 'a call of 3 s on a session with a 1 s idle timeout is answered');

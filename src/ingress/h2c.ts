@@ -112,29 +112,34 @@ function sniff(socket: Socket, timeout_ms: number, handOver: (isH2: boolean) => 
 }
 
 /**
- * The sessions open now, each closed once it has no stream and has been idle `idle_ms` (a stream
- * in flight keeps its session however long the handler takes, as a call keeps its HTTP/1.1
- * connection).
+ * The sessions open now. Each is closed once it has had no stream for `idle_ms`: a stream in flight
+ * keeps its session however long the handler takes (as a call keeps its HTTP/1.1 connection), and
+ * frames without a stream (PING, SETTINGS) do not keep an idle one open.
  */
 function trackSessions(h2: Http2Server, idle_ms: number, logger: Logger, closing: () => boolean): Set<Http2Session> {
   const sessions = new Set<Http2Session>();
-  let loggedAt_ms = 0;
-  let since = 0;
-  const logSessionError = (why: string): void => {
-    since += 1;
-    if (Date.now() - loggedAt_ms < SESSION_ERROR_LOG_PERIOD_MS) return;
-    logger.warn({ err: why, sessions_ended: since }, 'http/2 sessions ended by a protocol error of the client');
-    loggedAt_ms = Date.now();
-    since = 0;
-  };
+  const logSessionError = rateLimited(SESSION_ERROR_LOG_PERIOD_MS, (why: string, since: number) =>
+    logger.warn({ err: why, sessions_ended: since }, 'http/2 sessions ended by a protocol error of the client'),
+  );
   h2.on('session', (session: Http2Session) => {
     sessions.add(session);
     let streams = 0;
+    let idle: NodeJS.Timeout | undefined;
+    const idleFromNow = (): void => {
+      if (idle_ms > 0) idle = setTimeout(() => streams === 0 && session.close(), idle_ms).unref();
+    };
     session.on('stream', (stream) => {
       streams += 1;
-      stream.once('close', () => (streams -= 1));
+      clearTimeout(idle);
+      stream.once('close', () => {
+        streams -= 1;
+        if (streams === 0) idleFromNow();
+      });
     });
-    session.once('close', () => sessions.delete(session));
+    session.once('close', () => {
+      clearTimeout(idle);
+      sessions.delete(session);
+    });
     // A session-level protocol error is the peer's (a header block past every limit, garbage after
     // the preface): the session ends, the server goes on.
     session.on('error', (err: Error & { code?: string }) => {
@@ -142,14 +147,23 @@ function trackSessions(h2: Http2Server, idle_ms: number, logger: Logger, closing
       // A reset or a vanished peer is routine; a frame Node's HTTP/2 layer refused is the client's fault.
       if (err.code?.startsWith('ERR_HTTP2') === true) logSessionError(err.code);
     });
-    // Node's timer re-arms on the session's next activity; a listener given to setTimeout() would run once.
-    if (idle_ms > 0) {
-      session.setTimeout(idle_ms);
-      session.on('timeout', () => streams === 0 && session.close());
-    }
+    idleFromNow();
     if (closing()) session.close();
   });
   return sessions;
+}
+
+/** `f` at most once per `period_ms`, told how many calls it did not log since. */
+function rateLimited(period_ms: number, f: (what: string, since: number) => void): (what: string) => void {
+  let loggedAt_ms = 0;
+  let since = 0;
+  return (what) => {
+    since += 1;
+    if (Date.now() - loggedAt_ms < period_ms) return;
+    f(what, since);
+    loggedAt_ms = Date.now();
+    since = 0;
+  };
 }
 
 /** A request whose head or body is still arriving after `http.request_timeout` is answered 408, as HTTP/1.1's is. */
