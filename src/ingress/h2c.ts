@@ -27,8 +27,10 @@ const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 const MAX_CONCURRENT_STREAMS = 250;
 /**
  * Node's own header limits sit this far above the configured ones, so a request just over them
- * reaches the check that answers 431 with its code; one far over is reset by Node's HTTP/2
- * layer (ENHANCE_YOUR_CALM) before any of it is kept, as HTTP/1.1 closes past its discard bound.
+ * reaches the check that answers 431 with its code (edge.ts). Past twice the count Node resets the
+ * stream (ENHANCE_YOUR_CALM) before keeping the fields; the size is only advertised (Node 20 does
+ * not hold a client to it), and a header block of megabytes ends the session in Node's HPACK
+ * decoder (COMPRESSION_ERROR) — as HTTP/1.1 closes past its discard bound.
  */
 const NODE_LIMIT_FACTOR = 2;
 /** At most one log line per this period for sessions a client's protocol error ended: a flood must not flood the log. */
