@@ -133,7 +133,8 @@ t.test('the edge limits over h2c: 413, 431, 417, resets far past them; the sessi
   const big = await h2request(ingress, { ':method': 'POST', ':path': '/Echo/say', 'content-type': 'application/json', 'content-length': String(50 * MB) }, { body_bytes: 50 * MB });
   isCoded(t, big, 413, 'KEEL0413', 'a 50 MB body to the ingress');
   t.match(big.json?.message, /ingress\.request_size_limit/);
-  t.equal(big.headers.connection, undefined, 'no connection field (HTTP/2 has none)');
+  // Node drops a `connection` field on HTTP/2 itself, with a warning on the server's stderr: none is set.
+  t.notMatch(keel.output, /UnsupportedWarning|connection header is not valid/, 'the answer sets no connection field (Node would warn)');
   const streamed = await h2request(ingress, { ':method': 'POST', ':path': '/Echo/say', 'content-type': 'application/json' }, { body_bytes: 40 * MB });
   isCoded(t, streamed, 413, 'KEEL0413', 'a 40 MB body without a content-length');
   // curl with a 50 MB file (it sends a content-length): the answer read, not a reset.

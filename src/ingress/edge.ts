@@ -124,59 +124,43 @@ function headerBytes(raw: string[]): number {
  */
 export function discardOversizedBody(req: FastifyRequest, reply: FastifyReply): void {
   const raw = req.raw;
-  if (raw.httpVersionMajor === 2) return discardOnStream(raw as unknown as Http2ServerRequest, reply);
-  if (raw.complete || raw.httpVersionMajor !== 1) return;
+  // Neither version has a `connection` field left to send: HTTP/2 has none (Node warns and drops it).
   reply.removeHeader('connection');
-  const socket = raw.socket;
-  let seen_bytes = 0;
-  const stop = (): void => {
-    clearTimeout(timer);
-    socket.off('data', count);
-  };
-  const count = (chunk: Buffer): void => {
-    seen_bytes += chunk.length;
-    if (seen_bytes > DISCARD_MAX_BYTES) {
-      stop();
-      socket.destroy();
-    }
-  };
-  const timer = setTimeout(() => {
-    if (!raw.complete) socket.destroy();
-  }, DISCARD_MAX_MS);
-  timer.unref();
-  socket.on('data', count);
-  raw.once('end', stop);
-  socket.once('close', stop);
+  if (raw.httpVersionMajor === 2) {
+    // The stream is closed past the bounds (RST_STREAM NO_ERROR after the answer, RFC 9113 §8.1);
+    // closing at once would leave a client that wrote its whole body waiting for flow control.
+    const stream = (raw as unknown as Http2ServerRequest).stream;
+    if (!raw.complete && !stream.destroyed) discardBounded(stream, () => stream.destroyed || stream.close(http2.constants.NGHTTP2_NO_ERROR));
+    return;
+  }
+  if (raw.complete || raw.httpVersionMajor !== 1) return;
+  discardBounded(raw.socket, () => raw.complete || raw.socket.destroy(), raw);
 }
 
 /**
- * HTTP/2 has no `connection` field (fastify sets one on a body error; Node warns and drops it). The
- * rest of the body is read and discarded within the same bounds as HTTP/1.1's, then the stream is
- * closed (RST_STREAM NO_ERROR after the answer, RFC 9113 §8.1): closing at once would leave a client
- * that wrote its whole body waiting for flow control (Node's own client never ends such a stream).
+ * Counts what `source` still delivers (Node reads and drops it) until `ended` ends (the request)
+ * or `source` closes; past DISCARD_MAX_BYTES or DISCARD_MAX_MS, `cut`.
  */
-function discardOnStream(raw: Http2ServerRequest, reply: FastifyReply): void {
-  reply.removeHeader('connection');
-  const stream = raw.stream;
-  if (raw.complete || stream.destroyed) return;
+function discardBounded(source: NodeJS.EventEmitter, cut: () => unknown, ended: NodeJS.EventEmitter = source): void {
   let seen_bytes = 0;
   const stop = (): void => {
     clearTimeout(timer);
-    stream.off('data', count);
-  };
-  const cut = (): void => {
-    stop();
-    if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+    source.off('data', count);
   };
   const count = (chunk: Buffer): void => {
     seen_bytes += chunk.length;
-    if (seen_bytes > DISCARD_MAX_BYTES) cut();
+    if (seen_bytes <= DISCARD_MAX_BYTES) return;
+    stop();
+    cut();
   };
-  const timer = setTimeout(cut, DISCARD_MAX_MS);
+  const timer = setTimeout(() => {
+    stop();
+    cut();
+  }, DISCARD_MAX_MS);
   timer.unref();
-  stream.on('data', count);
-  stream.once('end', stop);
-  stream.once('close', stop);
+  source.on('data', count);
+  ended.once('end', stop);
+  source.once('close', stop);
 }
 
 /** Node answers an unknown `Expect` with a bare 417 of its own; this one carries the code. */

@@ -369,7 +369,7 @@ export class KafkaLog implements PartitionLog {
   /** Reads on from `seen` until the end committed now (and at least up to `until`), yielding the commands kept. */
   private async *readToEnd(until = 0, shared = false): AsyncGenerator<[position: number, record: Buffer]> {
     for (;;) {
-      const batch = await this.client.reader.fetch(this.partition, this.seen.offset, { shared });
+      const batch = await this.fetch(this.seen.offset, shared);
       for (const record of batch.records) {
         const verdict = judge(this.seen, entryOf(record));
         this.seen.offset = record.offset + 1;
@@ -380,8 +380,9 @@ export class KafkaLog implements PartitionLog {
     }
   }
 
-  private fetch(offset: number): ReturnType<KafkaPartitionReader['fetch']> {
-    return this.client.reader.fetch(this.partition, offset);
+  /** `shared`: read with the other partitions this node follows (a standby); a leader's reads go alone. */
+  private fetch(offset: number, shared = false): ReturnType<KafkaPartitionReader['fetch']> {
+    return this.client.reader.fetch(this.partition, offset, { shared });
   }
 
   private async persist(writes: StateWrite[], cursor: Cursor): Promise<void> {

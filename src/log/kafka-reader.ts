@@ -115,21 +115,9 @@ export class KafkaPartitionReader {
   private async fetchOnce(partition: number, offset: number): Promise<FetchResult> {
     assert(Number.isSafeInteger(offset) && offset >= 0, () => `fetch offset ${offset}`);
     await (this.connected ??= this.connect());
-    let broker: KafkajsBroker;
     let response: Awaited<ReturnType<KafkajsBroker['fetch']>>;
     try {
-      const leaders = this.cluster.findLeaderForPartitions(this.topic, [partition]);
-      const nodeId = Object.keys(leaders)[0];
-      if (nodeId === undefined) throw new Error(`no leader known for ${this.topic}/${partition}`);
-      broker = await this.cluster.findBroker({ nodeId });
-      this.fetch_requests += 1;
-      response = await broker.fetch({
-        isolationLevel: READ_COMMITTED,
-        maxWaitTime: MAX_WAIT_MS,
-        minBytes: 1,
-        maxBytes: MAX_BYTES,
-        topics: [{ topic: this.topic, partitions: [{ partition, fetchOffset: String(offset), maxBytes: MAX_BYTES }] }],
-      });
+      response = await this.request(await this.leaderOf(partition), [{ partition, offset }]);
     } catch (err) {
       await this.cluster.refreshMetadata().catch(() => undefined);
       throw err;
@@ -149,10 +137,12 @@ export class KafkaPartitionReader {
   private async fetchShared(partition: number, offset: number): Promise<FetchResult> {
     assert(Number.isSafeInteger(offset) && offset >= 0, () => `fetch offset ${offset}`);
     await (this.connected ??= this.connect());
-    const nodeId = Object.keys(this.cluster.findLeaderForPartitions(this.topic, [partition]))[0];
-    if (nodeId === undefined) {
+    let nodeId: string;
+    try {
+      nodeId = await this.leaderOf(partition);
+    } catch (err) {
       await this.cluster.refreshMetadata().catch(() => undefined);
-      throw new Error(`no leader known for ${this.topic}/${partition}`);
+      throw err;
     }
     const queue = this.waiting.get(nodeId) ?? [];
     // A second reader of the partition meanwhile (a rebuild beside the follower) reads alone.
@@ -188,15 +178,7 @@ export class KafkaPartitionReader {
     const turn = this.rotation++ % batch.length;
     batch = [...batch.slice(turn), ...batch.slice(0, turn)];
     try {
-      const broker = await this.cluster.findBroker({ nodeId });
-      this.fetch_requests += 1;
-      const response = await broker.fetch({
-        isolationLevel: READ_COMMITTED,
-        maxWaitTime: MAX_WAIT_MS,
-        minBytes: 1,
-        maxBytes: MAX_BYTES,
-        topics: [{ topic: this.topic, partitions: batch.map((w) => ({ partition: w.partition, fetchOffset: String(w.offset), maxBytes: MAX_BYTES })) }],
-      });
+      const response = await this.request(nodeId, batch);
       byPartition = new Map((response.responses[0]?.partitions as PartitionData[] | undefined)?.map((d) => [d.partition, d]));
     } catch {
       // One partition's error (trimmed past its offset, moved to another broker) fails the whole
@@ -214,6 +196,26 @@ export class KafkaPartitionReader {
         w.reject(err);
       }
     }
+  }
+
+  /** The broker leading `partition`, as the metadata last read says. */
+  private async leaderOf(partition: number): Promise<string> {
+    const nodeId = Object.keys(this.cluster.findLeaderForPartitions(this.topic, [partition]))[0];
+    if (nodeId === undefined) throw new Error(`no leader known for ${this.topic}/${partition}`);
+    return nodeId;
+  }
+
+  /** One Fetch request to broker `nodeId` for `partitions` from their offsets (read_committed, a 100 ms long poll). */
+  private async request(nodeId: string, partitions: Array<{ partition: number; offset: number }>): ReturnType<KafkajsBroker['fetch']> {
+    const broker = await this.cluster.findBroker({ nodeId });
+    this.fetch_requests += 1;
+    return broker.fetch({
+      isolationLevel: READ_COMMITTED,
+      maxWaitTime: MAX_WAIT_MS,
+      minBytes: 1,
+      maxBytes: MAX_BYTES,
+      topics: [{ topic: this.topic, partitions: partitions.map((p) => ({ partition: p.partition, fetchOffset: String(p.offset), maxBytes: MAX_BYTES })) }],
+    });
   }
 
   private resultOf(offset: number, data: PartitionData): FetchResult {
