@@ -83,17 +83,28 @@ export class KeelServer {
       const ingress = await createIngressServer({ config, registry, worker, logger, telemetry });
       const introspection = new WorkerIntrospection(worker, subscriptions);
       engine = createQueryEngine(config, registry, () => introspection, logger);
-      const admin = await createAdminServer({ config, registry, logger, introspection, engine, failures: () => worker.failures(), metrics });
+      // The rule book reaches the partitions: with each change made here (the rule routes wait
+      // for it), each change another node of a cluster made, and when the partitions open.
+      const admin = await createAdminServer({ config, registry, logger, introspection, engine, failures: () => worker.failures(), metrics, applyLimitRules: (book) => worker.setLimitRules(book) });
+      registry.onRemoteLimitRules((book) => {
+        if (worker.processors.length === 0) return; // a standby: its partitions get the book when it becomes active
+        worker.setLimitRules(book).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006', version: book.version }, 'cannot hand the rule book to the partitions'));
+      });
       phase('routes_built');
       db = await opening;
       phase('store_opened');
       const opened = db;
-      const openPartitions = (log?: KafkaLogClient) =>
-        worker.open(opened, log).catch((err: unknown) => {
+      const openPartitions = async (log?: KafkaLogClient) => {
+        await worker.open(opened, log).catch((err: unknown) => {
           if (err instanceof KeelError) throw err;
           // A read that fails its checksum, or state that breaks an invariant: never run on it.
           throw new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(err as Error)?.message ?? String(err)}`, 500, { cause: err });
         });
+        // A partition whose log has an older rule book than the metadata (a crash between a
+        // change's commit and its append, or a change made while this node stood by) catches up
+        // before anything is served.
+        await worker.setLimitRules(known.limitRules());
+      };
       const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, metrics, opened, { ingress, admin }, worker, async (log) => {
         await openPartitions(log);
         worker.start(invoker);
@@ -239,6 +250,11 @@ function sampleQueues(metrics: KeelMetrics, config: Config, worker: Worker, invo
       { store: 'worker', bytes: await directorySize_bytes(config.worker.storage_db.path) },
       { store: 'meta', bytes: await directorySize_bytes(config.meta.storage_path) },
     ],
+    flowRules: () => {
+      const out = new Map<string, { running: number; queued: number }>();
+      for (const p of worker.processors) p.state.flow.perRule(out);
+      return out;
+    },
   });
 }
 

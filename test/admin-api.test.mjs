@@ -45,7 +45,7 @@ t.test('version, health, api version prefixes', async (t) => {
   for (const p of ['/version', '/v4/version', '/v2/version']) {
     const r = await call('GET', p);
     t.equal(r.status, 200);
-    t.same(r.json, { version: '1.7.12', min_admin_api_version: 2, max_admin_api_version: 4, ingress_endpoint: 'http://127.0.0.1:18080/', features: {} });
+    t.same(r.json, { version: '1.7.12', min_admin_api_version: 2, max_admin_api_version: 4, ingress_endpoint: 'http://127.0.0.1:18080/', features: { vqueues: true } });
   }
   for (const p of ['/health', '/v4/health']) {
     const r = await call('GET', p);

@@ -1,3 +1,4 @@
+import type { RuleBook } from '../common/limit-rules.js';
 import type { Config } from '../config/index.js';
 import type { Logger } from '../common/logger.js';
 import type { Registry } from '../metadata/registry.js';
@@ -13,4 +14,6 @@ export interface AdminContext {
   engine: QueryEngine;
   /** Partitions that stopped (for `/health`); empty when all run. */
   failures: () => Array<{ partition: number; reason: string }>;
+  /** Hands a rule book to the partitions that enforce it; resolves once they hold it durably. */
+  applyLimitRules: (book: RuleBook) => Promise<void>;
 }

@@ -27,6 +27,8 @@ export interface PartitionInfo {
   timers_in_memory: number;
   outbox: number;
   inboxed: number;
+  /** The version of the rule book of flow control the partition's log holds (0: none yet). */
+  limit_rules_version?: number;
 }
 
 export type ManageAction = 'cancel' | 'kill' | 'pause' | 'resume' | 'purge' | 'restart-as-new';
@@ -81,7 +83,7 @@ export { stateVersion } from '../partition/state-version.js';
 // ---------------------------------------------------------------------------------------------
 // Table schemas. Kinds drive both the DuckDB declaration and the output encoding.
 
-export type ColumnKind = 'utf8' | 'int64' | 'uint64' | 'float64' | 'bool' | 'ts' | 'binary';
+export type ColumnKind = 'utf8' | 'int64' | 'uint32' | 'uint64' | 'float64' | 'bool' | 'ts' | 'binary';
 
 export type TableSchema = Array<[name: string, kind: ColumnKind]>;
 
@@ -260,12 +262,13 @@ export const TABLES: Record<string, TableSchema> = {
     ['consumer_state', 'utf8'],
     ['position_updated_at', 'ts'],
   ],
+  // The rule book (PUT /limits/rules): concurrency NULL is unlimited.
   sys_rules: [
     ['pattern', 'utf8'],
-    ['concurrency', 'uint64'],
+    ['concurrency', 'uint32'],
     ['description', 'utf8'],
     ['disabled', 'bool'],
-    ['version', 'uint64'],
+    ['version', 'uint32'],
     ['last_modified', 'ts'],
   ],
 };
@@ -374,6 +377,18 @@ export function serviceRows(registry: Registry): Row[] {
   }));
 }
 
+/** `sys_rules`: the rule book, sorted by pattern. */
+export function ruleRows(registry: Registry): Row[] {
+  return registry.limitRules().rules.map((r) => ({
+    pattern: r.pattern,
+    concurrency: r.concurrency ?? null,
+    description: r.description ?? null,
+    disabled: r.disabled ? 1 : 0,
+    version: r.version,
+    last_modified: ts(r.last_modified_ms),
+  }));
+}
+
 /**
  * Values a query's WHERE pins columns of a table to (`col = 'x'` or `col IN (...)` on the table
  * alone): a row source may leave out rows that cannot match, never one that can.
@@ -423,6 +438,7 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
   },
   sys_deployment: ({ registry }) => deploymentRows(registry),
   sys_service: ({ registry }) => serviceRows(registry),
+  sys_rules: ({ registry }) => ruleRows(registry),
   sys_subscription_partition: async function* ({ source }) {
     yield* subscriptionPartitionRows((await source.subscriptions?.()) ?? []);
   },
@@ -432,4 +448,4 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
  * Per-query tables whose rows come from the schema registry alone: the same while its version is
  * (Registry.version), so the engine keeps them filled between queries instead of per query.
  */
-export const REGISTRY_TABLES: ReadonlySet<string> = new Set(['sys_deployment', 'sys_service']);
+export const REGISTRY_TABLES: ReadonlySet<string> = new Set(['sys_deployment', 'sys_service', 'sys_rules']);

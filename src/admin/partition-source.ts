@@ -101,7 +101,7 @@ export class WorkerIntrospection implements IntrospectionSource {
       const invocations: Record<string, number> = { ...p.state.counters.statuses };
       let inboxed = 0;
       for (const q of p.state.inboxes.values()) inboxed += q.length;
-      return { partition: p.partition, ...p.info(), invocations, timers: p.state.counters.timers, timers_in_memory: inMemory[p.partition] ?? 0, outbox: p.state.counters.outbox, inboxed };
+      return { partition: p.partition, ...p.info(), invocations, timers: p.state.counters.timers, timers_in_memory: inMemory[p.partition] ?? 0, outbox: p.state.counters.outbox, inboxed, limit_rules_version: p.state.flow.rules.book.version };
     });
   }
 

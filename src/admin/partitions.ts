@@ -47,6 +47,7 @@ export async function partitionRoutes(app: FastifyInstance, opts: PartitionsRout
         timers: p.timers,
         timers_in_memory: p.timers_in_memory,
         outbox: p.outbox,
+        ...(p.limit_rules_version !== undefined ? { limit_rules_version: p.limit_rules_version } : {}),
         ...(p.failure ? { failure: p.failure } : {}),
       })),
     };

@@ -2,6 +2,7 @@
 // plugin per resource. Errors are {"message", "restate_code"} JSON with a stable code.
 
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import type { RuleBook } from '../common/limit-rules.js';
 import type { Config } from '../config/index.js';
 import type { Logger } from '../common/logger.js';
 import { KeelError } from '../errors/index.js';
@@ -14,6 +15,7 @@ import { errorBody, installErrorHandling } from './errors.js';
 import { emptySource, type IntrospectionSource } from './introspection.js';
 import { deploymentRoutes } from './routes/deployments.js';
 import { invocationRoutes } from './routes/invocations.js';
+import { limitRuleRoutes } from './routes/limits.js';
 import { MAX_ADMIN_API_VERSION, metaRoutes, MIN_ADMIN_API_VERSION } from './routes/meta.js';
 import { queryRoutes } from './routes/query.js';
 import { serviceRoutes } from './routes/services.js';
@@ -39,6 +41,11 @@ export interface AdminServerOptions {
   engine?: QueryEngine;
   /** Served at `GET /metrics` when given. */
   metrics?: KeelMetrics;
+  /**
+   * Hands a changed rule book to the partitions (the worker's setLimitRules); the rule routes
+   * answer once it resolves. Without one (an admin server with no partitions) the book is only stored.
+   */
+  applyLimitRules?: (book: RuleBook) => Promise<void>;
 }
 
 /** The query engine of a server: `/query` and the PostgreSQL wire protocol share it. */
@@ -83,6 +90,7 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
     source,
     engine,
     failures: opts.failures ?? (() => []),
+    applyLimitRules: opts.applyLimitRules ?? (async () => {}),
   };
   const logger = opts.logger.child({ component: 'admin' });
   const edge = { limits: opts.config.http, errors: ADMIN_ERRORS, logger };
@@ -117,6 +125,7 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
     await r.register(invocationRoutes(ctx));
     await r.register(queryRoutes(ctx));
     await r.register(subscriptionRoutes(ctx));
+    await r.register(limitRuleRoutes(ctx));
   };
   await app.register(routes);
   await app.register(partitionRoutes, { source });

@@ -210,12 +210,28 @@ export function objectPartitionKey(service: string, key: string): bigint {
 }
 
 /** A workflow's run invocation: one per (workflow, key), so the id is derived from them. */
-export function workflowInvocationId(service: string, key: string): InvocationId {
+export function workflowInvocationId(service: string, key: string, scope?: string): InvocationId {
+  // Scoped workflows are not accepted yet; a lookup in a scope names the id one would have.
+  if (scope !== undefined) return InvocationId.fromParts(scopePartitionKey(scope), deterministicUuid('workflow', service, key, 'scope', scope));
   return InvocationId.fromParts(objectPartitionKey(service, key), deterministicUuid('workflow', service, key));
 }
 
-/** An invocation with an idempotency key: repeats of the same request map to the same id. */
-export function idempotentInvocationId(service: string, key: string, handler: string, idempotencyKey: string): InvocationId {
+/**
+ * An invocation with an idempotency key: repeats of the same request map to the same id. In a
+ * scope the key is the scope's (the same key in two scopes names two invocations), and the
+ * invocation lives on the scope's partition; unscoped ids are as before scopes existed.
+ */
+export function idempotentInvocationId(service: string, key: string, handler: string, idempotencyKey: string, scope?: string): InvocationId {
+  if (scope !== undefined) return InvocationId.fromParts(scopePartitionKey(scope), deterministicUuid('idempotent', service, key, handler, idempotencyKey, 'scope', scope));
   const pk = key ? objectPartitionKey(service, key) : partitionKeyOf(`${service}/${handler}/${idempotencyKey}`);
   return InvocationId.fromParts(pk, deterministicUuid('idempotent', service, key, handler, idempotencyKey));
+}
+
+/**
+ * Partition key of a flow-control scope: every invocation of a scope lands on one partition,
+ * where the scope's concurrency counters and queues live, so its limits hold without
+ * coordination between partitions. (`/` cannot occur in a scope: no object key collides.)
+ */
+export function scopePartitionKey(scope: string): bigint {
+  return partitionKeyOf(`scope/${scope}/`);
 }

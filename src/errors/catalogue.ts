@@ -126,6 +126,9 @@ const entries = [
     condition: 'The endpoint (or a proxy in front of it) answered 429 Too Many Requests or 503 Service Unavailable. With a Retry-After header the next attempt waits that long (at least the initial retry interval, at most 1 hour) and does not count against max_attempts; without one the retry policy decides.',
     remedy: 'Transient: Keel retries. If it persists, raise the capacity or the rate limit of the deployment, or lower worker.invoker.concurrent_invocations_limit.', status: 500 },
   // Keel's own codes.
+  { code: 'RT0024', title: 'Invalid usage of flow control APIs', status: 400,
+    condition: "A call or send from a handler names a scope or limit key that is not valid: a limit key without a scope, a scope or limit-key level that is empty, longer than 36 bytes or outside [a-zA-Z0-9_.-], a limit key of more than 2 levels, or a scope on a Virtual Object or Workflow target. The attempt fails and is retried, as Restate does.",
+    remedy: 'Fix the scope or limit key the handler passes (ctx.scope(...), opts limitKey), then let the retry run or kill the invocation.' },
   { code: 'KEEL0001', title: 'Request body is not valid', status: 400,
     condition: 'The body of an API request is not valid JSON, or not the JSON object the route expects.',
     remedy: 'Send a JSON object as the route documents it (content-type application/json).' },
@@ -190,6 +193,16 @@ const entries = [
   { code: 'KEEL0024', title: 'Query abandoned by its client', status: 499, log_level: 'info',
     condition: 'The client closed its connection before the answer was sent: the query was cancelled. Logged at info, not as a fault.',
     remedy: 'Nothing to do on the server. A client that gives up on slow queries can filter more or add a LIMIT.' },
+  // The rule book of flow control (PUT /limits/rules, POST /limits/rules/bulk-delete).
+  { code: 'KEEL0910', title: 'Invalid limit rule', status: 422,
+    condition: 'The body of PUT /limits/rules or POST /limits/rules/bulk-delete is not a JSON array of rules, or a rule has a field of the wrong type or value: a pattern that is empty, has more than three components or characters outside [a-zA-Z0-9_.-] (or *), a concurrency that is not an integer from 1 to 4294967295, an unknown precondition. The message names the field ([0].limits.concurrency).',
+    remedy: 'Fix the named field: patterns are scope[/level1[/level2]], each component * or at most 36 characters of [a-zA-Z0-9_.-]; leave limits.concurrency out (or null) for unlimited.' },
+  { code: 'KEEL0911', title: 'Rule precondition failed', status: 409,
+    condition: 'A precondition of the request did not hold against the rule book as it is now: a rule to create exists already (does_not_exist), or the version of a rule to change or delete is not the one expected (matches, expected_version). Nothing of the request was applied.',
+    remedy: 'Read the rule again (restate rules list -x, or SELECT * FROM sys_rules) and retry with its current version.' },
+  { code: 'KEEL0912', title: 'Rule book full', status: 422,
+    condition: 'The request would make the rule book hold more than 10,000 rules. Nothing of it was applied.',
+    remedy: 'Delete rules that are no longer needed, or cover several scopes or limit keys with one wildcard rule (scope/*).' },
   { code: 'KEEL0401', title: 'Authentication required', status: 401,
     condition: 'The server is configured with bearer tokens (ingress.auth_token[_file], admin.auth_token[_file]) and the request carried none, or not a valid one. /health and /restate/health stay open.',
     remedy: 'Send "Authorization: Bearer <token>" (restate CLI: RESTATE_AUTH_TOKEN; keel CLI: KEEL_AUTH_TOKEN; SDK clients: the headers option).' },
@@ -244,6 +257,9 @@ const entries = [
   { code: 'KEEL0804', title: 'Partition snapshot failed', status: 500,
     condition: "A partition's snapshot could not be written to, read from or restored out of cluster.snapshot_path, or a node's copy of a partition ends below the start of its trimmed Kafka log and no snapshot reaches the log. Until a snapshot is written the Kafka log is not trimmed further; a node that cannot restore does not take the partition.",
     remedy: 'Check that cluster.snapshot_path is the same shared directory on every node, writable and with space, and that its files are intact.' },
+  { code: 'KEEL0901', title: 'Invalid scope or limit key', status: 400,
+    condition: 'An ingress request names a scope (/restate/scope/{scope}/call|send/...) or a limit key (x-restate-limit-key, ?limit-key=) that is not valid: empty, longer than 36 bytes, outside [a-zA-Z0-9_.-], a limit key of more than 2 levels, a limit key without a scope, or a scope on a Virtual Object or Workflow target (scoped keys are not supported yet).',
+    remedy: 'Fix what the message names; scopes go in the path, limit keys (tenant or tenant/user) in x-restate-limit-key.' },
 ] as const satisfies readonly CodeEntry[];
 
 /** Every stable code. */

@@ -9,6 +9,7 @@ import type { HandlerSchema, ServiceSchema } from '../metadata/types.js';
 import type { Worker } from '../partition/worker.js';
 import type { IngressSpan, Telemetry } from '../telemetry/index.js';
 import { MAX_DELAY_MS, MAX_DELAY_TEXT_CHARS, MAX_IDEMPOTENCY_KEY_CHARS, MAX_KEY_CHARS } from './limits.js';
+import { flowOf } from './flow.js';
 import { ingressError, respond } from './respond.js';
 
 /** What the ingress needs of the schema registry. */
@@ -49,12 +50,12 @@ export async function inFlight<T>(deps: Pick<InvokeDeps, 'telemetry'>, f: () => 
  * `segments` is the decoded path after any `/restate/call|send` prefix; `forceSend` is set
  * by `/restate/send/...`.
  */
-export function invoke(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], forceSend?: boolean): Promise<FastifyReply> {
+export function invoke(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], forceSend?: boolean, scope?: string): Promise<FastifyReply> {
   const tracing = deps.telemetry.tracing;
-  if (!tracing.enabled) return inFlight(deps, () => invokeTarget(deps, req, reply, segments, forceSend, undefined));
+  if (!tracing.enabled) return inFlight(deps, () => invokeTarget(deps, req, reply, segments, { forceSend, scope }, undefined));
   const span = tracing.ingress(req.headers);
   // The status is read from `reply`: what the handler resolves with is not always the reply.
-  return inFlight(deps, () => invokeTarget(deps, req, reply, segments, forceSend, span)).then(
+  return inFlight(deps, () => invokeTarget(deps, req, reply, segments, { forceSend, scope }, span)).then(
     (r) => {
       span?.end(reply.statusCode);
       return r;
@@ -66,8 +67,15 @@ export function invoke(deps: InvokeDeps, req: FastifyRequest, reply: FastifyRepl
   );
 }
 
-async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], forceSend: boolean | undefined, span: IngressSpan | undefined): Promise<FastifyReply> {
+/** How the path asked: `/send` forced (or not), and in which scope. */
+interface Route {
+  forceSend: boolean | undefined;
+  scope: string | undefined;
+}
+
+async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], route: Route, span: IngressSpan | undefined): Promise<FastifyReply> {
   const { registry, worker } = deps;
+  const { forceSend } = route;
   if (segments.length < 2) return ingressError(reply, 'KEEL0011', `no route for ${req.url}`);
   const service = registry.service(segments[0]!);
   if (service === undefined) return ingressError(reply, 'KEEL0011', `service '${segments[0]}' not found, make sure to register the deployment that exposes it`);
@@ -91,6 +99,8 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   const key = keyed ? segments[1]! : '';
   if (key.length > MAX_KEY_CHARS) return ingressError(reply, 'KEEL0012', `the key is ${key.length} characters long, more than ${MAX_KEY_CHARS}`);
   const url = new URL(req.url, 'http://ingress');
+  const flow = flowOf(route.scope, service.ty, req.headers, url.searchParams);
+  if ('error' in flow) return refuseFlow(deps, req, reply, flow.error);
 
   const delay = delayOf(url.searchParams.get('delay'), isSend);
   if (typeof delay === 'string') return ingressError(reply, 'KEEL0012', delay);
@@ -100,7 +110,7 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   if (idempotencyKey !== undefined && idempotencyKey.length > MAX_IDEMPOTENCY_KEY_CHARS) {
     return ingressError(reply, 'KEEL0012', `the idempotency-key header is ${idempotencyKey.length} characters long, more than ${MAX_IDEMPOTENCY_KEY_CHARS}`);
   }
-  const target = resolveTarget(deps.config, service, handler, key, idempotencyKey);
+  const target = resolveTarget(deps.config, service, handler, key, idempotencyKey, flow.scope);
   if (target.workflow_run && idempotencyKey) return ingressError(reply, 'KEEL0012', 'the idempotency key is not supported for workflow run handlers');
 
   void reply.header('x-restate-id', target.id.text);
@@ -137,6 +147,8 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
       completion_retention_ms: target.completion_retention_ms,
       journal_retention_ms: target.journal_retention_ms,
       ...(idempotencyKey ? { idempotency_key: idempotencyKey } : {}),
+      ...(flow.scope !== undefined ? { scope: flow.scope } : {}),
+      ...(flow.limit_key !== undefined ? { limit_key: flow.limit_key } : {}),
       ...(execute_at_ms ? { execute_at_ms } : {}),
       ...(span ? { traceparent: span.traceparent } : {}),
     },
@@ -151,6 +163,12 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   const done = worker.awaitCompletion(target.id, { fresh: true });
   await worker.append(target.id, command);
   return respondCompleted(reply, await done, handler);
+}
+
+/** A scope or limit key refused (400 KEEL0901), logged: a client sending them wrong is worth a warning. */
+export function refuseFlow(deps: Pick<InvokeDeps, 'logger'>, req: FastifyRequest, reply: FastifyReply, message: string): FastifyReply {
+  deps.logger.warn({ code: 'KEEL0901', url: req.url.slice(0, 200), err: message }, 'ingress request refused');
+  return ingressError(reply, 'KEEL0901', message);
 }
 
 export async function attachAndRespond(deps: Pick<InvokeDeps, 'worker'>, reply: FastifyReply, id: import('../common/ids.js').InvocationId, handler: HandlerSchema | undefined): Promise<FastifyReply> {

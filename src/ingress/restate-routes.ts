@@ -1,16 +1,18 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { InvocationId, decodeAwakeableId, idempotentInvocationId, workflowInvocationId } from '../common/ids.js';
+import { restrictedValueError } from '../common/limit-rules.js';
 import { KeelError } from '../errors/index.js';
 import type { Worker } from '../partition/worker.js';
 import { MAX_KEY_CHARS, MAX_NAME_CHARS } from './limits.js';
-import { attachAndRespond, inFlight, invoke, type InvokeDeps } from './invoke.js';
+import { attachAndRespond, inFlight, invoke, refuseFlow, type InvokeDeps } from './invoke.js';
 import { pathSegments } from './paths.js';
 import { ingressError, respond } from './respond.js';
 
-type Target =
+type Target = { scope?: string | null } & (
   | { target: 'invocation'; invocationId: string }
   | { target: 'workflow'; workflowName: string; workflowKey: string }
-  | { target: 'idempotentInvocation'; service: string; key?: string; handler: string; idempotencyKey: string };
+  | { target: 'idempotentInvocation'; service: string; key?: string; handler: string; idempotencyKey: string }
+);
 
 
 const name = { type: 'string', minLength: 1, maxLength: MAX_NAME_CHARS } as const;
@@ -36,13 +38,17 @@ const targetBody = {
 } as const;
 
 function idOf(t: Target): InvocationId | string {
+  // A scope names the scope's invocation (an absent or null one, the unscoped one).
+  const scope = t.scope ?? undefined;
+  const bad = scope === undefined ? undefined : restrictedValueError(scope);
+  if (bad !== undefined) return `bad scope value: ${bad}`;
   switch (t.target) {
     case 'invocation':
       return InvocationId.parse(t.invocationId) ?? `the field invocationId is not a valid invocation id: '${t.invocationId}'`;
     case 'workflow':
-      return workflowInvocationId(t.workflowName, t.workflowKey);
+      return workflowInvocationId(t.workflowName, t.workflowKey, scope);
     case 'idempotentInvocation':
-      return idempotentInvocationId(t.service, t.key ?? '', t.handler, t.idempotencyKey);
+      return idempotentInvocationId(t.service, t.key ?? '', t.handler, t.idempotencyKey, scope);
   }
 }
 
@@ -138,4 +144,14 @@ export async function restateRoutes(app: FastifyInstance, deps: InvokeDeps): Pro
   await app.register(targetRoutes, deps);
   app.post('/restate/call/*', async (req, reply) => invoke(deps, req, reply, segs(req), false));
   app.post('/restate/send/*', async (req, reply) => invoke(deps, req, reply, segs(req), true));
+  // /restate/scope/{scope}/call|send/{svc}/[{key}/]{handler}
+  app.post('/restate/scope/*', async (req, reply) => {
+    // An empty scope (`/restate/scope//call/...`) would vanish from the segments.
+    if (req.url.startsWith('/restate/scope//')) return refuseFlow(deps, req, reply, 'bad scope value: value cannot be empty');
+    const [scope, verb, ...rest] = segs(req);
+    if (scope === undefined || (verb !== 'call' && verb !== 'send')) {
+      return ingressError(reply, 'KEEL0011', `no route for ${req.url}: use /restate/scope/{scope}/call/{service}/[{key}/]{handler} or /restate/scope/{scope}/send/...`);
+    }
+    return invoke(deps, req, reply, rest, verb === 'send', scope);
+  });
 }

@@ -39,7 +39,7 @@ export interface AttemptOptions {
   /** Eager state for StartMessage; `partial` makes the SDK ask for what is missing. */
   state: { entries: Array<{ key: Buffer; value: Buffer }>; partial: boolean };
   /** Schema facts and the id of a call's target, or why it cannot be called (RT0018). */
-  resolveCall: (service: string, handler: string, key: string, idempotencyKey: string | undefined) => ResolvedTarget | { error_code: string; message: string };
+  resolveCall: (service: string, handler: string, key: string, idempotencyKey: string | undefined, flow: { scope?: string; limit_key?: string }) => ResolvedTarget | { error_code: string; message: string };
   endpoints: EndpointClient;
   logger: Logger;
   /** The attempt's span (W3C), when traced: sent to the endpoint and carried by the calls it makes. */
@@ -135,6 +135,8 @@ export class Attempt {
       retry_count_since_last_stored_entry: status.retry_count,
       duration_since_last_stored_entry: Math.max(0, Date.now() - status.modified_at_ms),
       random_seed: randomSeed(id),
+      ...(status.scope !== undefined ? { scope: status.scope } : {}),
+      ...(status.limit_key !== undefined ? { limit_key: status.limit_key } : {}),
     });
     const frames = [encodeFrame(MessageType.Start, start)];
     for (const e of journal) frames.push(encodeFrame(e.type, e.payload));
@@ -276,7 +278,9 @@ export class Attempt {
   /** A call or send: the target must exist; its invocation id is chosen here, before the append. */
   private call(type: number, entry: Buffer): void {
     const m = decode(type === MessageType.CallCommand ? pb.Call : pb.OneWayCall, entry);
-    const target = this.o.resolveCall(m.service_name ?? '', m.handler_name ?? '', m.key ?? '', m.idempotency_key || undefined);
+    // Protocol v7's scope and limit key (empty = none); the fold reads them from the entry.
+    const flow = { ...(m.scope ? { scope: m.scope } : {}), ...(m.limit_key ? { limit_key: m.limit_key } : {}) };
+    const target = this.o.resolveCall(m.service_name ?? '', m.handler_name ?? '', m.key ?? '', m.idempotency_key || undefined, flow);
     if ('error_code' in target) {
       this.fail({ ...target, failure_code: 500, related_entry_type: type, ...(m.name ? { related_entry_name: m.name } : {}) });
       return;

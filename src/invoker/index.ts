@@ -1,5 +1,6 @@
 import type { Config, RetryPolicy } from '../config/index.js';
 import { InvocationId } from '../common/ids.js';
+import { parseLimitKey, restrictedValueError } from '../common/limit-rules.js';
 import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
 import type { EndpointClient } from '../endpoint/client.js';
@@ -191,7 +192,7 @@ export class Invoker implements AttemptRunner {
       : [];
     const attempt = new Attempt({
       state: { entries, partial: keyed && lazy },
-      resolveCall: (svc, hdl, key, idem) => {
+      resolveCall: (svc, hdl, key, idem, flow) => {
         const target = this.registry.handler(svc, hdl);
         if (target === undefined) {
           const message = this.registry.service(svc) === undefined
@@ -211,7 +212,9 @@ export class Invoker implements AttemptRunner {
             message: `call to service '${svc}', exposed by deployment ${callee.id} with the deprecated service protocol version ${callee.max_protocol_version}: new requests are not accepted; register a new deployment with an upgraded SDK`,
           };
         }
-        return resolveTarget(this.config, target.service, target.handler, key, idem);
+        const refused = flowRefusal(flow, target.service.ty);
+        if (refused !== undefined) return { error_code: 'RT0024', message: refused };
+        return resolveTarget(this.config, target.service, target.handler, key, idem, flow.scope);
       },
       status,
       journal,
@@ -256,4 +259,17 @@ function retryPolicy(base: RetryPolicy, ...overrides: Array<ServiceSchema['retry
     if (o.on_max_attempts !== undefined) p.on_max_attempts = o.on_max_attempts;
   }
   return p;
+}
+
+/** Why a call's scope or limit key is refused (RT0024, retried as Restate does), in Restate's words. */
+function flowRefusal(flow: { scope?: string; limit_key?: string }, serviceType: string): string | undefined {
+  if (flow.limit_key !== undefined && flow.scope === undefined) return 'limit key was provided without a scope. Limit keys take effect only when used in combination with scope';
+  if (flow.scope === undefined) return undefined;
+  const bad = restrictedValueError(flow.scope);
+  if (bad !== undefined) return `the provided scope '${flow.scope}' is invalid: ${bad}`;
+  if (serviceType !== 'Service') return `scope is not supported for ${serviceType === 'Workflow' ? 'Workflow' : 'Virtual Object'} targets`;
+  if (flow.limit_key === undefined) return undefined;
+  const levels = parseLimitKey(flow.limit_key);
+  if (!Array.isArray(levels)) return `the provided limit key '${flow.limit_key}' is invalid: ${levels.error}`;
+  return undefined;
 }

@@ -6,6 +6,17 @@ import { isSubscriptionId, newSubscriptionId, validateSubscription } from './sub
 import { formatDuration } from '../common/units.js';
 import type { Logger } from '../common/logger.js';
 import { newDeploymentId } from '../common/ids.js';
+import {
+  deleteRules,
+  EMPTY_RULE_BOOK,
+  MAX_RULES,
+  RulePreconditionFailed,
+  upsertRules,
+  type DeleteRule,
+  type LimitRule,
+  type RuleBook,
+  type UpsertRule,
+} from '../common/limit-rules.js';
 import { KeelError, keelError } from '../errors/index.js';
 import type { RequestSigner } from '../endpoint/identity.js';
 import { discover as defaultDiscover, normaliseUri, type DiscoveryTarget } from './discovery.js';
@@ -78,6 +89,19 @@ function sameDiscovered(d: DeploymentSchema, e: DiscoveredEndpoint): boolean {
     d.max_protocol_version === e.max_protocol_version &&
     stable(d.services.map(strip)) === stable(e.services.map(strip))
   );
+}
+
+/** Rules named in the log line of a change (a change may carry 10,000). */
+const LOGGED_RULES = 10;
+
+/** A rule book change, its failed precondition as the API answers it (409 KEEL0911, Restate's words). */
+function checked<T>(change: () => T): T {
+  try {
+    return change();
+  } catch (err) {
+    if (err instanceof RulePreconditionFailed) throw new KeelError('KEEL0911', err.message);
+    throw err;
+  }
 }
 
 function notFound(id: string): KeelError {
@@ -167,6 +191,8 @@ export class Registry {
   private latest = new Map<string, ServiceSchema>();
   private readonly subs = new Map<string, SubscriptionSchema>();
   private readonly subscriptionListeners = new Set<(e: SubscriptionEvent) => void>();
+  private rules: RuleBook = EMPTY_RULE_BOOK;
+  private readonly ruleListeners = new Set<(book: RuleBook) => void>();
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
   private changes = 0;
@@ -207,7 +233,7 @@ export class Registry {
     }
     reg.recompute();
     log.follow?.((rec) => reg.applyRemote(rec));
-    logger.info({ deployments: reg.byId.size, services: reg.latest.size, subscriptions: reg.subs.size }, 'schema registry opened');
+    logger.info({ deployments: reg.byId.size, services: reg.latest.size, subscriptions: reg.subs.size, limit_rules: reg.rules.rules.length }, 'schema registry opened');
     return reg;
   }
 
@@ -316,6 +342,49 @@ export class Registry {
     });
   }
 
+  /** The rule book of flow control (cluster metadata: every node folds the same). */
+  limitRules(): RuleBook {
+    return this.rules;
+  }
+
+  /**
+   * Creates or replaces rules, all or none: preconditions are checked against the book as it is
+   * when the change runs (KEEL0911), then the cap (KEEL0912). Patterns must be canonical. An
+   * upsert that changes nothing commits nothing. Returns the book and each rule as it now is,
+   * in request order.
+   */
+  upsertLimitRules(reqs: readonly UpsertRule[]): Promise<{ book: RuleBook; rules: LimitRule[] }> {
+    return this.serial(async () => {
+      const result = checked(() => upsertRules(this.rules, reqs, Date.now()));
+      if (result.book === this.rules) return result;
+      if (result.book.rules.length > MAX_RULES) throw new KeelError('KEEL0912', `rule book is full (${MAX_RULES} rules)`);
+      await this.commit({ kind: 'limit_rules_replaced', book: result.book });
+      this.logger.info({ version: result.book.version, rules: result.rules.length, first: result.rules.slice(0, LOGGED_RULES).map((r) => `${r.pattern}@v${r.version}`) }, 'limit rules set');
+      return result;
+    });
+  }
+
+  /** Removes rules (KEEL0911 when an expected version does not hold; nothing is removed then). Returns the patterns removed. */
+  deleteLimitRules(reqs: readonly DeleteRule[]): Promise<{ book: RuleBook; removed: string[] }> {
+    return this.serial(async () => {
+      const result = checked(() => deleteRules(this.rules, reqs));
+      if (result.book === this.rules) return result;
+      await this.commit({ kind: 'limit_rules_replaced', book: result.book });
+      this.logger.info({ version: result.book.version, removed: result.removed.length, first: result.removed.slice(0, LOGGED_RULES) }, 'limit rules deleted');
+      return result;
+    });
+  }
+
+  /**
+   * Calls `listener` with the rule book whenever a change another node of the cluster committed
+   * is applied here (this node's own changes are handed on by whoever made them). Returns the
+   * function that removes the listener; one that throws is logged, not propagated.
+   */
+  onRemoteLimitRules(listener: (book: RuleBook) => void): () => void {
+    this.ruleListeners.add(listener);
+    return () => this.ruleListeners.delete(listener);
+  }
+
   // ---- internals ----
 
   private serial<T>(fn: () => Promise<T>): Promise<T> {
@@ -339,6 +408,15 @@ export class Registry {
     if (rec.kind === 'subscription_added') this.notifySubscription({ kind: 'added', subscription: rec.subscription });
     if (rec.kind === 'subscription_removed') this.notifySubscription({ kind: 'removed', id: rec.id });
     this.logger.info({ kind: rec.kind }, 'metadata changed by another node');
+    if (rec.kind === 'limit_rules_replaced') {
+      for (const listener of this.ruleListeners) {
+        try {
+          listener(rec.book);
+        } catch (err) {
+          this.logger.error({ err, code: 'RT0006' }, 'a limit rules listener failed');
+        }
+      }
+    }
   }
 
   private async commit(rec: MetaRecord): Promise<void> {
@@ -349,6 +427,10 @@ export class Registry {
   }
 
   private apply(rec: MetaRecord): void {
+    if (rec.kind === 'limit_rules_replaced') {
+      this.rules = rec.book;
+      return;
+    }
     if (rec.kind === 'subscription_added') {
       const sub = rec.subscription;
       if (!isSubscriptionId(sub.id)) throw new Error(`malformed subscription id ${JSON.stringify(sub.id)}`);

@@ -4,6 +4,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ClassicLevel } from 'classic-level';
+import type { RuleBook } from '../common/limit-rules.js';
 import { KeelError } from '../errors/index.js';
 import type { DeploymentSchema, SubscriptionSchema } from './types.js';
 
@@ -17,7 +18,9 @@ export type MetaRecord =
   | { kind: 'deployment_updated'; deployment: DeploymentSchema }
   | { kind: 'deployment_removed'; id: string }
   | { kind: 'subscription_added'; subscription: SubscriptionSchema }
-  | { kind: 'subscription_removed'; id: string };
+  | { kind: 'subscription_removed'; id: string }
+  /** The whole rule book of flow control after a change (PUT /limits/rules, bulk-delete). */
+  | { kind: 'limit_rules_replaced'; book: RuleBook };
 
 const KINDS = new Set([
   'deployment_added',
@@ -26,6 +29,7 @@ const KINDS = new Set([
   'deployment_removed',
   'subscription_added',
   'subscription_removed',
+  'limit_rules_replaced',
 ]);
 
 function wellFormed(rec: MetaRecord): boolean {
@@ -36,6 +40,10 @@ function wellFormed(rec: MetaRecord): boolean {
     case 'subscription_added': {
       const s = rec.subscription;
       return !!s && typeof s.id === 'string' && typeof s.source === 'string' && typeof s.sink === 'string' && !!s.options && typeof s.options === 'object';
+    }
+    case 'limit_rules_replaced': {
+      const b = rec.book;
+      return !!b && Number.isSafeInteger(b.version) && Array.isArray(b.rules) && b.rules.every((r) => !!r && typeof r.pattern === 'string' && Number.isSafeInteger(r.version));
     }
     default:
       return !!rec.deployment && typeof rec.deployment.id === 'string' && Array.isArray(rec.deployment.services);

@@ -1,5 +1,5 @@
 import type { Config } from '../config/index.js';
-import { InvocationId, idempotentInvocationId, objectPartitionKey, randomPartitionKey, workflowInvocationId } from '../common/ids.js';
+import { InvocationId, idempotentInvocationId, objectPartitionKey, randomPartitionKey, scopePartitionKey, workflowInvocationId } from '../common/ids.js';
 import type { HandlerSchema, ServiceSchema } from './types.js';
 
 /** Everything decided about a new invocation from the schema before its Invoke is appended. */
@@ -18,7 +18,8 @@ export interface ResolvedTarget {
 /**
  * Id and retention of an invocation of `service/handler` (with `key` for objects and
  * workflows). Workflow runs and idempotent requests get deterministic ids, so a repeat finds
- * the invocation that already exists.
+ * the invocation that already exists. A scoped invocation (plain services only) lives on its
+ * scope's partition.
  */
 export function resolveTarget(
   config: Config,
@@ -26,6 +27,7 @@ export function resolveTarget(
   handler: HandlerSchema,
   key: string,
   idempotencyKey: string | undefined,
+  scope?: string,
 ): ResolvedTarget {
   const handler_type = service.ty === 'Service' ? '' : handler.ty ?? (service.ty === 'Workflow' ? 'Workflow' : 'Exclusive');
   const workflow_run = service.ty === 'Workflow' && handler_type === 'Workflow';
@@ -38,10 +40,11 @@ export function resolveTarget(
     id = workflowInvocationId(service.name, key);
     completion = handler.workflow_completion_retention_ms ?? config.default_workflow_completion_retention_ms;
   } else if (idempotencyKey) {
-    id = idempotentInvocationId(service.name, key, handler.name, idempotencyKey);
+    id = idempotentInvocationId(service.name, key, handler.name, idempotencyKey, scope);
     completion = handler.idempotency_retention_ms ?? service.idempotency_retention_ms ?? config.default_idempotency_retention_ms;
   } else {
-    id = InvocationId.random(service.ty === 'Service' ? randomPartitionKey() : objectPartitionKey(service.name, key));
+    const pk = scope !== undefined ? scopePartitionKey(scope) : service.ty === 'Service' ? randomPartitionKey() : objectPartitionKey(service.name, key);
+    id = InvocationId.random(pk);
   }
   return {
     id,

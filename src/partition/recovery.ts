@@ -3,6 +3,8 @@ import type { Db } from '../storage/store.js';
 import { dedupTable } from '../storage/tables/dedup.js';
 import { fsmTable } from '../storage/tables/fsm.js';
 import { inboxTable } from '../storage/tables/inbox.js';
+import { limitsTable } from '../storage/tables/limits.js';
+import { vqueuesTable } from '../storage/tables/vqueues.js';
 import { outboxTable } from '../storage/tables/outbox.js';
 import { restartTable } from '../storage/tables/restart.js';
 import { positionName, subscriptionPositionsTable } from '../storage/tables/subscription-positions.js';
@@ -30,6 +32,9 @@ export async function loadState(db: Db, partition: number, state_cache_bytes?: n
     q.push(entry);
     state.inboxes.set(objectKey, q);
   }
+  state.flow.setRules(await limitsTable.read(db, partition), false);
+  for await (const [scope, limitKey, entry] of vqueuesTable.scan(db, partition)) state.flow.load(scope, limitKey, entry);
+  state.flow.released.clear();
   for await (const [source, seq] of dedupTable.scan(db, partition)) state.dedup.set(source, seq);
   for await (const p of subscriptionPositionsTable.scan(db, partition)) state.subscriptionPositions.set(positionName(p.subscription_id, p.topic, p.kafka_partition), p);
   // Timers are not loaded (the worker's TimerWindow reads the next few); the count comes with the counters.

@@ -3,6 +3,7 @@ import { assert } from '../common/assert.js';
 import type { StateWrite } from '../storage/store.js';
 import { dedupTable } from '../storage/tables/dedup.js';
 import { expiryTable } from '../storage/tables/expiry.js';
+import { FlowControl } from './flow-control.js';
 import { emptyCounters, fsmTable, type Counters } from '../storage/tables/fsm.js';
 import { inboxTable, type InboxEntry } from '../storage/tables/inbox.js';
 import { invocationsTable, type InvocationStatus, type Status } from '../storage/tables/invocations.js';
@@ -95,6 +96,8 @@ export class PartitionState {
   counters: Counters = emptyCounters();
   /** The counters changed in this batch: encoded once, when the batch is taken. */
   private countersChanged = false;
+  /** Flow control: the rule book, the slots held per scope and limit key, the queues of those waiting for one. */
+  readonly flow: FlowControl;
   /** Where each (subscription, topic, Kafka partition) consumed here stands (see `positionName`; bounded by the subscriptions registered). */
   readonly subscriptionPositions = new Map<string, SubscriptionPosition>();
   /** Journal entries appended since this state was loaded (for metrics; not part of the state). */
@@ -119,6 +122,17 @@ export class PartitionState {
     this.stateCache = new LRUCache({ maxSize: state_cache_bytes, sizeCalculation: stateBytes });
     this.idle_statuses_limit = limits.idle_statuses ?? IDLE_STATUSES_IN_MEMORY;
     this.locks = new LRUCache<string, string>({ max: limits.locks ?? LOCKS_IN_MEMORY });
+    this.flow = new FlowControl({
+      partition,
+      write: (key, value) => this.writes.set(key, value),
+      usage: () => this.counters.usage,
+      tags: () => this.counters.tags,
+      countersChanged: () => this.putCounters(),
+      nextSeq: () => {
+        this.putCounters();
+        return ++this.counters.inbox_seq;
+      },
+    });
     assert(this.idle_statuses_limit >= 0, () => `${this.idle_statuses_limit} idle statuses in memory`);
   }
 
@@ -220,7 +234,11 @@ export class PartitionState {
       if (s.invoked_by_subscription_id) this.countSubscription(s.invoked_by_subscription_id, isLive ? 1 : -1);
     }
     const restarts = (k: Status | undefined) => k === 'running' || k === 'backing-off';
-    if (restarts(before) !== restarts(after)) this.writes.set(restartTable.key(this.partition, s.id), restarts(after) ? restartTable.value : null);
+    if (restarts(before) !== restarts(after)) {
+      this.writes.set(restartTable.key(this.partition, s.id), restarts(after) ? restartTable.value : null);
+      // What runs or backs off holds a flow-control slot; what suspends, pauses or ends frees it.
+      if (s.scope !== undefined) this.flow.hold(s.scope, s.limit_key ?? '', restarts(after) ? 1 : -1);
+    }
     if (before !== undefined && before !== 'completed') assert(statuses[before]! >= 0, () => `partition ${this.partition}: ${statuses[before]} invocations counted as ${before}`);
     this.countersChanged = true;
   }

@@ -1,5 +1,6 @@
 import type { Config } from '../config/index.js';
 import { InvocationId } from '../common/ids.js';
+import type { RuleBook } from '../common/limit-rules.js';
 import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
 import { keelError } from '../errors/index.js';
@@ -154,6 +155,20 @@ export class Worker implements Effects {
 
   append(id: InvocationId, kind: CommandKind): Promise<void> {
     return this.processorFor(id).append(kind);
+  }
+
+  /**
+   * Hands the rule book to every partition whose log has an older one (a LimitRules command
+   * each); resolves once all are durable. Called when the book changes and when partitions
+   * open, so a partition that missed a change (a crash between the metadata write and its
+   * append) catches up.
+   */
+  async setLimitRules(book: RuleBook): Promise<void> {
+    const limit_rules = {
+      version: book.version,
+      rules: book.rules.map((r) => ({ pattern: r.pattern, concurrency: r.concurrency ?? 0, disabled: r.disabled, version: r.version })),
+    };
+    await Promise.all(this.processors.filter((p) => p.state.flow.rules.book.version < book.version).map((p) => p.append({ kind: 'limit_rules', limit_rules })));
   }
 
   invocation(id: InvocationId): InvocationStatus | undefined {

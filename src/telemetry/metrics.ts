@@ -47,6 +47,8 @@ export interface MetricSources {
   endpoints(): { connections: number; streams: number };
   partitions(): Array<{ partition: number; queued_commands: number; outbox_entries: number; invocations: ReadonlyMap<string, number> }>;
   storeSizes(): Promise<Array<{ store: string; bytes: number }>>;
+  /** Per flow-control rule (pattern): invocations holding its slots, and waiting on it. */
+  flowRules(): ReadonlyMap<string, { running: number; queued: number }>;
 }
 
 /**
@@ -159,6 +161,11 @@ export class KeelMetrics {
     this.register(
       new SampledGauge('keel_invocations', 'Invocations that have not completed, by partition and status', () =>
         sources.partitions().flatMap((p) => [...p.invocations].map(([status, n]): [Labels, number] => [{ partition: String(p.partition), status }, n])),
+      ),
+    );
+    this.register(
+      new SampledGauge('keel_flow_rule_invocations', 'Per flow-control rule: invocations holding its slots (state=running, counted at each level a rule governs) and waiting on it (state=queued)', () =>
+        [...sources.flowRules()].flatMap(([rule, n]): Array<[Labels, number]> => [[{ rule, state: 'running' }, n.running], [{ rule, state: 'queued' }, n.queued]]),
       ),
     );
     this.register(

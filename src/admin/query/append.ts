@@ -7,6 +7,7 @@ import type { ColumnKind, Row, TableSchema } from '../introspection.js';
 
 /** The widest instant the API renders (±100,000,000 days around 1970), in ms. */
 const MAX_MS = 8.64e15;
+const MAX_UINT32 = (1n << 32n) - 1n;
 const MAX_UINT64 = (1n << 64n) - 1n;
 const MIN_INT64 = -(1n << 63n);
 const MAX_INT64 = (1n << 63n) - 1n;
@@ -42,6 +43,10 @@ function appendCell(a: DuckDBAppender, kind: ColumnKind, v: unknown): void {
     case 'int64': {
       const n = integer(v, MIN_INT64, MAX_INT64);
       return n === undefined ? a.appendNull() : a.appendBigInt(n);
+    }
+    case 'uint32': {
+      const n = integer(v, 0n, MAX_UINT32);
+      return n === undefined ? a.appendNull() : a.appendUInteger(Number(n));
     }
     case 'uint64': {
       const n = integer(v, 0n, MAX_UINT64);

@@ -1,8 +1,8 @@
 // Answers in the three shapes clients ask for, built chunk by chunk from DuckDB's results so
 // that the byte limit is checked as the answer grows:
 //   json   {"rows":[…]}: nulls omitted, timestamps RFC 3339 with ms and Z, binary as hex
-//   arrow  an Arrow IPC stream (strings Utf8, counts Int64, timestamps ms "+00:00"), as the
-//          restate CLI reads it
+//   arrow  an Arrow IPC stream (strings Utf8, counts Int64, UINTEGER UInt32, timestamps ms
+//          "+00:00"), as the restate CLI reads it
 //   pg     PostgreSQL RowDescription and DataRow messages in text format
 
 import type { DataType, Field, RecordBatch } from 'apache-arrow';
@@ -152,8 +152,12 @@ let arrowModule: Promise<Arrow> | undefined;
 /** apache-arrow takes ~150 ms to load: the engine loads it once it is ready, not before. */
 export const loadArrow = (): Promise<Arrow> => (arrowModule ??= import('apache-arrow'));
 
-function arrowType(a: Arrow, kind: Kind): DataType {
-  switch (kind) {
+/** UINTEGER columns (sys_rules' concurrency and version) are UInt32, as Restate's; other unsigned ones UInt64. */
+const isUint32 = (c: Column): boolean => c.type === DuckDBTypeId.UINTEGER;
+
+function arrowType(a: Arrow, c: Column): DataType {
+  if (isUint32(c)) return new a.Uint32();
+  switch (c.kind) {
     case 'utf8':
       return new a.Utf8();
     case 'int':
@@ -172,9 +176,10 @@ function arrowType(a: Arrow, kind: Kind): DataType {
   }
 }
 
-function arrowValue(kind: Kind, v: Cell): unknown {
+function arrowValue(c: Column, v: Cell): unknown {
   if (v === null) return null;
-  switch (kind) {
+  if (isUint32(c)) return Number(v);
+  switch (c.kind) {
     case 'int':
     case 'uint':
       return BigInt(v as number | bigint);
@@ -193,12 +198,12 @@ class ArrowEncoder implements Encoder {
   private readonly batches: RecordBatch[] = [];
 
   constructor(private readonly a: Arrow, private readonly columns: Column[]) {
-    this.fields = columns.map((c) => new a.Field(c.name, arrowType(a, c.kind), true));
+    this.fields = columns.map((c) => new a.Field(c.name, arrowType(a, c), true));
   }
 
   add(columns: Cell[][], rows: number): number {
     const a = this.a;
-    const children = this.columns.map((c, i) => a.vectorFromArray(columns[i]!.map((v) => arrowValue(c.kind, v)), arrowType(a, c.kind)).data[0]!);
+    const children = this.columns.map((c, i) => a.vectorFromArray(columns[i]!.map((v) => arrowValue(c, v)), arrowType(a, c)).data[0]!);
     const data = a.makeData({ type: new a.Struct(this.fields), length: rows, nullCount: 0, children });
     this.batches.push(new a.RecordBatch(new a.Schema(this.fields), data));
     return children.reduce((n, d) => n + d.byteLength, 0);

@@ -373,7 +373,7 @@ async function loadJournal(q: Query, filter: TableFilter, rows: RowSet, connecti
  * trip and DuckDB calls that each cost a millisecond or two, no longer one after the other.
  */
 async function loadTables(q: Query, tables: Map<string, TableFilter>, connecting: Promise<DuckDBConnection>): Promise<void> {
-  // vqueues and rules are declared and always empty here: nothing to fill.
+  // vqueues are declared and always empty here: nothing to fill.
   const filled = [...tables].filter(([table]) => !COPY_VIEWS.has(table) && !REGISTRY_TABLES.has(table) && (table === 'sys_journal' || PER_QUERY_TABLES[table] !== undefined));
   const created = connecting.then(async (conn) => {
     for (const [table] of filled) if (!PREMADE_TABLES.has(table)) await conn.run(perQueryTableSql(table));

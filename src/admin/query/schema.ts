@@ -11,7 +11,7 @@ import { INFORMATION_SCHEMA_COPIES, PG_CATALOG_COPIES } from './analyze.js';
 export const SERVER_RESTATE_VERSION = '1.7.12';
 
 const DUCK_TYPE: Record<ColumnKind, string> = {
-  utf8: 'VARCHAR', int64: 'BIGINT', uint64: 'UBIGINT', float64: 'DOUBLE', bool: 'BOOLEAN', ts: 'TIMESTAMP', binary: 'BLOB',
+  utf8: 'VARCHAR', int64: 'BIGINT', uint32: 'UINTEGER', uint64: 'UBIGINT', float64: 'DOUBLE', bool: 'BOOLEAN', ts: 'TIMESTAMP', binary: 'BLOB',
 };
 
 export const quote = (name: string): string => `"${name.replaceAll('"', '""')}"`;
@@ -21,7 +21,7 @@ export const COPY_TABLE = 'main.keel_invocation';
 
 /** The fields of a stored status the copy reads (JSON numbers as DOUBLE: no value fails the read). */
 const STATUS_JSON_COLUMNS = `{id: 'VARCHAR', service: 'VARCHAR', handler: 'VARCHAR', key: 'VARCHAR', service_type: 'VARCHAR', status: 'VARCHAR',
-  idempotency_key: 'VARCHAR', invoked_by_id: 'VARCHAR', invoked_by_subscription_id: 'VARCHAR', caller_target: 'VARCHAR', restarted_from: 'VARCHAR', deployment_id: 'VARCHAR',
+  idempotency_key: 'VARCHAR', scope: 'VARCHAR', limit_key: 'VARCHAR', invoked_by_id: 'VARCHAR', invoked_by_subscription_id: 'VARCHAR', caller_target: 'VARCHAR', restarted_from: 'VARCHAR', deployment_id: 'VARCHAR',
   protocol_version: 'DOUBLE', journal_length: 'DOUBLE', sdk_version: 'VARCHAR', traceparent: 'VARCHAR', created_at_ms: 'DOUBLE', modified_at_ms: 'DOUBLE',
   inboxed_at_ms: 'DOUBLE', scheduled_at_ms: 'DOUBLE', execute_at_ms: 'DOUBLE', last_start_at_ms: 'DOUBLE', completed_at_ms: 'DOUBLE',
   next_retry_at_ms: 'DOUBLE', completion_retention_ms: 'DOUBLE', journal_retention_ms: 'DOUBLE', retry_count: 'DOUBLE',
@@ -59,6 +59,8 @@ const COPY_COLUMNS: Array<[name: string, kind: ColumnKind, expr: string]> = [
   ['completion_result', 'utf8', `CASE WHEN status = 'completed' AND result IS NOT NULL THEN CASE WHEN result.failure IS NOT NULL THEN 'failure' ELSE 'success' END END`],
   ['completion_failure', 'utf8', `CASE WHEN status = 'completed' AND result.failure IS NOT NULL THEN '[' || CAST(CAST(result.failure.code AS BIGINT) AS VARCHAR) || '] ' || result.failure.message END`],
   ['idempotency_key', 'utf8', 'idempotency_key'],
+  ['scope', 'utf8', 'scope'],
+  ['limit_key', 'utf8', 'limit_key'],
   ['invoked_by', 'utf8', `CASE WHEN invoked_by_subscription_id IS NOT NULL THEN 'subscription' WHEN invoked_by_id IS NOT NULL THEN 'service' ELSE 'ingress' END`],
   ['invoked_by_id', 'utf8', 'invoked_by_id'],
   ['invoked_by_service_name', 'utf8', `split_part(caller_target, '/', 1)`],
@@ -99,7 +101,7 @@ export function copyRowsFrom(file: string, maxObjectBytes: number): string {
 
 /** Columns of the views that the copy does not hold as they are: constants, or another column of the copy. */
 const VIEW_ONLY: Record<string, string> = {
-  scope: 'NULL::VARCHAR', limit_key: 'NULL::VARCHAR', journal_commands_size: 'NULL::UBIGINT',
+  journal_commands_size: 'NULL::UBIGINT',
   running_at: 'last_start_at', last_attempt_deployment_id: 'pinned_deployment_id',
   last_failure_related_command_index: 'last_failure_related_entry_index', last_failure_related_command_name: 'last_failure_related_entry_name',
   last_failure_related_command_type: 'last_failure_related_entry_type', created_using_restate_version: `'${SERVER_RESTATE_VERSION}'`,

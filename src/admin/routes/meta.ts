@@ -22,7 +22,8 @@ export function metaRoutes(ctx: AdminContext) {
       min_admin_api_version: MIN_ADMIN_API_VERSION,
       max_admin_api_version: MAX_ADMIN_API_VERSION,
       ingress_endpoint: ingressEndpoint(ctx.config),
-      features: {},
+      // Flow control (scopes, limit keys, the rule book) is always on in Keel.
+      features: { vqueues: true },
     }));
 
     r.get('/health', async (_req, reply) => {

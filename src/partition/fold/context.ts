@@ -40,16 +40,69 @@ export function liveAttemptOf(
   return s;
 }
 
-/** Starts the next attempt of an invocation that is not running. */
+/**
+ * Starts the next attempt of an invocation that is not running. One that held no flow-control
+ * slot (suspended, paused) takes one first, or waits in its queue for one.
+ */
 export function resume(ctx: FoldContext, s: InvocationStatus): void {
   assert(s.status !== 'completed', () => `resume of ${s.id}, which has completed`);
-  s.epoch += 1;
-  s.status = 'running';
-  s.last_start_at_ms = ctx.now_ms;
   s.modified_at_ms = ctx.now_ms;
   delete s.waiting;
   delete s.next_retry_at_ms;
+  const holdsSlot = s.status === 'running' || s.status === 'backing-off';
+  if (!holdsSlot && waitsForSlot(ctx, s)) return;
+  run(ctx, s);
+}
+
+/** Starts an attempt now: the first, or (for one that ran before) the next. */
+function run(ctx: FoldContext, s: InvocationStatus): void {
+  if (s.last_start_at_ms !== undefined) s.epoch += 1;
+  s.status = 'running';
+  s.last_start_at_ms = ctx.now_ms;
   ctx.actions.push({ kind: 'start', id: s.id, epoch: s.epoch });
+}
+
+/**
+ * A scoped invocation with no room in its counters (or others ahead of it in its queue) waits
+ * in its (scope, limit key) queue as `inboxed` (`pending` in SQL); the fold starts it when a
+ * slot frees (`admitWaiting`). True when it waits.
+ */
+function waitsForSlot(ctx: FoldContext, s: InvocationStatus): boolean {
+  if (s.scope === undefined) return false;
+  const limitKey = s.limit_key ?? '';
+  if (ctx.state.flow.mayRun(s.scope, limitKey)) return false;
+  s.status = 'inboxed';
+  s.inboxed_at_ms = ctx.now_ms;
+  s.flow_seq = ctx.state.flow.enqueue(s.scope, limitKey, s.id);
+  return true;
+}
+
+/**
+ * After a command freed slots (or changed the rules): the invocations waiting in those scopes
+ * take the free slots, fairly between limit keys (FlowControl.next). Each start is counted at
+ * once (putStatus), so the next pick sees it.
+ */
+export function admitWaiting(ctx: FoldContext): void {
+  const flow = ctx.state.flow;
+  for (const scope of [...flow.released]) {
+    for (let next = flow.next(scope); next !== undefined; next = flow.next(scope)) {
+      const s = ctx.state.status(next.entry.id);
+      assert(s !== undefined && s.status === 'inboxed' && s.flow_seq === next.entry.seq, () => `vqueue ${scope}:${next!.limitKey} names ${next!.entry.id}, which is ${s?.status ?? 'unknown'} at ${s?.flow_seq}`);
+      flow.remove(scope, next.limitKey, s.id, true);
+      delete s.flow_seq;
+      s.modified_at_ms = ctx.now_ms;
+      run(ctx, s);
+      ctx.state.putStatus(s);
+    }
+  }
+  flow.released.clear();
+}
+
+/** Takes an invocation waiting for a slot out of its queue (it is cancelled or killed). */
+export function leaveQueue(ctx: FoldContext, s: InvocationStatus): void {
+  if (s.flow_seq === undefined || s.scope === undefined) return;
+  ctx.state.flow.remove(s.scope, s.limit_key ?? '', s.id);
+  delete s.flow_seq;
 }
 
 /** Exclusive handlers of objects and a workflow's run hold their key's lock while they run. */
@@ -57,7 +110,7 @@ export function needsLock(s: InvocationStatus): boolean {
   return (s.service_type === 'VirtualObject' && s.handler_type !== 'Shared') || (s.service_type === 'Workflow' && s.handler_type === 'Workflow');
 }
 
-/** A new (or scheduled) invocation starts now, or waits in its key's inbox for the lock. */
+/** A new (or scheduled) invocation starts now, or waits in its key's inbox for the lock, or for a flow-control slot. */
 export function startOrEnqueue(ctx: FoldContext, s: InvocationStatus): void {
   s.modified_at_ms = ctx.now_ms;
   if (needsLock(s)) {
@@ -70,9 +123,8 @@ export function startOrEnqueue(ctx: FoldContext, s: InvocationStatus): void {
     }
     ctx.state.setLock(key, s.id);
   }
-  s.status = 'running';
-  s.last_start_at_ms = ctx.now_ms;
-  ctx.actions.push({ kind: 'start', id: s.id, epoch: s.epoch });
+  if (waitsForSlot(ctx, s)) return;
+  run(ctx, s);
 }
 
 export interface NotificationId {

@@ -1,3 +1,4 @@
+import { parseLimitKey } from '../../common/limit-rules.js';
 import { assert } from '../../common/assert.js';
 import { InvocationId, decodeAwakeableId, idempotentInvocationId, workflowInvocationId } from '../../common/ids.js';
 import type { JournalAppend, ResultMsg } from '../../log/commands.js';
@@ -42,6 +43,8 @@ function startChild(ctx: FoldContext, s: InvocationStatus, cmd: JournalAppend, m
       input: m.parameter ?? Buffer.alloc(0),
       headers: (m.headers ?? []).map((h) => ({ key: h.key ?? '', value: h.value ?? '' })),
       ...(m.idempotency_key ? { idempotency_key: m.idempotency_key } : {}),
+      // Protocol v7 (checked by the attempt before the append, RT0024): a child does not inherit its caller's scope.
+      ...(m.scope ? { scope: m.scope, ...limitKeyOf(m.limit_key) } : {}),
       service_type: cmd.child_service_type ?? 'Service',
       handler_type: cmd.child_handler_type ?? '',
       completion_retention_ms: cmd.child_completion_retention_ms ?? 0,
@@ -55,6 +58,12 @@ function startChild(ctx: FoldContext, s: InvocationStatus, cmd: JournalAppend, m
   });
 }
 
+/** A call's limit key as the ingress keeps it (`a/` is `a`, empty is none). */
+function limitKeyOf(text: string | undefined): { limit_key?: string } {
+  const levels = text ? parseLimitKey(text) : [];
+  return Array.isArray(levels) && levels.length > 0 ? { limit_key: levels.join('/') } : {};
+}
+
 const needsChild: EntryRule['check'] = (_s, _e, cmd) => (childOf(cmd) ? undefined : 'call without a target invocation id');
 
 function result(m: { value?: Value; failure?: Failure }): ResultMsg {
@@ -66,9 +75,9 @@ function result(m: { value?: Value; failure?: Failure }): ResultMsg {
 /** Resolves the target of Attach/GetInvocationOutput commands. */
 function attachTarget(m: AttachInvocationCommandMessage | GetInvocationOutputCommandMessage): InvocationId | undefined {
   if (m.invocation_id) return InvocationId.parse(m.invocation_id);
-  if (m.workflow_target) return workflowInvocationId(m.workflow_target.workflow_name ?? '', m.workflow_target.workflow_key ?? '');
+  if (m.workflow_target) return workflowInvocationId(m.workflow_target.workflow_name ?? '', m.workflow_target.workflow_key ?? '', m.workflow_target.scope || undefined);
   const t = m.idempotent_request_target;
-  if (t && t.idempotency_key) return idempotentInvocationId(t.service_name ?? '', t.service_key ?? '', t.handler_name ?? '', t.idempotency_key);
+  if (t && t.idempotency_key) return idempotentInvocationId(t.service_name ?? '', t.service_key ?? '', t.handler_name ?? '', t.idempotency_key, t.scope || undefined);
   return undefined;
 }
 

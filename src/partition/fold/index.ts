@@ -2,7 +2,8 @@ import { assertNever } from '../../common/assert.js';
 import type { Command } from '../../log/commands.js';
 import { foldAttemptEnded } from './attempt-ended.js';
 import { foldCallResult } from './call-result.js';
-import type { FoldContext } from './context.js';
+import { admitWaiting, type FoldContext } from './context.js';
+import { foldLimitRules } from './limit-rules.js';
 import { foldInvoke } from './invoke.js';
 import { foldJournalAppend } from './journal-append.js';
 import { foldManage } from './manage.js';
@@ -15,7 +16,10 @@ import { foldTimerFired } from './timer-fired.js';
 
 export type { FoldContext } from './context.js';
 
-/** Folds one log command into the partition state. Deterministic: no clock, no I/O. */
+/**
+ * Folds one log command into the partition state. Deterministic: no clock, no I/O. Invocations
+ * waiting for a flow-control slot the command freed start in the same fold.
+ */
 export function fold(ctx: FoldContext, cmd: Command): void {
   if (cmd.source_partition !== undefined) {
     // From another partition's outbox: apply each message once, even when redelivered.
@@ -23,6 +27,11 @@ export function fold(ctx: FoldContext, cmd: Command): void {
     if (seq <= (ctx.state.dedup.get(cmd.source_partition) ?? 0)) return;
     ctx.state.setDedup(cmd.source_partition, seq);
   }
+  foldKind(ctx, cmd);
+  if (ctx.state.flow.released.size > 0) admitWaiting(ctx);
+}
+
+function foldKind(ctx: FoldContext, cmd: Command): void {
   switch (cmd.kind) {
     case 'invoke':
       return foldInvoke(ctx, cmd.invoke);
@@ -50,6 +59,8 @@ export function fold(ctx: FoldContext, cmd: Command): void {
       return foldModifyState(ctx, cmd.modify_state);
     case 'subscription_records':
       return foldSubscriptionRecords(ctx, cmd.subscription_records);
+    case 'limit_rules':
+      return foldLimitRules(ctx, cmd.limit_rules);
     default:
       return assertNever(cmd, 'log command kind');
   }

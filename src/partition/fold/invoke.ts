@@ -46,6 +46,8 @@ export function foldInvoke(ctx: FoldContext, cmd: Invoke): void {
   if (cmd.restarted_from) s.restarted_from = cmd.restarted_from;
   if (cmd.traceparent) s.traceparent = cmd.traceparent;
   if (cmd.invoked_by_subscription_id) s.invoked_by_subscription_id = cmd.invoked_by_subscription_id;
+  if (cmd.scope) s.scope = cmd.scope;
+  if (cmd.scope && cmd.limit_key) s.limit_key = cmd.limit_key;
   const input = encode(pb.Input, { headers: cmd.headers ?? [], value: { content: cmd.input ?? Buffer.alloc(0) } });
   ctx.state.appendEntry(s, { type: MessageType.InputCommand, payload: Buffer.from(input) });
   if (cmd.execute_at_ms && cmd.execute_at_ms > ctx.now_ms) {

@@ -3,7 +3,7 @@ import { InvocationId } from '../../common/ids.js';
 import { ManageAction, TimerKind, type Manage } from '../../log/commands.js';
 import { MessageType } from '../../protocol/messages.js';
 import { objectKeyOf, type InvocationStatus } from '../state.js';
-import { complete, notification, notify, resume, sendTo, statusOf, type FoldContext } from './context.js';
+import { complete, leaveQueue, notification, notify, resume, sendTo, statusOf, type FoldContext } from './context.js';
 
 export const CANCEL_SIGNAL = 1;
 /** The result of a killed invocation (metrics tell it from other failures by it). */
@@ -45,6 +45,8 @@ export function foldManage(ctx: FoldContext, cmd: Manage): void {
 /** Cancelling an invocation that has not started completes it right away with "canceled". */
 export function cancelNotStarted(ctx: FoldContext, s: InvocationStatus): boolean {
   if (s.status !== 'inboxed' && s.status !== 'scheduled') return false;
+  // One that ran before and waits for a flow-control slot again sees the cancel when it runs.
+  if (s.last_start_at_ms !== undefined) return false;
   unqueue(ctx, s);
   complete(ctx, s, { failure: { code: 409, message: 'canceled' } });
   ctx.state.putStatus(s);
@@ -52,7 +54,8 @@ export function cancelNotStarted(ctx: FoldContext, s: InvocationStatus): boolean
 }
 
 function unqueue(ctx: FoldContext, s: InvocationStatus): void {
-  if (s.status === 'inboxed') ctx.state.removeFromInbox(objectKeyOf(s.service, s.key), s.id);
+  if (s.status === 'inboxed' && s.flow_seq !== undefined) leaveQueue(ctx, s);
+  else if (s.status === 'inboxed') ctx.state.removeFromInbox(objectKeyOf(s.service, s.key), s.id);
   if (s.status === 'scheduled' && s.execute_at_ms !== undefined) {
     ctx.state.deleteTimer({ id: s.id, completion_id: 0, wake_up_ms: s.execute_at_ms, kind: TimerKind.INVOKE });
   }

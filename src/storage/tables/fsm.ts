@@ -17,20 +17,34 @@ export interface Counters {
   statuses: Record<string, number>;
   /** Subscription id → its invocations here that have not completed (format 4), for back-pressure. */
   subscriptions: Record<string, number>;
+  /** Flow-control counter (`scope`, `scope/l1`, `scope/l1/l2`) → scoped invocations holding a slot: running or backing off. */
+  usage: Record<string, number>;
+  /**
+   * Fair queuing between the flow-control queues of a scope: `scope:limitKey` → the queue's
+   * virtual start tag, `scope` → the scope's virtual time (the tag last served). Only for queues
+   * that hold waiters: bounded with them by the live limit.
+   */
+  tags: Record<string, number>;
 }
 
 /** A partition that has written nothing: what a rebuild from its first record starts from too. */
-export const EMPTY_COUNTERS: Readonly<Counters> = { inbox_seq: 0, outbox_seq: 0, timers: 0, outbox: 0, statuses: {}, subscriptions: {} };
+export const EMPTY_COUNTERS: Readonly<Counters> = { inbox_seq: 0, outbox_seq: 0, timers: 0, outbox: 0, statuses: {}, subscriptions: {}, usage: {}, tags: {} };
 
 export function emptyCounters(): Counters {
-  return { ...EMPTY_COUNTERS, statuses: {}, subscriptions: {} };
+  return { ...EMPTY_COUNTERS, statuses: {}, subscriptions: {}, usage: {}, tags: {} };
 }
 
 export const fsmTable = {
   key: (partition: number): string => `${statePrefix(partition)}counters`,
   /** Names sorted: the same counts encode the same bytes whatever order they were counted in (the rebuild check compares bytes). */
-  encode: (c: Counters): Buffer =>
-    Buffer.from(JSON.stringify({ inbox_seq: c.inbox_seq, outbox_seq: c.outbox_seq, timers: c.timers, outbox: c.outbox, statuses: sorted(c.statuses), subscriptions: sorted(c.subscriptions) })),
+  encode: (c: Counters): Buffer => {
+    const flow = {
+      // Flow control's counters only when in use: a partition without scopes encodes as before them.
+      ...(c.usage && Object.keys(c.usage).length > 0 ? { usage: sorted(c.usage) } : {}),
+      ...(c.tags && Object.keys(c.tags).length > 0 ? { tags: sorted(c.tags, true) } : {}),
+    };
+    return Buffer.from(JSON.stringify({ inbox_seq: c.inbox_seq, outbox_seq: c.outbox_seq, timers: c.timers, outbox: c.outbox, statuses: sorted(c.statuses), subscriptions: sorted(c.subscriptions), ...flow }));
+  },
 
   async read(db: Db, partition: number): Promise<Counters> {
     const raw = await db.get(fsmTable.key(partition));
@@ -38,8 +52,8 @@ export const fsmTable = {
   },
 };
 
-function sorted(counts: Record<string, number>): Record<string, number> {
+function sorted(counts: Record<string, number>, keepZero = false): Record<string, number> {
   const out: Record<string, number> = {};
-  for (const k of Object.keys(counts).sort()) if (counts[k] !== 0) out[k] = counts[k]!;
+  for (const k of Object.keys(counts).sort()) if (keepZero || counts[k] !== 0) out[k] = counts[k]!;
   return out;
 }

@@ -43,6 +43,11 @@ export interface InvocationStatus {
   invoked_by_id?: string;
   /** The Kafka subscription whose record made this invocation. */
   invoked_by_subscription_id?: string;
+  /** Flow control: the invocation's scope and limit key (`l1` or `l1/l2`); it holds a slot of their counters while it runs. */
+  scope?: string;
+  limit_key?: string;
+  /** Set while it waits for a slot (status `inboxed`): its place in its (scope, limit key) queue. */
+  flow_seq?: number;
   restarted_from?: string;
   /** W3C traceparent of the span that asked for the invocation (set only when traced). */
   traceparent?: string;

@@ -1,0 +1,190 @@
+// What a partition knows of flow control: the rule book it folds with, the concurrency counters
+// of its scopes (how many invocations of each scope, scope/l1 and scope/l1/l2 hold a slot: run
+// or back off), and the queues of invocations waiting for a slot, one per (scope, limit key).
+// The counters live in the partition's `fsm` counters and the queues in table `vq`, so a
+// restart, a rebuild and a standby all see what the log made of them.
+import { assert } from '../common/assert.js';
+import { EMPTY_RULE_BOOK, RuleIndex, counterKeys, type RuleBook } from '../common/limit-rules.js';
+import { limitsTable } from '../storage/tables/limits.js';
+import { vqueuesTable, type VqueueEntry } from '../storage/tables/vqueues.js';
+
+/** What flow control writes through: the partition's batch and its counters. */
+export interface FlowStore {
+  readonly partition: number;
+  write(key: string, value: Buffer | null): void;
+  /** Counter key → invocations holding a slot (persisted with the partition's counters). */
+  usage(): Record<string, number>;
+  /** Fair-queuing tags (Counters.tags), persisted with the counters. */
+  tags(): Record<string, number>;
+  countersChanged(): void;
+  nextSeq(): number;
+}
+
+export class FlowControl {
+  rules = new RuleIndex(EMPTY_RULE_BOOK);
+  /**
+   * Scope → limit key ('' for none) → invocations waiting for a slot, in arrival order. Each is
+   * a live invocation: bounded by the live limit (MAX_LIVE_INVOCATIONS_PER_PARTITION).
+   */
+  readonly queues = new Map<string, Map<string, VqueueEntry[]>>();
+  /** Scopes where a slot was freed, or waiters may now run, during the command being folded. */
+  readonly released = new Set<string>();
+
+  constructor(private readonly store: FlowStore) {}
+
+  /** The rule book of the log (loaded, or from a LimitRules command): every scope with waiters is looked at again. */
+  setRules(book: RuleBook, write: boolean): void {
+    this.rules = new RuleIndex(book);
+    if (write) this.store.write(limitsTable.key(this.store.partition), limitsTable.encode(book));
+    for (const scope of this.queues.keys()) this.released.add(scope);
+  }
+
+  usageOf(counterKey: string): number {
+    return this.store.usage()[counterKey] ?? 0;
+  }
+
+  /** Whether every counter of (scope, limit key) has room for one more. */
+  hasRoom(scope: string, limitKey: string): boolean {
+    for (const k of counterKeys(scope, limitKey)) {
+      const limit = this.rules.limitOf(k);
+      if (limit !== undefined && this.usageOf(k) >= limit) return false;
+    }
+    return true;
+  }
+
+  /** Whether an invocation of (scope, limit key) may take a slot now: room, and no one ahead of it in its queue. */
+  mayRun(scope: string, limitKey: string): boolean {
+    return (this.queues.get(scope)?.get(limitKey)?.length ?? 0) === 0 && this.hasRoom(scope, limitKey);
+  }
+
+  /** An invocation starts or stops holding a slot: its counters move by `delta`. */
+  hold(scope: string, limitKey: string, delta: 1 | -1): void {
+    const usage = this.store.usage();
+    for (const k of counterKeys(scope, limitKey)) {
+      const n = (usage[k] ?? 0) + delta;
+      assert(n >= 0, () => `partition ${this.store.partition}: ${n} invocations hold a slot of ${k}`);
+      if (n === 0) delete usage[k];
+      else usage[k] = n;
+    }
+    this.store.countersChanged();
+    if (delta < 0) this.released.add(scope);
+  }
+
+  enqueue(scope: string, limitKey: string, id: string): number {
+    const seq = this.store.nextSeq();
+    let byKey = this.queues.get(scope);
+    if (byKey === undefined) this.queues.set(scope, (byKey = new Map()));
+    let q = byKey.get(limitKey);
+    if (q === undefined) {
+      byKey.set(limitKey, (q = []));
+      // A queue that starts (again) starts at the scope's virtual time: no credit for having been idle.
+      const tags = this.store.tags();
+      tags[tagOf(scope, limitKey)] = tags[scope] ?? 0;
+    }
+    q.push({ id, seq });
+    this.store.write(vqueuesTable.key(this.store.partition, scope, limitKey, seq), vqueuesTable.encode(id));
+    return seq;
+  }
+
+  /** Loads a queue entry from the store (recovery: entries come in key order). */
+  load(scope: string, limitKey: string, e: VqueueEntry): void {
+    let byKey = this.queues.get(scope);
+    if (byKey === undefined) this.queues.set(scope, (byKey = new Map()));
+    const q = byKey.get(limitKey) ?? [];
+    assert(q.length === 0 || q[q.length - 1]!.seq < e.seq, () => `partition ${this.store.partition}: vqueue ${scope}:${limitKey} out of order at ${e.seq}`);
+    q.push(e);
+    byKey.set(limitKey, q);
+  }
+
+  /** Takes `id` out of its queue: `served` when it leaves to run (the queue's fair-queuing tag advances). */
+  remove(scope: string, limitKey: string, id: string, served = false): void {
+    const byKey = this.queues.get(scope);
+    const q = byKey?.get(limitKey);
+    const i = q?.findIndex((e) => e.id === id) ?? -1;
+    if (q === undefined || i < 0) return;
+    const [e] = q.splice(i, 1);
+    this.store.write(vqueuesTable.key(this.store.partition, scope, limitKey, e!.seq), null);
+    const tags = this.store.tags();
+    const tag = tagOf(scope, limitKey);
+    if (served) {
+      tags[scope] = tags[tag] ?? 0;
+      tags[tag] = (tags[tag] ?? 0) + 1;
+    }
+    if (q.length === 0) {
+      byKey!.delete(limitKey);
+      delete tags[tag];
+    }
+    if (byKey!.size === 0) {
+      this.queues.delete(scope);
+      delete tags[scope];
+    }
+    this.store.countersChanged();
+    // The next in its queue may run now.
+    this.released.add(scope);
+  }
+
+  /**
+   * The queue of `scope` whose head should take the next slot: among queues whose counters all
+   * have room, start-time fair queuing — the lowest virtual tag (each start from a queue advances
+   * its tag by one, a new queue starts at the scope's virtual time), so a tenant with a long
+   * queue cannot starve one with a short one; then the fewest running at the queue's own level,
+   * then the earliest head. Deterministic from the state alone, as the fold must be.
+   * O(queues of the scope).
+   */
+  next(scope: string): { limitKey: string; entry: VqueueEntry } | undefined {
+    const byKey = this.queues.get(scope);
+    if (byKey === undefined) return undefined;
+    const tags = this.store.tags();
+    let best: { limitKey: string; entry: VqueueEntry; tag: number; usage: number } | undefined;
+    for (const [limitKey, q] of byKey) {
+      const head = q[0];
+      if (head === undefined || !this.hasRoom(scope, limitKey)) continue;
+      const keys = counterKeys(scope, limitKey);
+      const usage = this.usageOf(keys[keys.length - 1]!);
+      const tag = tags[tagOf(scope, limitKey)] ?? 0;
+      if (best === undefined || tag < best.tag || (tag === best.tag && (usage < best.usage || (usage === best.usage && head.seq < best.entry.seq)))) {
+        best = { limitKey, entry: head, tag, usage };
+      }
+    }
+    return best;
+  }
+
+  /**
+   * Per rule pattern, the slots held under it (an invocation counts once at each level a rule
+   * governs) and the invocations waiting on it (on the deepest level that has no room).
+   * For /metrics; O(counters + queues).
+   */
+  perRule(into: Map<string, { running: number; queued: number }>): void {
+    const at = (pattern: string) => {
+      let e = into.get(pattern);
+      if (e === undefined) into.set(pattern, (e = { running: 0, queued: 0 }));
+      return e;
+    };
+    for (const [key, n] of Object.entries(this.store.usage())) {
+      const rule = this.rules.ruleOf(key);
+      if (rule !== undefined) at(rule.pattern).running += n;
+    }
+    for (const [scope, byKey] of this.queues) {
+      for (const [limitKey, q] of byKey) {
+        const blocking = counterKeys(scope, limitKey).reverse().find((k) => {
+          const limit = this.rules.limitOf(k);
+          return limit !== undefined && this.usageOf(k) >= limit;
+        });
+        const rule = blocking === undefined ? undefined : this.rules.ruleOf(blocking);
+        if (rule !== undefined) at(rule.pattern).queued += q.length;
+      }
+    }
+  }
+
+  /** Invocations waiting in `scope` (all its queues). */
+  waiting(scope: string): number {
+    let n = 0;
+    for (const q of this.queues.get(scope)?.values() ?? []) n += q.length;
+    return n;
+  }
+}
+
+/** A queue's key among the fair-queuing tags (a scope alone is the scope's virtual time). */
+function tagOf(scope: string, limitKey: string): string {
+  return `${scope}:${limitKey}`;
+}

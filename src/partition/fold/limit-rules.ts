@@ -1,0 +1,18 @@
+import type { LimitRule as RuleMsg, LimitRules } from '../../log/commands.js';
+import type { LimitRule, RuleBook } from '../../common/limit-rules.js';
+import type { FoldContext } from './context.js';
+
+/**
+ * The rule book changed: a newer book replaces the partition's (a repeat or an older one, from
+ * a node that was behind, changes nothing). Waiters are looked at again: a limit may have risen.
+ */
+export function foldLimitRules(ctx: FoldContext, cmd: LimitRules): void {
+  const version = cmd.version ?? 0;
+  if (version <= ctx.state.flow.rules.book.version) return;
+  const book: RuleBook = { version, rules: (cmd.rules ?? []).map((r) => ruleOf(r, ctx.now_ms)) };
+  ctx.state.flow.setRules(book, true);
+}
+
+function ruleOf(r: RuleMsg, now_ms: number): LimitRule {
+  return { pattern: r.pattern ?? '', ...(r.concurrency ? { concurrency: r.concurrency } : {}), disabled: r.disabled ?? false, version: r.version ?? 0, last_modified_ms: now_ms };
+}

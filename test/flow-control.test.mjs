@@ -1,0 +1,176 @@
+// Flow control end to end, through a real Keel process and real TS SDK services: scopes and
+// limit keys at the ingress (Restate 1.7's paths, header and 400s), v7 propagation to the
+// handler and through calls, idempotency per scope, and concurrency limits measured from the
+// handler's side — under load, fair between tenants, and across a SIGKILL.
+import t from 'tap';
+import * as restate from '@restatedev/restate-sdk';
+import { startKeel, serveServices, register, ingress, adminCall, query, eventually } from './helpers/keel.mjs';
+
+/** Per scope, the invocations whose handler body runs now (by id: a retried attempt is the same one) and the most at once. */
+function gauges() {
+  const live = new Map();
+  const max = new Map();
+  const order = [];
+  return {
+    live,
+    max,
+    order,
+    enter(scope, id) {
+      let ids = live.get(scope);
+      if (!ids) live.set(scope, (ids = new Map()));
+      ids.set(id, (ids.get(id) ?? 0) + 1);
+      max.set(scope, Math.max(max.get(scope) ?? 0, ids.size));
+      order.push(id);
+    },
+    leave(scope, id) {
+      const ids = live.get(scope);
+      const n = (ids.get(id) ?? 1) - 1;
+      if (n === 0) ids.delete(id);
+      else ids.set(id, n);
+    },
+  };
+}
+
+const g = gauges();
+const work = restate.service({
+  name: 'Work',
+  handlers: {
+    /** Holds its slot for `ms` without a suspension point (the attempt stays open). */
+    hold: async (ctx, req) => {
+      const scope = ctx.request().scope ?? '-';
+      const id = ctx.request().id;
+      g.enter(scope, id);
+      try {
+        await new Promise((r) => setTimeout(r, req?.ms ?? 50));
+      } finally {
+        g.leave(scope, id);
+      }
+      return { tag: req?.tag, scope: ctx.request().scope ?? null, limitKey: ctx.request().limitKey ?? null };
+    },
+    who: async (ctx) => ({ scope: ctx.request().scope ?? null, limitKey: ctx.request().limitKey ?? null }),
+    /** Calls Work/who in a scope with a limit key (protocol v7): what the callee saw comes back. */
+    callScoped: async (ctx, req) => ctx.genericCall({ service: 'Work', method: 'who', parameter: new Uint8Array(), scope: req.scope, limitKey: req.limitKey, outputSerde: restate.serde.json }),
+  },
+});
+const counter = restate.object({ name: 'Counter', handlers: { add: async (ctx) => (await ctx.get('n')) ?? 0 } });
+
+const putRules = (keel, rules) => adminCall(keel, 'PUT', '/limits/rules', rules);
+
+t.test('flow control', async (t) => {
+  const keel = await startKeel(t);
+  await register(keel, await serveServices(t, [work, counter]));
+
+  t.test('scoped paths and limit keys reach the handler; Restate 1.7 refusals', async (t) => {
+    const ok = await ingress(keel, '/restate/scope/s1/call/Work/who', null, { 'x-restate-limit-key': 'tenant1/user42' });
+    t.equal(ok.status, 200);
+    t.same(ok.body, { scope: 's1', limitKey: 'tenant1/user42' }, 'the handler sees scope and limit key (StartMessage, v7)');
+    const q = await ingress(keel, '/restate/scope/s1/call/Work/who?limit-key=tenant2', null);
+    t.same(q.body, { scope: 's1', limitKey: 'tenant2' }, 'from ?limit-key=');
+    const both = await ingress(keel, '/restate/scope/s1/call/Work/who?limit-key=q', null, { 'x-restate-limit-key': 'h/' });
+    t.same(both.body, { scope: 's1', limitKey: 'h' }, 'the header wins; a trailing / is ignored');
+    const empty = await ingress(keel, '/restate/scope/s1/call/Work/who?limit-key=', null);
+    t.same(empty.body, { scope: 's1', limitKey: null }, 'an empty limit key is none');
+    const sent = await ingress(keel, '/restate/scope/s1/send/Work/who', null);
+    t.equal(sent.status, 202);
+    t.equal(sent.body.status, 'Accepted');
+    const id = ok.headers.get('x-restate-id');
+    const rows = await query(keel, `SELECT scope, limit_key, status FROM sys_invocation WHERE id = '${id}'`);
+    t.same(rows, [{ scope: 's1', limit_key: 'tenant1/user42', status: 'completed' }], 'sys_invocation shows them');
+
+    const refusals = [
+      ['/restate/scope/a%20b/call/Work/who', {}, 'bad scope value: value contains characters outside the allowed set [a-zA-Z0-9_.-]'],
+      ['/restate/scope/a%2Fb/call/Work/who', {}, 'bad scope value: value contains characters outside the allowed set [a-zA-Z0-9_.-]'],
+      [`/restate/scope/${'x'.repeat(37)}/call/Work/who`, {}, 'bad scope value: value too long: 37 bytes (max 36)'],
+      ['/restate/scope//call/Work/who', {}, 'bad scope value: value cannot be empty'],
+      ['/restate/call/Work/who?limit-key=t1', {}, 'limit-key requires a scope to be set'],
+      ['/Work/who', { 'x-restate-limit-key': 't1' }, 'limit-key requires a scope to be set'],
+      ['/restate/scope/s1/call/Work/who', { 'x-restate-limit-key': 'a/b/c' }, 'invalid limit-key: too many path components in the given limit-key (max 2)'],
+      ['/restate/scope/s1/call/Work/who?limit-key=a%20b', {}, 'invalid limit-key: invalid limit-key component: value contains characters outside the allowed set [a-zA-Z0-9_.-]'],
+      ['/restate/scope/s1/call/Work/who?limit-key=a//b', {}, 'invalid limit-key: invalid limit-key component: value cannot be empty'],
+      ['/restate/scope/s1/call/Work/who', { 'x-restate-limit-key': 'y'.repeat(37) }, 'invalid limit-key: invalid limit-key component: value too long: 37 bytes (max 36)'],
+      ['/restate/scope/s1/call/Counter/k/add', {}, 'scope is not supported for Virtual Object targets'],
+    ];
+    for (const [path, headers, message] of refusals) {
+      const r = await ingress(keel, path, null, headers);
+      t.equal(r.status, 400, `${path} → 400`);
+      t.equal(r.body.message, `[KEEL0901] ${message}`, message);
+      t.equal(r.body.restate_code, 'KEEL0901');
+    }
+    const noVerb = await ingress(keel, '/restate/scope/s1/Work/who', null);
+    t.equal(noVerb.status, 404, 'a scoped path without call|send is not a route');
+    t.ok(keel.logLines('KEEL0901').length >= refusals.length, 'each refusal is logged with its code');
+  });
+
+  t.test('idempotency keys are per scope', async (t) => {
+    const call = (path) => ingress(keel, path, null, { 'idempotency-key': 'ik1' });
+    const [a, b, c, a2] = [await call('/restate/scope/s1/call/Work/who'), await call('/restate/scope/s2/call/Work/who'), await call('/restate/call/Work/who'), await call('/restate/scope/s1/call/Work/who')];
+    const ids = [a, b, c, a2].map((r) => r.headers.get('x-restate-id'));
+    t.equal(new Set(ids.slice(0, 3)).size, 3, 'the same key in s1, s2 and unscoped: three invocations');
+    t.equal(ids[3], ids[0], 'a repeat in s1 is the same invocation');
+    const lookup = await fetch(`${keel.ingress}/restate/lookup`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ target: 'idempotentInvocation', scope: 's2', service: 'Work', handler: 'who', idempotencyKey: 'ik1' }) });
+    t.same(await lookup.json(), { invocationId: ids[1] }, 'lookup with a scope finds the scoped one');
+    const output = await fetch(`${keel.ingress}/restate/output`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ target: 'idempotentInvocation', scope: 's2', service: 'Work', handler: 'who', idempotencyKey: 'ik1' }) });
+    t.same(await output.json(), { scope: 's2', limitKey: null });
+  });
+
+  t.test('v7 calls carry scope and limit key; a bad one is RT0024, retried', async (t) => {
+    const r = await ingress(keel, '/Work/callScoped', { scope: 'inner', limitKey: 'acme/bob' });
+    t.equal(r.status, 200);
+    t.same(r.body, { scope: 'inner', limitKey: 'acme/bob' }, 'the callee saw them');
+    const rows = await query(keel, `SELECT scope, limit_key, invoked_by FROM sys_invocation WHERE target = 'Work/who' AND scope = 'inner'`);
+    t.same(rows, [{ scope: 'inner', limit_key: 'acme/bob', invoked_by: 'service' }]);
+    const bad = await ingress(keel, '/Work/callScoped/send', { scope: 'inner', limitKey: 'a/b/c' });
+    const id = bad.body.invocationId;
+    const failure = await eventually(async () => (await query(keel, `SELECT last_failure_error_code AS code, last_failure AS f FROM sys_invocation WHERE id = '${id}' AND last_failure IS NOT NULL`))[0]);
+    t.equal(failure.code, 'RT0024');
+    t.match(failure.f, /the provided limit key 'a\/b\/c' is invalid: too many path components/);
+    await adminCall(keel, 'PATCH', `/invocations/${id}/kill`);
+  });
+
+  t.test('a concurrency limit of 5 on a scope: 200 sends never run more than 5 at once', async (t) => {
+    const put = await putRules(keel, [{ pattern: 'lim', limits: { concurrency: 5 } }]);
+    t.equal(put.status, 200, put.text);
+    const sends = await Promise.all(Array.from({ length: 200 }, (_, i) => ingress(keel, '/restate/scope/lim/send/Work/hold', { ms: 20, tag: i })));
+    t.equal(sends.filter((r) => r.status === 202).length, 200, 'all accepted (none refused)');
+    const metrics = await (await fetch(`${keel.admin}/metrics`)).text();
+    const running = Number(/keel_flow_rule_invocations\{rule="lim",state="running"\} (\d+)/.exec(metrics)?.[1]);
+    const queued = Number(/keel_flow_rule_invocations\{rule="lim",state="queued"\} (\d+)/.exec(metrics)?.[1]);
+    t.ok(running <= 5 && queued >= 0, `/metrics per rule: ${running} running, ${queued} queued`);
+    if (queued > 0) t.equal(running, 5, 'with some queued, all the rule\'s slots are taken');
+    const waiting = await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE scope = 'lim' AND status = 'pending'`);
+    t.ok(waiting[0].n > 0, `some wait as pending (${waiting[0].n})`);
+    await eventually(async () => (await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE scope = 'lim' AND status = 'completed'`))[0].n === 200, { timeout_ms: 60_000 });
+    t.equal(g.max.get('lim'), 5, 'at most 5 at once, and the limit was reached');
+  });
+
+  t.test('fair between tenants: a quiet tenant is not queued behind a busy one', async (t) => {
+    await putRules(keel, [{ pattern: 'fair', limits: { concurrency: 2 } }]);
+    const busy = [];
+    for (let i = 0; i < 100; i++) busy.push(ingress(keel, '/restate/scope/fair/send/Work/hold', { ms: 20, tag: `busy${i}` }, { 'x-restate-limit-key': 'busy' }));
+    const busyIds = (await Promise.all(busy)).map((r) => r.body.invocationId);
+    const quiet = [];
+    for (let i = 0; i < 10; i++) quiet.push(ingress(keel, '/restate/scope/fair/send/Work/hold', { ms: 20, tag: `quiet${i}` }, { 'x-restate-limit-key': 'quiet' }));
+    const quietIds = new Set((await Promise.all(quiet)).map((r) => r.body.invocationId));
+    await eventually(async () => (await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE scope = 'fair' AND status = 'completed'`))[0].n === 110, { timeout_ms: 60_000 });
+    const starts = g.order.filter((id) => quietIds.has(id) || busyIds.includes(id));
+    const lastQuiet = Math.max(...[...quietIds].map((id) => starts.indexOf(id)));
+    // Taking turns, the quiet tenant's 10 have all started by about the 20th start; FIFO would put them after the 100.
+    t.ok(lastQuiet < 30, `the quiet tenant's last start is #${lastQuiet} of ${starts.length}`);
+  });
+
+  t.test('a SIGKILL in the middle keeps every count right', async (t) => {
+    await putRules(keel, [{ pattern: 'crash', limits: { concurrency: 3 } }]);
+    const sends = await Promise.all(Array.from({ length: 40 }, (_, i) => ingress(keel, '/restate/scope/crash/send/Work/hold', { ms: 100, tag: i })));
+    t.equal(sends.filter((r) => r.status === 202).length, 40);
+    await eventually(async () => (await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE scope = 'crash' AND status = 'completed'`))[0].n >= 6, { timeout_ms: 30_000 });
+    await keel.restart();
+    await eventually(async () => (await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE scope = 'crash' AND status = 'completed'`))[0].n === 40, { timeout_ms: 60_000 });
+    t.ok(g.max.get('crash') <= 3, `never more than 3 at once across the restart (${g.max.get('crash')})`);
+    const running = await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE scope = 'crash' AND status <> 'completed'`);
+    t.equal(running[0].n, 0, 'nothing left running or waiting');
+    // The counters are back to zero: a new burst runs 3 at once again, not fewer.
+    g.max.delete('crash');
+    await Promise.all(Array.from({ length: 9 }, () => ingress(keel, '/restate/scope/crash/call/Work/hold', { ms: 100 })));
+    t.equal(g.max.get('crash'), 3, 'after the restart the limit still admits exactly 3');
+  });
+});

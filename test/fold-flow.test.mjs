@@ -1,0 +1,127 @@
+// Flow control in the partition fold, without a server: concurrency limits per scope and per
+// limit-key level, the queues of those waiting (fair between limit keys), slots freed by
+// suspension and completion, rule changes, cancel/kill of a waiter, and a reload from the store.
+import t from 'tap';
+import { partition, invoke, ended, completeWith, kinds, find, ManageAction, Outcome, InvocationId } from './helpers/fold.mjs';
+import { scopePartitionKey } from '../dist/common/ids.js';
+import { loadState } from '../dist/partition/recovery.js';
+import { openWorkerStore } from '../dist/storage/store.js';
+import { mkdtempSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+const scopedId = (scope) => InvocationId.random(scopePartitionKey(scope));
+const rules = (version, list) => ({ kind: 'limit_rules', limit_rules: { version, rules: list.map(([pattern, concurrency, disabled = false]) => ({ pattern, concurrency, disabled, version })) } });
+const scoped = (id, scope, limit_key, fields = {}) => invoke(id, { scope, ...(limit_key ? { limit_key } : {}), ...fields });
+const started = (actions) => find(actions, 'start').map((a) => a.id);
+
+t.test('a scope limit of 2: the third waits as pending, and starts when a slot frees', async (t) => {
+  const p = partition();
+  p.apply(rules(1, [['s1', 2]]));
+  const [a, b, c] = [scopedId('s1'), scopedId('s1'), scopedId('s1')];
+  t.same(kinds(p.apply(scoped(a, 's1'))), ['start']);
+  t.same(kinds(p.apply(scoped(b, 's1'))), ['start']);
+  t.same(kinds(p.apply(scoped(c, 's1'))), [], 'the third waits');
+  t.match(p.status(c), { status: 'inboxed', flow_seq: Number });
+  t.same(p.state.counters.usage, { s1: 2 });
+  // An unscoped invocation is never counted, even under `*`.
+  p.apply(rules(2, [['s1', 2], ['*', 1]]));
+  t.same(kinds(p.apply(invoke(InvocationId.random(scopePartitionKey('s1'))))), ['start'], 'unscoped runs');
+  const done = completeWith(p, a, 'a');
+  t.same(started(done), [c.text], 'the waiter took the freed slot in the same fold');
+  t.match(p.status(c), { status: 'running', epoch: 0 });
+  t.equal(p.status(c).flow_seq, undefined);
+  t.same(p.state.counters.usage, { s1: 2 });
+  t.equal(p.state.flow.queues.size, 0);
+});
+
+t.test('limit-key levels: a per-tenant rule, and the scope rule above it', async (t) => {
+  const p = partition();
+  p.apply(rules(1, [['s1', 3], ['s1/*', 1]]));
+  const t1 = [scopedId('s1'), scopedId('s1')];
+  const t2 = [scopedId('s1'), scopedId('s1')];
+  t.same(kinds(p.apply(scoped(t1[0], 's1', 't1'))), ['start']);
+  t.same(kinds(p.apply(scoped(t1[1], 's1', 't1'))), [], 't1 is at its limit of 1');
+  t.same(kinds(p.apply(scoped(t2[0], 's1', 't2/u1'))), ['start'], 't2 has room');
+  t.same(kinds(p.apply(scoped(t2[1], 's1', 't2/u2'))), [], 't2 (counted over its users) is at 1');
+  t.same(p.state.counters.usage, { s1: 2, 's1/t1': 1, 's1/t2': 1, 's1/t2/u1': 1 });
+  // An exact rule beats the wildcard: t3 may run 2.
+  p.apply(rules(2, [['s1', 3], ['s1/*', 1], ['s1/t3', 2]]));
+  const t3 = [scopedId('s1'), scopedId('s1')];
+  t.same(kinds(p.apply(scoped(t3[0], 's1', 't3'))), ['start']);
+  t.same(kinds(p.apply(scoped(t3[1], 's1', 't3'))), [], 'the scope (3) is full');
+  // Raising the scope limit lets the waiters whose own level has room run at once.
+  const raised = p.apply(rules(3, [['s1', 10], ['s1/*', 1], ['s1/t3', 2]]));
+  t.same(started(raised), [t3[1].text], 'only t3 had room at its level');
+  // Disabling the per-tenant rule frees the rest.
+  const disabled = p.apply(rules(4, [['s1', 10], ['s1/*', 1, true], ['s1/t3', 2]]));
+  t.same(started(disabled).sort(), [t1[1].text, t2[1].text].sort());
+  // An older book (a node that was behind) changes nothing.
+  t.same(kinds(p.apply(rules(2, []))), []);
+  t.equal(p.state.flow.rules.book.version, 4);
+});
+
+t.test('fair between limit keys: the tenant with fewer running goes first, FIFO within one', async (t) => {
+  const p = partition();
+  p.apply(rules(1, [['s', 1]]));
+  const first = scopedId('s');
+  p.apply(scoped(first, 's', 'busy'));
+  const busy = Array.from({ length: 5 }, () => scopedId('s'));
+  for (const id of busy) p.apply(scoped(id, 's', 'busy'));
+  const quiet = scopedId('s');
+  p.apply(scoped(quiet, 's', 'quiet'));
+  // busy has 5 waiting, quiet 1 that arrived last: they take turns, quiet is not behind all of busy's.
+  t.same(started(completeWith(p, first, 0)), [busy[0].text], 'both queues start even: the earlier head');
+  t.same(started(completeWith(p, busy[0], 0)), [quiet.text], 'the quiet tenant is next, not sixth');
+  t.same(started(completeWith(p, quiet, 0)), [busy[1].text], 'then the busy one, in order');
+  t.same(started(completeWith(p, busy[1], 0)), [busy[2].text]);
+  t.same(p.state.counters.tags, { s: 2, 's:busy': 3 }, 'only the queue still waiting has a tag');
+});
+
+t.test('suspension frees the slot; the resumed one waits for a slot again', async (t) => {
+  const p = partition();
+  p.apply(rules(1, [['s', 1]]));
+  const [a, b] = [scopedId('s'), scopedId('s')];
+  p.apply(scoped(a, 's'));
+  p.apply(scoped(b, 's'));
+  const suspended = p.apply(ended(a, 0, Outcome.SUSPENDED, { waiting_signals: [17] }));
+  t.same(started(suspended), [b.text], 'a suspends: b takes its slot');
+  t.equal(p.status(a).status, 'suspended');
+  // The signal a waits for arrives while b runs: a waits in the queue (it ran before: epoch goes up when it starts).
+  p.apply({ kind: 'signal', signal: { invocation_id: a.bytes, idx: 17, void: true } });
+  t.equal(p.status(a).status, 'inboxed');
+  const next = completeWith(p, b, 'b');
+  t.same(find(next, 'start'), [{ kind: 'start', id: a.text, epoch: 1 }]);
+});
+
+t.test('cancel and kill of a waiter take it out of its queue', async (t) => {
+  const p = partition();
+  p.apply(rules(1, [['s', 1]]));
+  const [a, b, c] = [scopedId('s'), scopedId('s'), scopedId('s')];
+  p.apply(scoped(a, 's'));
+  p.apply(scoped(b, 's'));
+  p.apply(scoped(c, 's'));
+  p.apply({ kind: 'manage', manage: { invocation_id: b.bytes, action: ManageAction.CANCEL } });
+  t.match(p.status(b), { status: 'completed', result: { failure: { message: 'canceled' } } });
+  p.apply({ kind: 'manage', manage: { invocation_id: c.bytes, action: ManageAction.KILL } });
+  t.equal(p.status(c).status, 'completed');
+  t.equal(p.state.flow.queues.size, 0, 'no queue left');
+  t.same(kinds(completeWith(p, a, 'a')), ['completed'], 'nothing left to start');
+  t.same(p.state.counters.usage, {});
+});
+
+t.test('the counters, queues and rules come back from the store', async (t) => {
+  const p = partition(3);
+  p.apply(rules(7, [['s', 1]]));
+  const [a, b] = [scopedId('s'), scopedId('s')];
+  p.apply(scoped(a, 's', 'k'));
+  p.apply(scoped(b, 's', 'k'));
+  // The fixture's writes into a real store, then a load as at a restart.
+  const db = await openWorkerStore(mkdtempSync(path.join(os.tmpdir(), 'keel-fold-flow-')));
+  t.teardown(() => db.close());
+  await db.batch([...p.store].map(([key, value]) => ({ type: 'put', key, value })));
+  const loaded = await loadState(db, 3);
+  t.equal(loaded.flow.rules.book.version, 7);
+  t.same(loaded.counters.usage, { s: 1, 's/k': 1 });
+  t.same([...loaded.flow.queues.get('s').get('k')].map((e) => e.id), [b.text]);
+});
