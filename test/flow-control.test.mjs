@@ -139,6 +139,10 @@ t.test('flow control', async (t) => {
     if (queued > 0) t.equal(running, 5, 'with some queued, all the rule\'s slots are taken');
     const waiting = await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE scope = 'lim' AND status = 'pending'`);
     t.ok(waiting[0].n > 0, `some wait as pending (${waiting[0].n})`);
+    const limits = await query(keel, `SELECT scope, level, usage, concurrency_limit, rule_pattern, available, num_waiters, partition_key FROM sys_user_limits WHERE scope = 'lim'`);
+    t.equal(limits.length, 1, 'one counter: the scope');
+    t.match(limits[0], { scope: 'lim', level: 'Scope', concurrency_limit: 5, rule_pattern: 'lim' });
+    t.ok(limits[0].usage <= 5 && (limits[0].num_waiters === 0 || (limits[0].usage === 5 && limits[0].available === 0)), `sys_user_limits: ${JSON.stringify(limits[0])}`);
     await eventually(async () => (await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE scope = 'lim' AND status = 'completed'`))[0].n === 200, { timeout_ms: 60_000 });
     t.equal(g.max.get('lim'), 5, 'at most 5 at once, and the limit was reached');
   });
@@ -156,6 +160,8 @@ t.test('flow control', async (t) => {
     const lastQuiet = Math.max(...[...quietIds].map((id) => starts.indexOf(id)));
     // Taking turns, the quiet tenant's 10 have all started by about the 20th start; FIFO would put them after the 100.
     t.ok(lastQuiet < 30, `the quiet tenant's last start is #${lastQuiet} of ${starts.length}`);
+    const left = await query(keel, `SELECT count(*) AS n FROM sys_user_limits WHERE scope = 'fair'`);
+    t.equal(left[0].n, 0, 'no counter left in sys_user_limits once all completed');
   });
 
   t.test('a SIGKILL in the middle keeps every count right', async (t) => {

@@ -2,6 +2,7 @@
 // the mapping of that live data to the introspection tables (Restate 1.7 `sys_*` schema).
 
 import type { Registry } from '../metadata/registry.js';
+import type { UserLimitRow } from '../partition/flow-control.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
 
 /** One stored journal entry: its message type and payload, undecoded (the query engine decodes). */
@@ -50,6 +51,8 @@ export interface IntrospectionSource {
   unfinishedPinnedTo(deploymentId: string): Promise<number>;
   state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer }>;
   inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number }>;
+  /** Flow-control counters of every partition (sys_user_limits); absent in sources without partitions. */
+  userLimits?(): Iterable<UserLimitRow & { partition_key: bigint }>;
   locks(): AsyncIterable<{ service: string; key: string; id: string }>;
   promises(): AsyncIterable<{ service: string; key: string; name: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }>;
   manage(id: string, action: ManageAction): Promise<{ status: number; body?: unknown }>;
@@ -262,6 +265,19 @@ export const TABLES: Record<string, TableSchema> = {
     ['consumer_state', 'utf8'],
     ['position_updated_at', 'ts'],
   ],
+  // Flow control's live counters, as Restate's: one row per (scope[, l1[, l2]]) in use or waited on.
+  sys_user_limits: [
+    ['partition_key', 'uint64'],
+    ['scope', 'utf8'],
+    ['l1', 'utf8'],
+    ['l2', 'utf8'],
+    ['level', 'utf8'],
+    ['usage', 'uint32'],
+    ['concurrency_limit', 'uint32'],
+    ['rule_pattern', 'utf8'],
+    ['available', 'uint32'],
+    ['num_waiters', 'uint64'],
+  ],
   // The rule book (PUT /limits/rules): concurrency NULL is unlimited.
   sys_rules: [
     ['pattern', 'utf8'],
@@ -439,6 +455,10 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
   sys_deployment: ({ registry }) => deploymentRows(registry),
   sys_service: ({ registry }) => serviceRows(registry),
   sys_rules: ({ registry }) => ruleRows(registry),
+  sys_user_limits: function* ({ source }) {
+    // The u64 partition key travels as its decimal text (Row holds no bigint); the column is UBIGINT.
+    for (const r of source.userLimits?.() ?? []) yield { ...r, partition_key: r.partition_key.toString() };
+  },
   sys_subscription_partition: async function* ({ source }) {
     yield* subscriptionPartitionRows((await source.subscriptions?.()) ?? []);
   },

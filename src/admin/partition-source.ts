@@ -1,4 +1,5 @@
-import { InvocationId, objectPartitionKey, randomPartitionKey } from '../common/ids.js';
+import { InvocationId, objectPartitionKey, randomPartitionKey, scopePartitionKey } from '../common/ids.js';
+import type { UserLimitRow } from '../partition/flow-control.js';
 import { ManageAction as Action, type CommandKind } from '../log/commands.js';
 import type { InvocationStatus } from '../partition/state.js';
 import type { Worker } from '../partition/worker.js';
@@ -55,6 +56,12 @@ export class WorkerIntrospection implements IntrospectionSource {
           yield { service, key, id: e.id, seq: e.seq, created_at_ms: p.state.status(e.id)?.created_at_ms ?? 0 };
         }
       }
+    }
+  }
+
+  *userLimits(): Iterable<UserLimitRow & { partition_key: bigint }> {
+    for (const p of this.worker.processors) {
+      for (const r of p.state.flow.userLimits()) yield { ...r, partition_key: scopePartitionKey(r.scope) };
     }
   }
 

@@ -4,7 +4,7 @@
 // The counters live in the partition's `fsm` counters and the queues in table `vq`, so a
 // restart, a rebuild and a standby all see what the log made of them.
 import { assert } from '../common/assert.js';
-import { EMPTY_RULE_BOOK, RuleIndex, counterKeys, type RuleBook } from '../common/limit-rules.js';
+import { EMPTY_RULE_BOOK, LEVELS, RuleIndex, counterKeys, type Level, type RuleBook } from '../common/limit-rules.js';
 import { limitsTable } from '../storage/tables/limits.js';
 import { vqueuesTable, type VqueueEntry } from '../storage/tables/vqueues.js';
 
@@ -18,6 +18,19 @@ export interface FlowStore {
   tags(): Record<string, number>;
   countersChanged(): void;
   nextSeq(): number;
+}
+
+/** A concurrency counter as `sys_user_limits` shows it. */
+export interface UserLimitRow {
+  scope: string;
+  l1: string | undefined;
+  l2: string | undefined;
+  level: Level;
+  usage: number;
+  concurrency_limit: number | undefined;
+  rule_pattern: string | undefined;
+  available: number | undefined;
+  num_waiters: number;
 }
 
 export class FlowControl {
@@ -174,6 +187,35 @@ export class FlowControl {
         if (rule !== undefined) at(rule.pattern).queued += q.length;
       }
     }
+  }
+
+  /**
+   * One row per live counter (usage > 0, or waiters blocked on it), as Restate's
+   * `sys_user_limits`: its level, usage, the governing rule and limit, and the waiters whose
+   * queue is blocked on it (their deepest full level).
+   */
+  userLimits(): UserLimitRow[] {
+    const waiters = new Map<string, number>();
+    for (const [scope, byKey] of this.queues) {
+      for (const [limitKey, q] of byKey) {
+        const blocking = counterKeys(scope, limitKey).reverse().find((k) => {
+          const limit = this.rules.limitOf(k);
+          return limit !== undefined && this.usageOf(k) >= limit;
+        });
+        if (blocking !== undefined) waiters.set(blocking, (waiters.get(blocking) ?? 0) + q.length);
+      }
+    }
+    const keys = new Set([...Object.keys(this.store.usage()), ...waiters.keys()]);
+    return [...keys].sort().map((key) => {
+      const [scope, l1, l2] = key.split('/') as [string, string | undefined, string | undefined];
+      const rule = this.rules.ruleOf(key);
+      const usage = this.usageOf(key);
+      const limit = rule?.concurrency;
+      return {
+        scope, l1, l2, level: LEVELS[key.split('/').length - 1]!, usage, concurrency_limit: limit, rule_pattern: rule?.pattern,
+        available: limit === undefined ? undefined : Math.max(0, limit - usage), num_waiters: waiters.get(key) ?? 0,
+      };
+    });
   }
 
   /** Invocations waiting in `scope` (all its queues). */
