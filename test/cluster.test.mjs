@@ -11,7 +11,7 @@ import pg from 'pg';
 import { launch, newPage } from './helpers/browser.mjs';
 import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
 import { counter, ledger, stepRuns, steps } from './services/cluster-services.mjs';
-import { startKeel, serveServices, register, ingress, eventually, tempDir, adminCall as admin } from './helpers/keel.mjs';
+import { startKeel, serveServices, register, ingress, eventually, tempDir, query, adminCall as admin } from './helpers/keel.mjs';
 
 const kafka = await startKafkaCluster(t, { brokers: 3 });
 let topics = 0;
@@ -132,6 +132,12 @@ t.test('standbys forward to the active node and follow the metadata; a SIGKILLed
   await register(b, endpoint);
   const first = await ingress(c, '/Steps/run', { id: 'via-c' });
   t.same([first.status, first.body], [200, 'done via-c'], 'a call to a standby is answered by the active node');
+  // Flow control: a rule set through a standby is committed by the active node and on each of its partitions' logs.
+  const rule = await admin(c, 'PUT', '/limits/rules', [{ pattern: 'cl', limits: { concurrency: 2 } }]);
+  t.equal(rule.status, 200, `a rule set through a standby (${rule.text})`);
+  const ruleVersion = rule.json?.[0]?.version;
+  const versionsOn = async (keel) => (await admin(keel, 'GET', '/partitions')).json.partitions.map((p) => p.limit_rules_version);
+  t.ok((await versionsOn(a)).every((v) => v === ruleVersion), `every partition of the active node has rule book v${ruleVersion}`);
   // SQL on a standby's 9071: the active node answers for the cluster, errors keep their SQLSTATE.
   const pgOf = async (keel) => {
     const client = new pg.Client({ host: keel.pgsql.host, port: keel.pgsql.port, user: 'keel', database: 'keel' });
@@ -148,6 +154,8 @@ t.test('standbys forward to the active node and follow the metadata; a SIGKILLed
   const [wrongA, wrongC] = [await wrong(pgA), await wrong(pgC)];
   t.ok(wrongC !== undefined, `a bad query on the standby is an error: ${wrongC}`);
   t.same(wrongC, wrongA, 'with the SQLSTATE and message the active node gives');
+  const scoped = await ingress(c, '/restate/scope/cl/call/Steps/run', { id: 'scoped' }, { 'x-restate-limit-key': 't1' });
+  t.same([scoped.status, scoped.body], [200, 'done scoped'], 'a scoped call through a standby');
   // Over HTTP/2 (h2c) to the standby, forwarded over HTTP/1.1: the pseudo-header fields stay behind.
   const h2 = await new Promise((resolve, reject) => {
     const session = http2.connect(c.ingress);
@@ -231,6 +239,9 @@ t.test('standbys forward to the active node and follow the metadata; a SIGKILLed
   t.equal(count, answered.length, 'every answered add counted once: none lost, none applied twice');
   const { json: deployments } = await admin(survivor, 'GET', '/deployments');
   t.equal(deployments.deployments?.length, 1, 'the new active node had followed the deployment registered through a standby');
+  t.ok((await versionsOn(survivor)).every((v) => v === ruleVersion), 'the new active node folded the rule book from the logs');
+  const ruleRows = await query(survivor, "SELECT pattern, concurrency FROM sys_rules WHERE pattern = 'cl'");
+  t.same(ruleRows, [{ pattern: 'cl', concurrency: 2 }], 'and followed it in the metadata (sys_rules)');
 });
 
 // Twice: with the epochs alone, and with Kafka's transactional producer as a second fence (the
