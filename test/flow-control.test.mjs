@@ -179,4 +179,15 @@ t.test('flow control', async (t) => {
     await Promise.all(Array.from({ length: 9 }, () => ingress(keel, '/restate/scope/crash/call/Work/hold', { ms: 100 })));
     t.equal(g.max.get('crash'), 3, 'after the restart the limit still admits exactly 3');
   });
+
+  t.test('restart-as-new keeps the scope and limit key', async (t) => {
+    const done = await ingress(keel, '/restate/scope/again/call/Work/who', null, { 'x-restate-limit-key': 'ten' });
+    const restarted = await adminCall(keel, 'PATCH', `/invocations/${done.headers.get('x-restate-id')}/restart-as-new`);
+    t.equal(restarted.status, 200, restarted.text);
+    const id = restarted.json.new_invocation_id;
+    const row = await eventually(async () => (await query(keel, `SELECT scope, limit_key, status FROM sys_invocation WHERE id = '${id}' AND status = 'completed'`))[0]);
+    t.same(row, { scope: 'again', limit_key: 'ten', status: 'completed' });
+    const output = await fetch(`${keel.ingress}/restate/output/${id}`);
+    t.same(await output.json(), { scope: 'again', limitKey: 'ten' }, 'the handler saw them again');
+  });
 });

@@ -230,3 +230,35 @@ t.test('storage checks: META0011, META0010, META0005, lock', async (t) => {
   await db.close();
   await rejectsCode(t, Registry.open(testConfig(fresh), silentLogger), 'META0005', undefined, /wipe meta.storage_path/);
 });
+
+t.test('a rule book change made from an older book (another node committed first) is dropped everywhere and answered META0018', async (t) => {
+  const { upsertRules, EMPTY_RULE_BOOK } = await import('../dist/common/limit-rules.js');
+  // A cluster's metadata log as a node sees it: records of other nodes are applied before its own append lands.
+  let remote;
+  const pending = [];
+  const log = {
+    async append() {
+      for (const r of pending.splice(0)) remote(r);
+    },
+    async close() {},
+    follow(f) {
+      remote = f;
+    },
+  };
+  const reg = new Registry(log, silentLogger, async () => {
+    throw new Error('no discovery here');
+  }, undefined, []);
+  log.follow((rec) => reg.applyRemote(rec));
+  const handed = [];
+  reg.onRemoteLimitRules((b) => handed.push(b.rules.map((r) => r.pattern)));
+  // Node B committed {x} as v1; this node has not read it yet when it puts {y}.
+  pending.push({ kind: 'limit_rules_replaced', book: upsertRules(EMPTY_RULE_BOOK, [{ pattern: 'x', limits: { concurrency: 1 } }], 1).book });
+  const err = await reg.upsertLimitRules([{ pattern: 'y', limits: { concurrency: 2 }, precondition: { type: 'does_not_exist' } }]).then(() => undefined, (e) => e);
+  t.equal(err?.code, 'META0018', 'the stale change is refused: retry');
+  t.same(reg.limitRules().rules.map((r) => r.pattern), ['x'], "B's change stands");
+  t.same(handed, [['x']], "the partitions were handed B's book, and only it");
+  // The retry reads the book as it is now.
+  const ok = await reg.upsertLimitRules([{ pattern: 'y', limits: { concurrency: 2 }, precondition: { type: 'does_not_exist' } }]);
+  t.same(ok.book.rules.map((r) => r.pattern), ['x', 'y']);
+  t.equal(ok.book.version, 2);
+});

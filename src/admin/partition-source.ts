@@ -162,7 +162,9 @@ export class WorkerIntrospection implements IntrospectionSource {
       return { status: 410, body: { message: `The input of '${id.text}' is gone (journal retention).`, restate_code: null } };
     }
     const input = decode(pb.Input, first.payload);
-    const fresh = InvocationId.random(s.service_type === 'Service' ? randomPartitionKey() : objectPartitionKey(s.service, s.key));
+    // A scoped invocation restarts in its scope, on its scope's partition, under its limits.
+    const pk = s.scope !== undefined ? scopePartitionKey(s.scope) : s.service_type === 'Service' ? randomPartitionKey() : objectPartitionKey(s.service, s.key);
+    const fresh = InvocationId.random(pk);
     await this.worker.append(fresh, {
       kind: 'invoke',
       invoke: {
@@ -177,6 +179,8 @@ export class WorkerIntrospection implements IntrospectionSource {
         completion_retention_ms: s.completion_retention_ms,
         journal_retention_ms: s.journal_retention_ms,
         restarted_from: s.id,
+        ...(s.scope !== undefined ? { scope: s.scope } : {}),
+        ...(s.limit_key !== undefined ? { limit_key: s.limit_key } : {}),
       },
     });
     return { status: 200, body: { new_invocation_id: fresh.text } };

@@ -57,7 +57,7 @@ const entries = [
     condition: 'Two or more deployments use the URI/ARN, a temporary state left by an update in place.',
     remedy: 'Delete one of them with DELETE /deployments/{id}, then force-register.', status: 500 },
   { code: 'META0018', title: 'Concurrent metadata change', status: 409,
-    condition: "In a cluster, another node appended a metadata change (a deployment, a subscription) at the same moment: this request's change was not applied.",
+    condition: "In a cluster, another node appended a metadata change (a deployment, a subscription, the flow-control rule book) at the same moment: this request's change was not applied.",
     remedy: 'Retry the request: it is validated again against the metadata as it is now.' },
   { code: 'RT0001', title: 'Invocation stream aborted',
     condition: 'No message arrived from the endpoint within worker.invoker.abort_timeout.',

@@ -408,7 +408,7 @@ export class Registry {
     if (rec.kind === 'subscription_added') this.notifySubscription({ kind: 'added', subscription: rec.subscription });
     if (rec.kind === 'subscription_removed') this.notifySubscription({ kind: 'removed', id: rec.id });
     this.logger.info({ kind: rec.kind }, 'metadata changed by another node');
-    if (rec.kind === 'limit_rules_replaced') {
+    if (rec.kind === 'limit_rules_replaced' && this.rules === rec.book) {
       for (const listener of this.ruleListeners) {
         try {
           listener(rec.book);
@@ -424,10 +424,20 @@ export class Registry {
     this.apply(rec);
     this.recompute();
     this.changes++;
+    if (rec.kind === 'limit_rules_replaced' && this.rules !== rec.book) {
+      throw new KeelError('META0018', `another node changed the rule book at the same moment (it is now at version ${this.rules.version}); nothing was changed: retry`);
+    }
   }
 
   private apply(rec: MetaRecord): void {
     if (rec.kind === 'limit_rules_replaced') {
+      // A whole book computed from an older one (in a cluster, another node's change reached the
+      // log first) would undo that change: every node reads the records in the same order and
+      // drops it alike; its writer answers META0018.
+      if (rec.book.version !== this.rules.version + 1) {
+        this.logger.warn({ code: 'META0018', version: rec.book.version, current: this.rules.version }, 'a rule book change made from an older book is dropped');
+        return;
+      }
       this.rules = rec.book;
       return;
     }
