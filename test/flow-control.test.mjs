@@ -11,11 +11,14 @@ function gauges() {
   const live = new Map();
   const max = new Map();
   const order = [];
+  const startTimes = new Map(); // scope → first-attempt start times (ms)
   return {
     live,
     max,
     order,
+    startTimes,
     enter(scope, id) {
+      if (!order.includes(id)) startTimes.set(scope, [...(startTimes.get(scope) ?? []), performance.now()]);
       let ids = live.get(scope);
       if (!ids) live.set(scope, (ids = new Map()));
       ids.set(id, (ids.get(id) ?? 0) + 1);
@@ -178,6 +181,50 @@ t.test('flow control', async (t) => {
     g.max.delete('crash');
     await Promise.all(Array.from({ length: 9 }, () => ingress(keel, '/restate/scope/crash/call/Work/hold', { ms: 100 })));
     t.equal(g.max.get('crash'), 3, 'after the restart the limit still admits exactly 3');
+  });
+
+  t.test('a rate limit of 50/s holds within 5% over 20 s, spaced evenly', async (t) => {
+    const put = await putRules(keel, [{ pattern: 'rated', limits: { rate: { starts: 50, interval_ms: 1000 } } }]);
+    t.equal(put.status, 200, put.text);
+    t.same(put.json[0].limits, { rate: { starts: 50, interval_ms: 1000 } });
+    // 1,001 starts take 20 s at 50/s: sent in batches so that the queue never runs dry.
+    const N = 1001;
+    for (let i = 0; i < N; i += 100) {
+      const batch = await Promise.all(Array.from({ length: Math.min(100, N - i) }, (_, j) => ingress(keel, '/restate/scope/rated/send/Work/hold', { ms: 1, tag: i + j })));
+      t.equal(batch.filter((r) => r.status === 202).length, batch.length);
+    }
+    await eventually(() => (g.startTimes.get('rated')?.length ?? 0) >= N, { timeout_ms: 40_000 });
+    const times = g.startTimes.get('rated');
+    const seconds = (times[N - 1] - times[0]) / 1000;
+    const rate = (N - 1) / seconds;
+    t.ok(Math.abs(rate - 50) <= 2.5, `${N - 1} spacings in ${seconds.toFixed(2)} s: ${rate.toFixed(2)} starts/s (goal 50 ± 5%)`);
+    // Smooth, not bursty: no second of the run saw more than 50 + a few starts.
+    let worst = 0;
+    for (let i = 0, j = 0; i < N; i++) {
+      while (times[i] - times[j] > 1000) j++;
+      worst = Math.max(worst, i - j + 1);
+    }
+    t.ok(worst <= 55, `at most ${worst} starts in any 1 s window`);
+  });
+
+  t.test('a backlog limit refuses with 429 and Retry-After; nothing accepted is lost', async (t) => {
+    await putRules(keel, [{ pattern: 'bl', limits: { concurrency: 1, backlog: 5 } }]);
+    const answers = [];
+    for (let i = 0; i < 12; i++) answers.push(await ingress(keel, '/restate/scope/bl/send/Work/hold', { ms: 300, tag: i }, { 'x-restate-limit-key': 'x' }));
+    const accepted = answers.filter((r) => r.status === 202);
+    const refused = answers.filter((r) => r.status === 429);
+    t.equal(accepted.length, 6, 'one runs, five wait');
+    t.equal(refused.length, 6, 'the rest are refused');
+    t.match(refused[0].body, { code: 429, restate_code: 'KEEL0902', message: /backlog of rule 'bl' is full: 5 invocations wait/ });
+    t.ok(Number(refused[0].headers.get('retry-after')) >= 1, `Retry-After: ${refused[0].headers.get('retry-after')}`);
+    t.equal(refused[0].headers.get('x-restate-id'), null, 'no invocation id: nothing was created');
+    const ids = accepted.map((r) => r.body.invocationId);
+    await eventually(async () => (await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE scope = 'bl' AND status = 'completed'`))[0].n === 6, { timeout_ms: 30_000 });
+    const rows = await query(keel, `SELECT id FROM sys_invocation WHERE scope = 'bl'`);
+    t.same(rows.map((r) => r.id).sort(), [...ids].sort(), 'exactly the accepted ones exist, all completed');
+    const after = await ingress(keel, '/restate/scope/bl/send/Work/hold', { ms: 1 });
+    t.equal(after.status, 202, 'once drained, accepted again');
+    t.ok(keel.logLines('KEEL0902').length >= 6, 'each refusal logged with its code');
   });
 
   t.test('restart-as-new keeps the scope and limit key', async (t) => {

@@ -125,3 +125,25 @@ t.test('the counters, queues and rules come back from the store', async (t) => {
   t.same(loaded.counters.usage, { s: 1, 's/k': 1 });
   t.same([...loaded.flow.queues.get('s').get('k')].map((e) => e.id), [b.text]);
 });
+
+t.test('a rate limit spaces starts evenly; a head waiting only for its rate gets a FLOW timer', async (t) => {
+  const p = partition();
+  const at0 = p.now + 1000;
+  p.apply({ kind: 'limit_rules', limit_rules: { version: 1, rules: [{ pattern: 'r', concurrency: 0, disabled: false, version: 1, rate_starts: 2, rate_interval_ms: 1000 }] } }, at0);
+  const [a, b, c] = [scopedId('r'), scopedId('r'), scopedId('r')];
+  t.same(started(p.apply(scoped(a, 'r'), at0 + 1)), [a.text], 'the first starts at once');
+  const queued = p.apply(scoped(b, 'r'), at0 + 2);
+  t.same(started(queued), [], 'the second waits for its rate (2 per second: one each 500 ms)');
+  const timers = find(queued, 'timer');
+  t.equal(timers.length, 1);
+  t.match(timers[0].timer, { id: b.text, wake_up_ms: at0 + 501, kind: 2 });
+  t.same(started(p.apply(scoped(c, 'r'), at0 + 3)), []);
+  t.same(find(p.apply(scoped(scopedId('r'), 'r'), at0 + 4), 'timer'), [], 'no second timer while one is pending');
+  // Completing a frees no rate: nothing starts before the timer.
+  t.same(started(completeWith(p, a, 'a')), []);
+  const woke = p.apply({ kind: 'timer_fired', timer_fired: { invocation_id: b.bytes, completion_id: 0, wake_up_ms: at0 + 501, kind: 2 } }, at0 + 501);
+  t.same(started(woke), [b.text], 'the timer starts the head');
+  t.match(find(woke, 'timer')[0]?.timer, { wake_up_ms: at0 + 1001, kind: 2 }, 'and sets the next wake-up');
+  t.same(p.state.counters.rate, { r: at0 + 1001 });
+  t.equal(p.status(b).epoch, 0, 'a first start keeps epoch 0');
+});

@@ -286,6 +286,10 @@ export const TABLES: Record<string, TableSchema> = {
     ['disabled', 'bool'],
     ['version', 'uint32'],
     ['last_modified', 'ts'],
+    // Keel's own: the rate limit (starts per interval) and the backlog limit; NULL when none.
+    ['rate_starts', 'uint32'],
+    ['rate_interval_ms', 'uint64'],
+    ['backlog', 'uint32'],
   ],
 };
 
@@ -402,6 +406,9 @@ export function ruleRows(registry: Registry): Row[] {
     disabled: r.disabled ? 1 : 0,
     version: r.version,
     last_modified: ts(r.last_modified_ms),
+    rate_starts: r.rate?.starts ?? null,
+    rate_interval_ms: r.rate?.interval_ms ?? null,
+    backlog: r.backlog ?? null,
   }));
 }
 

@@ -58,6 +58,10 @@ export interface LimitRule {
   pattern: string;
   /** Invocations that may run at once per counter the rule governs; undefined = unlimited. */
   concurrency?: number;
+  /** Keel's own: at most `starts` starts per `interval_ms` per counter, spaced evenly (no burst). */
+  rate?: RateLimit;
+  /** Keel's own: at most this many invocations waiting per counter; past it new ones are refused (429). */
+  backlog?: number;
   description?: string;
   disabled: boolean;
   version: number;
@@ -65,6 +69,11 @@ export interface LimitRule {
 }
 
 /** Every rule, sorted by pattern, and the book's version (bumped by every change). */
+export interface RateLimit {
+  starts: number;
+  interval_ms: number;
+}
+
 export interface RuleBook {
   version: number;
   rules: LimitRule[];
@@ -76,7 +85,7 @@ export type Precondition = { type: 'none' } | { type: 'matches'; version: number
 
 export interface UpsertRule {
   pattern: string;
-  limits?: { concurrency?: number };
+  limits?: { concurrency?: number; rate?: RateLimit; backlog?: number };
   description?: string | null;
   disabled?: boolean;
   precondition?: Precondition;
@@ -127,12 +136,20 @@ export function upsertRules(book: RuleBook, reqs: readonly UpsertRule[], now_ms:
 }
 
 function nextRule(req: UpsertRule, current: LimitRule | undefined, bookVersion: number, now_ms: number): LimitRule {
-  const concurrency = req.limits?.concurrency;
+  const { concurrency, rate, backlog } = req.limits ?? {};
   const disabled = req.disabled ?? false;
   const description = req.description ?? undefined;
-  const base = { pattern: req.pattern, ...(concurrency !== undefined ? { concurrency } : {}), ...(description !== undefined ? { description } : {}), disabled };
+  const base = {
+    pattern: req.pattern,
+    ...(concurrency !== undefined ? { concurrency } : {}),
+    ...(rate !== undefined ? { rate: { starts: rate.starts, interval_ms: rate.interval_ms } } : {}),
+    ...(backlog !== undefined ? { backlog } : {}),
+    ...(description !== undefined ? { description } : {}),
+    disabled,
+  };
   if (current === undefined) return { ...base, version: bookVersion, last_modified_ms: now_ms };
-  const limitsChanged = current.concurrency !== concurrency || current.disabled !== disabled;
+  const sameRate = current.rate?.starts === rate?.starts && current.rate?.interval_ms === rate?.interval_ms;
+  const limitsChanged = current.concurrency !== concurrency || !sameRate || current.backlog !== backlog || current.disabled !== disabled;
   if (limitsChanged) return { ...base, version: current.version + 1, last_modified_ms: now_ms };
   if (current.description !== description) return { ...base, version: current.version, last_modified_ms: current.last_modified_ms };
   return current;
@@ -177,8 +194,10 @@ export function counterKeys(scope: string, limitKey: string | undefined): string
  */
 export class RuleIndex {
   private readonly byPattern: Map<string, LimitRule>;
+  private readonly rated: boolean;
   constructor(readonly book: RuleBook) {
     this.byPattern = new Map(book.rules.filter((r) => !r.disabled).map((r) => [r.pattern, r]));
+    this.rated = [...this.byPattern.values()].some((r) => r.rate !== undefined);
   }
 
   /**
@@ -202,5 +221,10 @@ export class RuleIndex {
   /** The limit of a counter, undefined when unlimited. */
   limitOf(counterKey: string): number | undefined {
     return this.ruleOf(counterKey)?.concurrency;
+  }
+
+  /** Whether any enabled rule has a rate limit (the fold skips rate bookkeeping otherwise). */
+  get hasRates(): boolean {
+    return this.rated;
   }
 }

@@ -125,6 +125,14 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
     return attachAndRespond(deps, reply, target.id, handler);
   }
 
+  if (flow.scope !== undefined) {
+    const full = worker.partitionOf(target.id.partitionKey).state.flow.backlogFull(flow.scope, flow.limit_key ?? '');
+    if (full !== undefined) {
+      deps.logger.info({ code: 'KEEL0902', scope: flow.scope, limit_key: flow.limit_key, rule: full.pattern, waiting: full.waiting }, 'ingress request refused: flow-control backlog full');
+      void reply.removeHeader('x-restate-id').header('retry-after', String(full.retry_after_s));
+      return ingressError(reply, 'KEEL0902', `the backlog of rule '${full.pattern}' is full: ${full.waiting} invocations wait (limits.backlog ${full.backlog}); retry after ${full.retry_after_s} s`);
+    }
+  }
   const headers: Header[] = [];
   for (const [name, value] of Object.entries(req.headers)) {
     // HTTP/2's pseudo-header fields (:path, :authority…) are the request line, not headers.

@@ -16,6 +16,8 @@ export interface FlowStore {
   usage(): Record<string, number>;
   /** Fair-queuing tags (Counters.tags), persisted with the counters. */
   tags(): Record<string, number>;
+  /** Rate limits' next allowed start per counter (Counters.rate), persisted with the counters. */
+  rate(): Record<string, number>;
   countersChanged(): void;
   nextSeq(): number;
 }
@@ -42,6 +44,8 @@ export class FlowControl {
   readonly queues = new Map<string, Map<string, VqueueEntry[]>>();
   /** Scopes where a slot was freed, or waiters may now run, during the command being folded. */
   readonly released = new Set<string>();
+  /** The time of the command being folded (rate limits read it; set by the fold, never a clock). */
+  now_ms = 0;
 
   constructor(private readonly store: FlowStore) {}
 
@@ -56,8 +60,41 @@ export class FlowControl {
     return this.store.usage()[counterKey] ?? 0;
   }
 
-  /** Whether every counter of (scope, limit key) has room for one more. */
+  /** Whether every counter of (scope, limit key) has room for one more, now: a slot, and its rate. */
   hasRoom(scope: string, limitKey: string): boolean {
+    for (const k of counterKeys(scope, limitKey)) {
+      const limit = this.rules.limitOf(k);
+      if (limit !== undefined && this.usageOf(k) >= limit) return false;
+    }
+    return this.rateReadyAt(scope, limitKey) <= this.now_ms;
+  }
+
+  /** When the rate limits of (scope, limit key) let one more start (0 without any). */
+  rateReadyAt(scope: string, limitKey: string): number {
+    if (!this.rules.hasRates) return 0;
+    const rate = this.store.rate();
+    let at = 0;
+    for (const k of counterKeys(scope, limitKey)) {
+      if (this.rules.ruleOf(k)?.rate !== undefined) at = Math.max(at, rate[k] ?? 0);
+    }
+    return at;
+  }
+
+  /**
+   * The earliest time a queue head of `scope` that has a slot but waits for its rate may start,
+   * or undefined (none does: a freed slot will wake them). The fold sets a timer for it.
+   */
+  wakeAt(scope: string): number | undefined {
+    let at: number | undefined;
+    for (const [limitKey, q] of this.queues.get(scope) ?? []) {
+      if (q.length === 0 || !this.slotFree(scope, limitKey)) continue;
+      const ready = this.rateReadyAt(scope, limitKey);
+      if (ready > this.now_ms && (at === undefined || ready < at)) at = ready;
+    }
+    return at;
+  }
+
+  private slotFree(scope: string, limitKey: string): boolean {
     for (const k of counterKeys(scope, limitKey)) {
       const limit = this.rules.limitOf(k);
       if (limit !== undefined && this.usageOf(k) >= limit) return false;
@@ -79,8 +116,22 @@ export class FlowControl {
       if (n === 0) delete usage[k];
       else usage[k] = n;
     }
+    if (delta > 0 && this.rules.hasRates) this.spendRate(scope, limitKey);
     this.store.countersChanged();
     if (delta < 0) this.released.add(scope);
+  }
+
+  /** A start under rate-limited counters: each one's next start moves one spacing (interval / starts) on. */
+  private spendRate(scope: string, limitKey: string): void {
+    const rate = this.store.rate();
+    for (const k of counterKeys(scope, limitKey)) {
+      const r = this.rules.ruleOf(k)?.rate;
+      if (r === undefined) continue;
+      rate[k] = Math.max(rate[k] ?? 0, this.now_ms) + r.interval_ms / r.starts;
+    }
+    // Bounded: what lies in the past no longer limits anything.
+    const keys = Object.keys(rate);
+    if (keys.length > MAX_RATE_ENTRIES_BEFORE_PRUNE) for (const k of keys) if (rate[k]! <= this.now_ms) delete rate[k];
   }
 
   enqueue(scope: string, limitKey: string, id: string): number {
@@ -218,6 +269,34 @@ export class FlowControl {
     });
   }
 
+  /**
+   * Why a new invocation of (scope, limit key) is refused: a level whose rule has a backlog limit
+   * already has that many waiting. Read by the ingress before it appends (the bound may be passed
+   * by the requests in flight at once, never by more).
+   */
+  backlogFull(scope: string, limitKey: string): { pattern: string; waiting: number; backlog: number; retry_after_s: number } | undefined {
+    for (const k of counterKeys(scope, limitKey)) {
+      const rule = this.rules.ruleOf(k);
+      if (rule?.backlog === undefined) continue;
+      const waiting = this.waitingUnder(scope, k);
+      if (waiting < rule.backlog) continue;
+      // With a rate, when the backlog will have drained; else a second.
+      const retry_after_s = rule.rate === undefined ? 1 : Math.max(1, Math.ceil((waiting * rule.rate.interval_ms) / rule.rate.starts / 1000));
+      return { pattern: rule.pattern, waiting, backlog: rule.backlog, retry_after_s };
+    }
+    return undefined;
+  }
+
+  /** Invocations waiting under a counter (`scope`, `scope/l1`, `scope/l1/l2`): its queues and those below it. */
+  private waitingUnder(scope: string, counterKey: string): number {
+    let n = 0;
+    for (const [limitKey, q] of this.queues.get(scope) ?? []) {
+      const own = limitKey === '' ? scope : `${scope}/${limitKey}`;
+      if (own === counterKey || own.startsWith(`${counterKey}/`)) n += q.length;
+    }
+    return n;
+  }
+
   /** Invocations waiting in `scope` (all its queues). */
   waiting(scope: string): number {
     let n = 0;
@@ -225,6 +304,9 @@ export class FlowControl {
     return n;
   }
 }
+
+/** Rate-limit entries kept before those in the past are dropped (each prune is O(entries)). */
+const MAX_RATE_ENTRIES_BEFORE_PRUNE = 1_000;
 
 /** A queue's key among the fair-queuing tags (a scope alone is the scope's virtual time). */
 function tagOf(scope: string, limitKey: string): string {

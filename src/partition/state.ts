@@ -127,6 +127,7 @@ export class PartitionState {
       write: (key, value) => this.writes.set(key, value),
       usage: () => this.counters.usage,
       tags: () => this.counters.tags,
+      rate: () => this.counters.rate,
       countersChanged: () => this.putCounters(),
       nextSeq: () => {
         this.putCounters();
@@ -495,6 +496,13 @@ export class PartitionState {
     assert(before === undefined || p.next_offset >= before.next_offset, () => `position of ${p.subscription_id} ${p.topic}/${p.kafka_partition} goes back from ${before?.next_offset} to ${p.next_offset}`);
     this.subscriptionPositions.set(positionName(p.subscription_id, p.topic, p.kafka_partition), p);
     this.writes.set(subscriptionPositionsTable.key(this.partition, p), subscriptionPositionsTable.encode(p));
+  }
+
+  /** The flow-control wake-up timer pending (undefined: none). */
+  setFlowWake(at_ms: number | undefined): void {
+    if (at_ms === undefined) delete this.counters.flow_wake_ms;
+    else this.counters.flow_wake_ms = at_ms;
+    this.putCounters();
   }
 
   private putCounters(): void {

@@ -166,7 +166,14 @@ export class Worker implements Effects {
   async setLimitRules(book: RuleBook): Promise<void> {
     const limit_rules = {
       version: book.version,
-      rules: book.rules.map((r) => ({ pattern: r.pattern, concurrency: r.concurrency ?? 0, disabled: r.disabled, version: r.version })),
+      rules: book.rules.map((r) => ({
+        pattern: r.pattern,
+        concurrency: r.concurrency ?? 0,
+        disabled: r.disabled,
+        version: r.version,
+        ...(r.rate !== undefined ? { rate_starts: r.rate.starts, rate_interval_ms: r.rate.interval_ms } : {}),
+        ...(r.backlog !== undefined ? { backlog: r.backlog } : {}),
+      })),
     };
     await Promise.all(this.processors.filter((p) => p.state.flow.rules.book.version < book.version).map((p) => p.append({ kind: 'limit_rules', limit_rules })));
   }

@@ -85,10 +85,8 @@ function upsert(v: unknown, at: string): UpsertRule {
     const path = `${at}.${key}`;
     if (key === 'pattern') canonical = pattern(x, path);
     if (x === null) continue;
-    if (key === 'limits') {
-      const concurrency = map(x, path).concurrency;
-      rule.limits = concurrency === undefined || concurrency === null ? {} : { concurrency: u32(concurrency, `${path}.concurrency`, 1) };
-    } else if (key === 'description') rule.description = string(x, path);
+    if (key === 'limits') rule.limits = limits(x, path);
+    else if (key === 'description') rule.description = string(x, path);
     else if (key === 'disabled') {
       if (typeof x !== 'boolean') throw invalid(path, `invalid type: ${unexpected(x)}, expected a boolean`);
       rule.disabled = x;
@@ -96,6 +94,21 @@ function upsert(v: unknown, at: string): UpsertRule {
   }
   if (canonical === undefined) throw invalid(at, 'missing field `pattern`');
   return { pattern: canonical, ...rule };
+}
+
+/** `limits`: Restate's `concurrency`, and Keel's own `rate` ({starts, interval_ms}) and `backlog`. */
+function limits(x: unknown, path: string): NonNullable<UpsertRule['limits']> {
+  const m = map(x, path);
+  const out: NonNullable<UpsertRule['limits']> = {};
+  if (m.concurrency !== undefined && m.concurrency !== null) out.concurrency = u32(m.concurrency, `${path}.concurrency`, 1);
+  if (m.rate !== undefined && m.rate !== null) {
+    const r = map(m.rate, `${path}.rate`);
+    if (r.starts === undefined) throw invalid(`${path}.rate`, 'missing field `starts`');
+    if (r.interval_ms === undefined) throw invalid(`${path}.rate`, 'missing field `interval_ms`');
+    out.rate = { starts: u32(r.starts, `${path}.rate.starts`, 1), interval_ms: u32(r.interval_ms, `${path}.rate.interval_ms`, 1) };
+  }
+  if (m.backlog !== undefined && m.backlog !== null) out.backlog = u32(m.backlog, `${path}.backlog`, 0);
+  return out;
 }
 
 function deletion(v: unknown, at: string): DeleteRule {
@@ -114,7 +127,11 @@ function deletion(v: unknown, at: string): DeleteRule {
 function ruleView(r: LimitRule) {
   return {
     pattern: r.pattern,
-    limits: r.concurrency !== undefined ? { concurrency: r.concurrency } : {},
+    limits: {
+      ...(r.concurrency !== undefined ? { concurrency: r.concurrency } : {}),
+      ...(r.rate !== undefined ? { rate: r.rate } : {}),
+      ...(r.backlog !== undefined ? { backlog: r.backlog } : {}),
+    },
     ...(r.description !== undefined ? { description: r.description } : {}),
     disabled: r.disabled,
     version: r.version,

@@ -1,6 +1,6 @@
 import { assert } from '../../common/assert.js';
 import { InvocationId } from '../../common/ids.js';
-import { encodeCommand, type CommandKind, type ResultMsg } from '../../log/commands.js';
+import { TimerKind, encodeCommand, type CommandKind, type ResultMsg } from '../../log/commands.js';
 import { MessageType, decode, encode, isNotification, pb, type Notification } from '../../protocol/messages.js';
 import { objectKeyOf, type Action, type InvocationResult, type InvocationStatus, type JournalEntry, type PartitionState } from '../state.js';
 
@@ -74,6 +74,8 @@ function waitsForSlot(ctx: FoldContext, s: InvocationStatus): boolean {
   s.status = 'inboxed';
   s.inboxed_at_ms = ctx.now_ms;
   s.flow_seq = ctx.state.flow.enqueue(s.scope, limitKey, s.id);
+  // Looked at again after the command: one waiting only for its rate needs a wake-up timer.
+  ctx.state.flow.released.add(s.scope);
   return true;
 }
 
@@ -94,8 +96,24 @@ export function admitWaiting(ctx: FoldContext): void {
       run(ctx, s);
       ctx.state.putStatus(s);
     }
+    const at = flow.wakeAt(scope);
+    if (at !== undefined) wakeFlowAt(ctx, at, flow.queues.get(scope)!.values().next().value![0]!.id);
   }
   flow.released.clear();
+}
+
+/**
+ * A rate-limited queue head may start at `at_ms`: a FLOW timer (on any invocation id of this
+ * partition; one pending at or before that time is enough) makes the fold look again then.
+ */
+function wakeFlowAt(ctx: FoldContext, at_ms: number, anyId: string): void {
+  const wake_up_ms = Math.ceil(at_ms);
+  const pending = ctx.state.counters.flow_wake_ms;
+  if (pending !== undefined && pending <= wake_up_ms && pending > ctx.now_ms) return;
+  ctx.state.setFlowWake(wake_up_ms);
+  const timer = { id: anyId, completion_id: 0, wake_up_ms, kind: TimerKind.FLOW };
+  ctx.state.putTimer(timer);
+  ctx.actions.push({ kind: 'timer', timer });
 }
 
 /** Takes an invocation waiting for a slot out of its queue (it is cancelled or killed). */

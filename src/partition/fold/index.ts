@@ -21,6 +21,7 @@ export type { FoldContext } from './context.js';
  * waiting for a flow-control slot the command freed start in the same fold.
  */
 export function fold(ctx: FoldContext, cmd: Command): void {
+  ctx.state.flow.now_ms = ctx.now_ms;
   if (cmd.source_partition !== undefined) {
     // From another partition's outbox: apply each message once, even when redelivered.
     const seq = cmd.source_seq ?? 0;

@@ -14,5 +14,13 @@ export function foldLimitRules(ctx: FoldContext, cmd: LimitRules): void {
 }
 
 function ruleOf(r: RuleMsg, now_ms: number): LimitRule {
-  return { pattern: r.pattern ?? '', ...(r.concurrency ? { concurrency: r.concurrency } : {}), disabled: r.disabled ?? false, version: r.version ?? 0, last_modified_ms: now_ms };
+  return {
+    pattern: r.pattern ?? '',
+    ...(r.concurrency ? { concurrency: r.concurrency } : {}),
+    ...(r.rate_starts && r.rate_interval_ms ? { rate: { starts: r.rate_starts, interval_ms: r.rate_interval_ms } } : {}),
+    ...(r.backlog !== undefined ? { backlog: r.backlog } : {}),
+    disabled: r.disabled ?? false,
+    version: r.version ?? 0,
+    last_modified_ms: now_ms,
+  };
 }

@@ -8,6 +8,7 @@ export function foldTimerFired(ctx: FoldContext, cmd: TimerFired): void {
   const kind = cmd.kind ?? TimerKind.SLEEP;
   const completion_id = cmd.completion_id ?? 0;
   if (!ctx.state.deleteTimer({ id, completion_id, wake_up_ms: cmd.wake_up_ms ?? 0, kind })) return;
+  if (kind === TimerKind.FLOW) return wakeFlow(ctx);
   const s = ctx.state.status(id);
   if (s === undefined) return;
   if (kind === TimerKind.INVOKE) {
@@ -19,4 +20,11 @@ export function foldTimerFired(ctx: FoldContext, cmd: TimerFired): void {
     notify(ctx, s, notification(MessageType.SleepCompletion, { completion_id, void: {} }), { completion: completion_id });
   }
   ctx.state.putStatus(s);
+}
+
+/** A rate limit lets a queue head start now: every queue is looked at again (and the next wake set). */
+function wakeFlow(ctx: FoldContext): void {
+  const pending = ctx.state.counters.flow_wake_ms;
+  if (pending !== undefined && pending <= ctx.now_ms) ctx.state.setFlowWake(undefined);
+  for (const scope of ctx.state.flow.queues.keys()) ctx.state.flow.released.add(scope);
 }

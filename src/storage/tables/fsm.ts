@@ -25,13 +25,20 @@ export interface Counters {
    * that hold waiters: bounded with them by the live limit.
    */
   tags: Record<string, number>;
+  /**
+   * Rate limits: counter → the earliest time (ms) its next start may be (the theoretical arrival
+   * time of a GCRA without burst). Entries in the past are pruned as the record grows.
+   */
+  rate: Record<string, number>;
+  /** The time of the earliest flow-control wake-up timer pending (a rate-limited queue head), if any. */
+  flow_wake_ms?: number;
 }
 
 /** A partition that has written nothing: what a rebuild from its first record starts from too. */
-export const EMPTY_COUNTERS: Readonly<Counters> = { inbox_seq: 0, outbox_seq: 0, timers: 0, outbox: 0, statuses: {}, subscriptions: {}, usage: {}, tags: {} };
+export const EMPTY_COUNTERS: Readonly<Counters> = { inbox_seq: 0, outbox_seq: 0, timers: 0, outbox: 0, statuses: {}, subscriptions: {}, usage: {}, tags: {}, rate: {} };
 
 export function emptyCounters(): Counters {
-  return { ...EMPTY_COUNTERS, statuses: {}, subscriptions: {}, usage: {}, tags: {} };
+  return { ...EMPTY_COUNTERS, statuses: {}, subscriptions: {}, usage: {}, tags: {}, rate: {} };
 }
 
 export const fsmTable = {
@@ -42,6 +49,8 @@ export const fsmTable = {
       // Flow control's counters only when in use: a partition without scopes encodes as before them.
       ...(c.usage && Object.keys(c.usage).length > 0 ? { usage: sorted(c.usage) } : {}),
       ...(c.tags && Object.keys(c.tags).length > 0 ? { tags: sorted(c.tags, true) } : {}),
+      ...(c.rate && Object.keys(c.rate).length > 0 ? { rate: sorted(c.rate, true) } : {}),
+      ...(c.flow_wake_ms !== undefined ? { flow_wake_ms: c.flow_wake_ms } : {}),
     };
     return Buffer.from(JSON.stringify({ inbox_seq: c.inbox_seq, outbox_seq: c.outbox_seq, timers: c.timers, outbox: c.outbox, statuses: sorted(c.statuses), subscriptions: sorted(c.subscriptions), ...flow }));
   },
