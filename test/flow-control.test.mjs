@@ -227,6 +227,23 @@ t.test('flow control', async (t) => {
     t.ok(keel.logLines('KEEL0902').length >= 6, 'each refusal logged with its code');
   });
 
+  t.test('priorities: x-keel-priority takes the next free slot first', async (t) => {
+    await putRules(keel, [{ pattern: 'prio', limits: { concurrency: 1 } }]);
+    const first = await ingress(keel, '/restate/scope/prio/send/Work/hold', { ms: 300, tag: 'first' });
+    await eventually(() => g.live.get('prio')?.size === 1);
+    const low = [];
+    for (let i = 0; i < 5; i++) low.push((await ingress(keel, '/restate/scope/prio/send/Work/hold', { ms: 10, tag: `low${i}` })).body.invocationId);
+    const high = (await ingress(keel, '/restate/scope/prio/send/Work/hold', { ms: 10, tag: 'high' }, { 'x-keel-priority': '9' })).body.invocationId;
+    await eventually(async () => (await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE scope = 'prio' AND status = 'completed'`))[0].n === 7, { timeout_ms: 30_000 });
+    const order = g.order.filter((id) => [first.body.invocationId, high, ...low].includes(id));
+    t.same(order, [first.body.invocationId, high, ...low], 'the priority 9 ran right after the one holding the slot, the 0s in arrival order');
+    const bad = await ingress(keel, '/restate/scope/prio/send/Work/hold', {}, { 'x-keel-priority': '10' });
+    t.equal(bad.status, 400);
+    t.match(bad.body.message, /invalid x-keel-priority: '10' is not an integer from 0 to 9/);
+    const unscoped = await ingress(keel, '/restate/send/Work/hold', {}, { 'x-keel-priority': '3' });
+    t.match(unscoped.body.message, /x-keel-priority requires a scope to be set/);
+  });
+
   t.test('restart-as-new keeps the scope and limit key', async (t) => {
     const done = await ingress(keel, '/restate/scope/again/call/Work/who', null, { 'x-restate-limit-key': 'ten' });
     const restarted = await adminCall(keel, 'PATCH', `/invocations/${done.headers.get('x-restate-id')}/restart-as-new`);

@@ -147,3 +147,25 @@ t.test('a rate limit spaces starts evenly; a head waiting only for its rate gets
   t.same(p.state.counters.rate, { r: at0 + 1001 });
   t.equal(p.status(b).epoch, 0, 'a first start keeps epoch 0');
 });
+
+t.test('priorities: a higher one goes ahead in its queue and across queues; the store keeps the order', async (t) => {
+  const p = partition(5);
+  p.apply(rules(1, [['s', 1]]));
+  const holder = scopedId('s');
+  p.apply(scoped(holder, 's'));
+  const low = [scopedId('s'), scopedId('s')];
+  for (const id of low) p.apply(scoped(id, 's', 'a'));
+  const other = scopedId('s');
+  p.apply(scoped(other, 's', 'b', { priority: 5 }));
+  const high = scopedId('s');
+  p.apply(scoped(high, 's', 'a', { priority: 9 }));
+  t.same(p.state.flow.queues.get('s').get('a').map((e) => e.id), [high.text, ...low.map((i) => i.text)], 'the 9 is at the head of its queue');
+  const db = await openWorkerStore(mkdtempSync(path.join(os.tmpdir(), 'keel-fold-prio-')));
+  t.teardown(() => db.close());
+  await db.batch([...p.store].map(([key, value]) => ({ type: 'put', key, value })));
+  const loaded = await loadState(db, 5);
+  t.same(loaded.flow.queues.get('s').get('a').map((e) => [e.id, e.priority]), [[high.text, 9], [low[0].text, 0], [low[1].text, 0]], 'reloaded in the same order');
+  t.same(started(completeWith(p, holder, 0)), [high.text], 'the 9 first');
+  t.same(started(completeWith(p, high, 0)), [other.text], 'then the 5 of the other queue');
+  t.same(started(completeWith(p, other, 0)), [low[0].text], 'then the 0s, in order');
+});

@@ -181,6 +181,7 @@ export class WorkerIntrospection implements IntrospectionSource {
         restarted_from: s.id,
         ...(s.scope !== undefined ? { scope: s.scope } : {}),
         ...(s.limit_key !== undefined ? { limit_key: s.limit_key } : {}),
+        ...(s.priority !== undefined ? { priority: s.priority } : {}),
       },
     });
     return { status: 200, body: { new_invocation_id: fresh.text } };

@@ -157,6 +157,7 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
       ...(idempotencyKey ? { idempotency_key: idempotencyKey } : {}),
       ...(flow.scope !== undefined ? { scope: flow.scope } : {}),
       ...(flow.limit_key !== undefined ? { limit_key: flow.limit_key } : {}),
+      ...(flow.priority !== undefined ? { priority: flow.priority } : {}),
       ...(execute_at_ms ? { execute_at_ms } : {}),
       ...(span ? { traceparent: span.traceparent } : {}),
     },

@@ -134,7 +134,8 @@ export class FlowControl {
     if (keys.length > MAX_RATE_ENTRIES_BEFORE_PRUNE) for (const k of keys) if (rate[k]! <= this.now_ms) delete rate[k];
   }
 
-  enqueue(scope: string, limitKey: string, id: string): number {
+  /** Queues `id` behind those of its priority or higher, ahead of any lower. Returns its sequence. */
+  enqueue(scope: string, limitKey: string, id: string, priority = 0): number {
     const seq = this.store.nextSeq();
     let byKey = this.queues.get(scope);
     if (byKey === undefined) this.queues.set(scope, (byKey = new Map()));
@@ -145,8 +146,12 @@ export class FlowControl {
       const tags = this.store.tags();
       tags[tagOf(scope, limitKey)] = tags[scope] ?? 0;
     }
-    q.push({ id, seq });
-    this.store.write(vqueuesTable.key(this.store.partition, scope, limitKey, seq), vqueuesTable.encode(id));
+    const e = { id, seq, priority };
+    // Usually at the end (equal priorities); the queue is bounded by the live limit.
+    let at = q.length;
+    while (at > 0 && q[at - 1]!.priority < priority) at--;
+    q.splice(at, 0, e);
+    this.store.write(vqueuesTable.key(this.store.partition, scope, limitKey, e), vqueuesTable.encode(id));
     return seq;
   }
 
@@ -155,7 +160,8 @@ export class FlowControl {
     let byKey = this.queues.get(scope);
     if (byKey === undefined) this.queues.set(scope, (byKey = new Map()));
     const q = byKey.get(limitKey) ?? [];
-    assert(q.length === 0 || q[q.length - 1]!.seq < e.seq, () => `partition ${this.store.partition}: vqueue ${scope}:${limitKey} out of order at ${e.seq}`);
+    const last = q[q.length - 1];
+    assert(last === undefined || last.priority > e.priority || (last.priority === e.priority && last.seq < e.seq), () => `partition ${this.store.partition}: vqueue ${scope}:${limitKey} out of order at ${e.seq}`);
     q.push(e);
     byKey.set(limitKey, q);
   }
@@ -167,7 +173,7 @@ export class FlowControl {
     const i = q?.findIndex((e) => e.id === id) ?? -1;
     if (q === undefined || i < 0) return;
     const [e] = q.splice(i, 1);
-    this.store.write(vqueuesTable.key(this.store.partition, scope, limitKey, e!.seq), null);
+    this.store.write(vqueuesTable.key(this.store.partition, scope, limitKey, e!), null);
     const tags = this.store.tags();
     const tag = tagOf(scope, limitKey);
     if (served) {
@@ -189,7 +195,7 @@ export class FlowControl {
 
   /**
    * The queue of `scope` whose head should take the next slot: among queues whose counters all
-   * have room, start-time fair queuing — the lowest virtual tag (each start from a queue advances
+   * have room, the head of highest priority, then start-time fair queuing — the lowest virtual tag (each start from a queue advances
    * its tag by one, a new queue starts at the scope's virtual time), so a tenant with a long
    * queue cannot starve one with a short one; then the fewest running at the queue's own level,
    * then the earliest head. Deterministic from the state alone, as the fold must be.
@@ -206,7 +212,7 @@ export class FlowControl {
       const keys = counterKeys(scope, limitKey);
       const usage = this.usageOf(keys[keys.length - 1]!);
       const tag = tags[tagOf(scope, limitKey)] ?? 0;
-      if (best === undefined || tag < best.tag || (tag === best.tag && (usage < best.usage || (usage === best.usage && head.seq < best.entry.seq)))) {
+      if (best === undefined || before({ priority: head.priority, tag, usage, seq: head.seq }, { priority: best.entry.priority, tag: best.tag, usage: best.usage, seq: best.entry.seq })) {
         best = { limitKey, entry: head, tag, usage };
       }
     }
@@ -303,6 +309,14 @@ export class FlowControl {
     for (const q of this.queues.get(scope)?.values() ?? []) n += q.length;
     return n;
   }
+}
+
+/** Which queue head goes first: the higher priority, then the lower fair-queuing tag, the fewer running, the earlier. */
+function before(a: { priority: number; tag: number; usage: number; seq: number }, b: typeof a): boolean {
+  if (a.priority !== b.priority) return a.priority > b.priority;
+  if (a.tag !== b.tag) return a.tag < b.tag;
+  if (a.usage !== b.usage) return a.usage < b.usage;
+  return a.seq < b.seq;
 }
 
 /** Rate-limit entries kept before those in the past are dropped (each prune is O(entries)). */

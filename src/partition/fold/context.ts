@@ -73,7 +73,7 @@ function waitsForSlot(ctx: FoldContext, s: InvocationStatus): boolean {
   if (ctx.state.flow.mayRun(s.scope, limitKey)) return false;
   s.status = 'inboxed';
   s.inboxed_at_ms = ctx.now_ms;
-  s.flow_seq = ctx.state.flow.enqueue(s.scope, limitKey, s.id);
+  s.flow_seq = ctx.state.flow.enqueue(s.scope, limitKey, s.id, s.priority ?? 0);
   // Looked at again after the command: one waiting only for its rate needs a wake-up timer.
   ctx.state.flow.released.add(s.scope);
   return true;

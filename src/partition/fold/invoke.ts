@@ -1,6 +1,7 @@
 import { InvocationId } from '../../common/ids.js';
 import { TimerKind, type Invoke } from '../../log/commands.js';
 import { MessageType, encode, pb } from '../../protocol/messages.js';
+import { MAX_PRIORITY } from '../../storage/tables/vqueues.js';
 import type { InvocationStatus } from '../state.js';
 import { idOf, resultMsg, sendResult, startOrEnqueue, type FoldContext } from './context.js';
 
@@ -48,6 +49,7 @@ export function foldInvoke(ctx: FoldContext, cmd: Invoke): void {
   if (cmd.invoked_by_subscription_id) s.invoked_by_subscription_id = cmd.invoked_by_subscription_id;
   if (cmd.scope) s.scope = cmd.scope;
   if (cmd.scope && cmd.limit_key) s.limit_key = cmd.limit_key;
+  if (cmd.scope && cmd.priority) s.priority = Math.min(cmd.priority, MAX_PRIORITY); // the ingress checked it; a log record never stops the partition
   const input = encode(pb.Input, { headers: cmd.headers ?? [], value: { content: cmd.input ?? Buffer.alloc(0) } });
   ctx.state.appendEntry(s, { type: MessageType.InputCommand, payload: Buffer.from(input) });
   if (cmd.execute_at_ms && cmd.execute_at_ms > ctx.now_ms) {

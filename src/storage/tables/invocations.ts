@@ -46,6 +46,8 @@ export interface InvocationStatus {
   /** Flow control: the invocation's scope and limit key (`l1` or `l1/l2`); it holds a slot of their counters while it runs. */
   scope?: string;
   limit_key?: string;
+  /** Keel's own (x-keel-priority, 0–9, with a scope): a higher one takes the next free slot of its scope first. */
+  priority?: number;
   /** Set while it waits for a slot (status `inboxed`): its place in its (scope, limit key) queue. */
   flow_seq?: number;
   restarted_from?: string;
