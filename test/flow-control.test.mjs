@@ -4,6 +4,9 @@
 // handler's side — under load, fair between tenants, and across a SIGKILL.
 import t from 'tap';
 import * as restate from '@restatedev/restate-sdk';
+import { execFile } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { startKeel, serveServices, register, ingress, adminCall, query, eventually } from './helpers/keel.mjs';
 
 /** Per scope, the invocations whose handler body runs now (by id: a retried attempt is the same one) and the most at once. */
@@ -57,6 +60,7 @@ const work = restate.service({
 });
 const counter = restate.object({ name: 'Counter', handlers: { add: async (ctx) => (await ctx.get('n')) ?? 0 } });
 
+const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'node_modules', '.bin', 'restate');
 const putRules = (keel, rules) => adminCall(keel, 'PUT', '/limits/rules', rules);
 
 t.test('flow control', async (t) => {
@@ -242,6 +246,30 @@ t.test('flow control', async (t) => {
     t.match(bad.body.message, /invalid x-keel-priority: '10' is not an integer from 0 to 9/);
     const unscoped = await ingress(keel, '/restate/send/Work/hold', {}, { 'x-keel-priority': '3' });
     t.match(unscoped.body.message, /x-keel-priority requires a scope to be set/);
+  });
+
+  t.test('a queue paused and resumed through the admin API; restate vqueues list shows it', async (t) => {
+    await putRules(keel, [{ pattern: 'pz', limits: { concurrency: 5 } }]);
+    const { vqueueId } = await import('../dist/common/limit-rules.js');
+    const id = vqueueId('pz', 'tenant');
+    const paused = await adminCall(keel, 'POST', `/vqueues/${id}/pause`);
+    t.equal(paused.status, 202, paused.text);
+    const sent = [];
+    for (let i = 0; i < 3; i++) sent.push((await ingress(keel, '/restate/scope/pz/send/Work/hold', { ms: 1 }, { 'x-restate-limit-key': 'tenant' })).body.invocationId);
+    await new Promise((r) => setTimeout(r, 300));
+    const pending = await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE scope = 'pz' AND status = 'pending'`);
+    t.equal(pending[0].n, 3, 'all three wait though the rule has room');
+    const meta = await query(keel, `SELECT id, queue_is_paused, scope, limit_key, num_inbox FROM sys_vqueue_meta WHERE scope = 'pz'`);
+    t.same(meta, [{ id, queue_is_paused: true, scope: 'pz', limit_key: 'tenant', num_inbox: 3 }]);
+    const ls = await new Promise((resolve) => execFile(CLI, ['vqueues', 'list'], { env: { PATH: process.env.PATH, HOME: keel.dir, RESTATE_ADMIN_URL: keel.admin, CI: '1', NO_COLOR: '1', TERM: 'dumb' }, timeout: 30_000 }, (err, stdout, stderr) => resolve(String(stdout) + String(stderr))));
+    t.match(ls, id, `restate vqueues list shows the queue:\n${ls}`);
+    const resumed = await adminCall(keel, 'POST', `/vqueues/${id}/resume`);
+    t.equal(resumed.status, 202);
+    await eventually(async () => (await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE scope = 'pz' AND status = 'completed'`))[0].n === 3);
+    t.pass('resumed: all three ran');
+    const bad = await adminCall(keel, 'POST', '/vqueues/vq_nonsense!/pause');
+    t.equal(bad.status, 404);
+    t.match(bad.json, { restate_code: 'KEEL0004' });
   });
 
   t.test('restart-as-new keeps the scope and limit key', async (t) => {

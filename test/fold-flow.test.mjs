@@ -169,3 +169,15 @@ t.test('priorities: a higher one goes ahead in its queue and across queues; the 
   t.same(started(completeWith(p, high, 0)), [other.text], 'then the 5 of the other queue');
   t.same(started(completeWith(p, other, 0)), [low[0].text], 'then the 0s, in order');
 });
+
+t.test('a paused queue holds its invocations with slots free; resumed, they start', async (t) => {
+  const p = partition();
+  p.apply(rules(1, [['s', 10]]));
+  p.apply({ kind: 'flow_queue', flow_queue: { scope: 's', limit_key: 'k', paused: true } });
+  const [a, b] = [scopedId('s'), scopedId('s')];
+  t.same(started(p.apply(scoped(a, 's', 'k'))), [], 'paused: it waits though the scope has room');
+  t.same(started(p.apply(scoped(b, 's', 'other'))), [b.text], 'another queue of the scope runs');
+  t.same(p.state.flow.queueRows().map((q) => [q.limit_key, q.paused, q.waiting]), [['k', true, 1]]);
+  t.same(started(p.apply({ kind: 'flow_queue', flow_queue: { scope: 's', limit_key: 'k', paused: false } })), [a.text], 'resumed: it starts in the same fold');
+  t.same(p.state.counters.paused, {});
+});

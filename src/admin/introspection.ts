@@ -3,6 +3,7 @@
 
 import type { Registry } from '../metadata/registry.js';
 import type { UserLimitRow } from '../partition/flow-control.js';
+import { vqueueId } from '../common/limit-rules.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
 
 /** One stored journal entry: its message type and payload, undecoded (the query engine decodes). */
@@ -51,6 +52,10 @@ export interface IntrospectionSource {
   unfinishedPinnedTo(deploymentId: string): Promise<number>;
   state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer }>;
   inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number }>;
+  /** Flow-control queues of every partition (sys_vqueue_meta); absent in sources without partitions. */
+  flowQueues?(): Iterable<{ scope: string; limit_key: string; paused: boolean; waiting: number; running: number; last_enqueued_at_ms?: number; created_at_ms?: number }>;
+  /** Pauses or resumes a flow-control queue (POST /vqueues/{id}/pause|resume); resolves once durable. */
+  pauseFlowQueue?(scope: string, limitKey: string, paused: boolean): Promise<void>;
   /** Flow-control counters of every partition (sys_user_limits); absent in sources without partitions. */
   userLimits?(): Iterable<UserLimitRow & { partition_key: bigint }>;
   locks(): AsyncIterable<{ service: string; key: string; id: string }>;
@@ -462,6 +467,17 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
   sys_deployment: ({ registry }) => deploymentRows(registry),
   sys_service: ({ registry }) => serviceRows(registry),
   sys_rules: ({ registry }) => ruleRows(registry),
+  sys_vqueue_meta: function* ({ source }) {
+    for (const q of source.flowQueues?.() ?? []) {
+      yield {
+        id: vqueueId(q.scope, q.limit_key), is_active: q.waiting > 0 || q.running > 0 ? 1 : 0, queue_is_paused: q.paused ? 1 : 0,
+        service_name: null, scope: q.scope, limit_key: q.limit_key === '' ? null : q.limit_key, lock_name: null,
+        created_at: ts(q.created_at_ms), last_enqueued_at: ts(q.last_enqueued_at_ms), num_inbox: q.waiting, num_running: q.running,
+        // Not counted per queue by Keel (the CLI needs numbers): 0, as README's Known limits says.
+        num_suspended: 0, num_paused: 0, num_finished: 0,
+      };
+    }
+  },
   sys_user_limits: function* ({ source }) {
     // The u64 partition key travels as its decimal text (Row holds no bigint); the column is UBIGINT.
     for (const r of source.userLimits?.() ?? []) yield { ...r, partition_key: r.partition_key.toString() };

@@ -59,6 +59,19 @@ export class WorkerIntrospection implements IntrospectionSource {
     }
   }
 
+  *flowQueues(): Iterable<{ scope: string; limit_key: string; paused: boolean; waiting: number; running: number; last_enqueued_at_ms?: number; created_at_ms?: number }> {
+    for (const p of this.worker.processors) {
+      for (const q of p.state.flow.queueRows()) {
+        const at = (id: string | undefined) => (id === undefined ? undefined : p.state.peekStatus(id)?.inboxed_at_ms);
+        yield { ...q, created_at_ms: at(q.head), last_enqueued_at_ms: at(q.tail) };
+      }
+    }
+  }
+
+  pauseFlowQueue(scope: string, limitKey: string, paused: boolean): Promise<void> {
+    return this.worker.partitionOf(scopePartitionKey(scope)).append({ kind: 'flow_queue', flow_queue: { scope, limit_key: limitKey, paused } });
+  }
+
   *userLimits(): Iterable<UserLimitRow & { partition_key: bigint }> {
     for (const p of this.worker.processors) {
       for (const r of p.state.flow.userLimits()) yield { ...r, partition_key: scopePartitionKey(r.scope) };

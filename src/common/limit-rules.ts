@@ -228,3 +228,22 @@ export class RuleIndex {
     return this.rated;
   }
 }
+
+/** A flow-control queue's id (`vq_…`, as Restate's look): its scope and limit key, reversibly. */
+export function vqueueId(scope: string, limitKey: string): string {
+  return `vq_${Buffer.from(`${scope}:${limitKey}`, 'utf8').toString('base64url')}`;
+}
+
+/** The scope and limit key of a queue id, or undefined when it is not one. */
+export function parseVqueueId(id: string): { scope: string; limit_key: string } | undefined {
+  if (!/^vq_[A-Za-z0-9_-]{1,200}$/.test(id)) return undefined;
+  const text = Buffer.from(id.slice(3), 'base64url').toString('utf8');
+  const cut = text.indexOf(':');
+  if (cut <= 0) return undefined;
+  const scope = text.slice(0, cut);
+  const limitKey = text.slice(cut + 1);
+  if (restrictedValueError(scope) !== undefined) return undefined;
+  const levels = parseLimitKey(limitKey);
+  if (!Array.isArray(levels) || levels.join('/') !== limitKey) return undefined;
+  return { scope, limit_key: limitKey };
+}

@@ -18,6 +18,8 @@ export interface FlowStore {
   tags(): Record<string, number>;
   /** Rate limits' next allowed start per counter (Counters.rate), persisted with the counters. */
   rate(): Record<string, number>;
+  /** Queues paused by an operator (Counters.paused). */
+  paused(): Record<string, number>;
   countersChanged(): void;
   nextSeq(): number;
 }
@@ -87,7 +89,7 @@ export class FlowControl {
   wakeAt(scope: string): number | undefined {
     let at: number | undefined;
     for (const [limitKey, q] of this.queues.get(scope) ?? []) {
-      if (q.length === 0 || !this.slotFree(scope, limitKey)) continue;
+      if (q.length === 0 || this.isPaused(scope, limitKey) || !this.slotFree(scope, limitKey)) continue;
       const ready = this.rateReadyAt(scope, limitKey);
       if (ready > this.now_ms && (at === undefined || ready < at)) at = ready;
     }
@@ -102,9 +104,30 @@ export class FlowControl {
     return true;
   }
 
-  /** Whether an invocation of (scope, limit key) may take a slot now: room, and no one ahead of it in its queue. */
+  /** Whether an invocation of (scope, limit key) may take a slot now: room, no one ahead of it in its queue, the queue not paused. */
   mayRun(scope: string, limitKey: string): boolean {
-    return (this.queues.get(scope)?.get(limitKey)?.length ?? 0) === 0 && this.hasRoom(scope, limitKey);
+    return (this.queues.get(scope)?.get(limitKey)?.length ?? 0) === 0 && !this.isPaused(scope, limitKey) && this.hasRoom(scope, limitKey);
+  }
+
+  isPaused(scope: string, limitKey: string): boolean {
+    return this.store.paused()[tagOf(scope, limitKey)] !== undefined;
+  }
+
+  /** An operator pauses or resumes a queue; a resumed one's waiters are looked at after the command. */
+  setPaused(scope: string, limitKey: string, paused: boolean): void {
+    const all = this.store.paused();
+    if (paused) all[tagOf(scope, limitKey)] = 1;
+    else delete all[tagOf(scope, limitKey)];
+    this.store.countersChanged();
+    this.released.add(scope);
+  }
+
+  /** The queues paused, as (scope, limit key). */
+  pausedQueues(): Array<[scope: string, limitKey: string]> {
+    return Object.keys(this.store.paused()).map((k) => {
+      const cut = k.indexOf(':');
+      return [k.slice(0, cut), k.slice(cut + 1)];
+    });
   }
 
   /** An invocation starts or stops holding a slot: its counters move by `delta`. */
@@ -208,7 +231,7 @@ export class FlowControl {
     let best: { limitKey: string; entry: VqueueEntry; tag: number; usage: number } | undefined;
     for (const [limitKey, q] of byKey) {
       const head = q[0];
-      if (head === undefined || !this.hasRoom(scope, limitKey)) continue;
+      if (head === undefined || this.isPaused(scope, limitKey) || !this.hasRoom(scope, limitKey)) continue;
       const keys = counterKeys(scope, limitKey);
       const usage = this.usageOf(keys[keys.length - 1]!);
       const tag = tags[tagOf(scope, limitKey)] ?? 0;
@@ -301,6 +324,24 @@ export class FlowControl {
       if (own === counterKey || own.startsWith(`${counterKey}/`)) n += q.length;
     }
     return n;
+  }
+
+  /**
+   * The queues as `sys_vqueue_meta` shows them: those with waiters, and those paused. Running is
+   * the count of the queue's own counter (its deepest level: for no limit key, the whole scope).
+   */
+  queueRows(): Array<{ scope: string; limit_key: string; paused: boolean; waiting: number; running: number; head?: string; tail?: string }> {
+    const rows = new Map<string, { scope: string; limit_key: string; paused: boolean; waiting: number; running: number; head?: string; tail?: string }>();
+    const own = (scope: string, limitKey: string) => this.usageOf(limitKey === '' ? scope : `${scope}/${limitKey}`);
+    for (const [scope, byKey] of this.queues) {
+      for (const [limitKey, q] of byKey) {
+        rows.set(tagOf(scope, limitKey), { scope, limit_key: limitKey, paused: this.isPaused(scope, limitKey), waiting: q.length, running: own(scope, limitKey), head: q[0]?.id, tail: q[q.length - 1]?.id });
+      }
+    }
+    for (const [scope, limitKey] of this.pausedQueues()) {
+      if (!rows.has(tagOf(scope, limitKey))) rows.set(tagOf(scope, limitKey), { scope, limit_key: limitKey, paused: true, waiting: 0, running: own(scope, limitKey) });
+    }
+    return [...rows.values()];
   }
 
   /** Invocations waiting in `scope` (all its queues). */

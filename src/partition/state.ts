@@ -128,6 +128,7 @@ export class PartitionState {
       usage: () => this.counters.usage,
       tags: () => this.counters.tags,
       rate: () => this.counters.rate,
+      paused: () => this.counters.paused,
       countersChanged: () => this.putCounters(),
       nextSeq: () => {
         this.putCounters();

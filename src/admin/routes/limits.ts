@@ -6,7 +6,7 @@
 // Restate's words and the path of the field (`[0].limits.concurrency`), under KEEL0910.
 
 import type { FastifyInstance, FastifyReply } from 'fastify';
-import { parsePattern, type DeleteRule, type LimitRule, type Precondition, type UpsertRule } from '../../common/limit-rules.js';
+import { parsePattern, parseVqueueId, type DeleteRule, type LimitRule, type Precondition, type UpsertRule } from '../../common/limit-rules.js';
 import { KeelError, keelError } from '../../errors/index.js';
 import type { AdminContext } from '../context.js';
 
@@ -157,6 +157,18 @@ export function limitRuleRoutes(ctx: AdminContext) {
       const { book, removed } = await registry.deleteLimitRules(reqs);
       await ctx.applyLimitRules(book);
       return removed;
+    });
+    // A flow-control queue (a scope and limit key) paused: its invocations wait even with slots free.
+    r.post<{ Params: { id: string; action: string } }>('/vqueues/:id/:action', async (req, reply) => {
+      const { id, action } = req.params;
+      if (action !== 'pause' && action !== 'resume') throw new KeelError('KEEL0004', `no route for /vqueues/${id}/${action}: use pause or resume`);
+      const q = parseVqueueId(id);
+      if (q === undefined) throw new KeelError('KEEL0004', `vqueue '${id}' not found: queue ids are in sys_vqueue_meta (restate vqueues list)`);
+      const source = ctx.source();
+      if (source.pauseFlowQueue === undefined) throw new KeelError('KEEL0004', `vqueue '${id}' not found: this node has no partitions`);
+      await source.pauseFlowQueue(q.scope, q.limit_key, action === 'pause');
+      ctx.logger.info({ vqueue: id, scope: q.scope, limit_key: q.limit_key }, `flow-control queue ${action === 'pause' ? 'paused' : 'resumed'}`);
+      return reply.code(202).send();
     });
     r.route({ method: ['GET', 'POST', 'PATCH', 'DELETE'], url: '/limits/rules', handler: notAllowed('PUT') });
     r.route({ method: ['GET', 'PUT', 'PATCH', 'DELETE'], url: '/limits/rules/bulk-delete', handler: notAllowed('POST') });

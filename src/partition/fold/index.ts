@@ -3,7 +3,7 @@ import type { Command } from '../../log/commands.js';
 import { foldAttemptEnded } from './attempt-ended.js';
 import { foldCallResult } from './call-result.js';
 import { admitWaiting, type FoldContext } from './context.js';
-import { foldLimitRules } from './limit-rules.js';
+import { foldFlowQueue, foldLimitRules } from './limit-rules.js';
 import { foldInvoke } from './invoke.js';
 import { foldJournalAppend } from './journal-append.js';
 import { foldManage } from './manage.js';
@@ -62,6 +62,8 @@ function foldKind(ctx: FoldContext, cmd: Command): void {
       return foldSubscriptionRecords(ctx, cmd.subscription_records);
     case 'limit_rules':
       return foldLimitRules(ctx, cmd.limit_rules);
+    case 'flow_queue':
+      return foldFlowQueue(ctx, cmd.flow_queue);
     default:
       return assertNever(cmd, 'log command kind');
   }

@@ -1,4 +1,4 @@
-import type { LimitRule as RuleMsg, LimitRules } from '../../log/commands.js';
+import type { FlowQueue, LimitRule as RuleMsg, LimitRules } from '../../log/commands.js';
 import type { LimitRule, RuleBook } from '../../common/limit-rules.js';
 import type { FoldContext } from './context.js';
 
@@ -23,4 +23,10 @@ function ruleOf(r: RuleMsg, now_ms: number): LimitRule {
     version: r.version ?? 0,
     last_modified_ms: now_ms,
   };
+}
+
+/** An operator pauses or resumes a (scope, limit key) queue; resumed, its waiters may start in this fold. */
+export function foldFlowQueue(ctx: FoldContext, cmd: FlowQueue): void {
+  if (!cmd.scope) return;
+  ctx.state.flow.setPaused(cmd.scope, cmd.limit_key ?? '', cmd.paused ?? false);
 }

@@ -30,15 +30,17 @@ export interface Counters {
    * time of a GCRA without burst). Entries in the past are pruned as the record grows.
    */
   rate: Record<string, number>;
+  /** Flow-control queues an operator paused: `scope:limitKey` → 1 (bounded by what operators pause). */
+  paused: Record<string, number>;
   /** The time of the earliest flow-control wake-up timer pending (a rate-limited queue head), if any. */
   flow_wake_ms?: number;
 }
 
 /** A partition that has written nothing: what a rebuild from its first record starts from too. */
-export const EMPTY_COUNTERS: Readonly<Counters> = { inbox_seq: 0, outbox_seq: 0, timers: 0, outbox: 0, statuses: {}, subscriptions: {}, usage: {}, tags: {}, rate: {} };
+export const EMPTY_COUNTERS: Readonly<Counters> = { inbox_seq: 0, outbox_seq: 0, timers: 0, outbox: 0, statuses: {}, subscriptions: {}, usage: {}, tags: {}, rate: {}, paused: {} };
 
 export function emptyCounters(): Counters {
-  return { ...EMPTY_COUNTERS, statuses: {}, subscriptions: {}, usage: {}, tags: {}, rate: {} };
+  return { ...EMPTY_COUNTERS, statuses: {}, subscriptions: {}, usage: {}, tags: {}, rate: {}, paused: {} };
 }
 
 export const fsmTable = {
@@ -50,6 +52,7 @@ export const fsmTable = {
       ...(c.usage && Object.keys(c.usage).length > 0 ? { usage: sorted(c.usage) } : {}),
       ...(c.tags && Object.keys(c.tags).length > 0 ? { tags: sorted(c.tags, true) } : {}),
       ...(c.rate && Object.keys(c.rate).length > 0 ? { rate: sorted(c.rate, true) } : {}),
+      ...(c.paused && Object.keys(c.paused).length > 0 ? { paused: sorted(c.paused) } : {}),
       ...(c.flow_wake_ms !== undefined ? { flow_wake_ms: c.flow_wake_ms } : {}),
     };
     return Buffer.from(JSON.stringify({ inbox_seq: c.inbox_seq, outbox_seq: c.outbox_seq, timers: c.timers, outbox: c.outbox, statuses: sorted(c.statuses), subscriptions: sorted(c.subscriptions), ...flow }));
