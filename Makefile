@@ -45,9 +45,11 @@ test: build sdks
 	  grep -rn '^ *not ok' .tap/test-results | tail -n 20; exit 1; }
 
 # Then the cluster cell (bench/cluster.mjs: one node, then three on three Kafka brokers); BENCH_CLUSTER=0 skips it.
+# Then the cost of flow control (bench/flow.mjs: scoped under a rule that never binds against unscoped); BENCH_FLOW=0 skips it.
 bench: build
 	npm run bench
 	[ "$${BENCH_CLUSTER:-1}" = 0 ] || npm run bench:cluster
+	[ "$${BENCH_FLOW:-1}" = 0 ] || npm run bench:flow
 
 clean:
 	rm -rf dist keel-data .tap

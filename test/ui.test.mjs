@@ -466,6 +466,32 @@ t.test('admin UI', async (t) => {
     t.match(await page.locator('#single-node').innerText(), /runs alone/, 'says so, and how to make it a node of a cluster');
   });
 
+  await t.test('flow control: rules, a queue paused and resumed from the page, the counters', async (t) => {
+    await page.goto(ui('/flow'));
+    await page.locator('#no-rules').waitFor();
+    t.pass('no rules: says nothing is limited');
+    const put = await adminCall(keel, 'PUT', '/limits/rules', [{ pattern: 'ui', limits: { concurrency: 1, rate: { starts: 10, interval_ms: 1000 }, backlog: 50 }, description: 'one at a time' }]);
+    t.equal(put.status, 200, put.text);
+    const sent = [];
+    for (let i = 0; i < 2; i++) sent.push((await ingress(keel, '/restate/scope/ui/send/Flow/wait', null, { 'x-restate-limit-key': 'acme' })).body.invocationId);
+    const rules = page.locator('#rules tbody tr');
+    await rules.first().waitFor();
+    t.match(await rules.first().innerText(), /ui\s+1\s+10 per 1,000 ms\s+50\s+one at a time\s+enabled/, 'the rule with its rate and backlog');
+    const queue = page.locator('#queues tbody tr');
+    await queue.first().waitFor();
+    t.match(await queue.first().innerText(), /ui\s+acme\s+1\s+1\b[\s\S]*open/, 'one waits behind the one running');
+    t.match(await page.locator('#counters').innerText(), /ui\s+Scope\s+1\s+1\s+ui\s+0\s+1/, 'the scope counter: 1 running, limit 1, 1 waiting on it');
+    await page.locator('#queues button.queue-toggle').first().click();
+    await eventually(async () => /paused/.test(await queue.first().innerText()));
+    t.same(await query(keel, "SELECT queue_is_paused FROM sys_vqueue_meta WHERE scope = 'ui'"), [{ queue_is_paused: true }], 'paused from the page');
+    await page.locator('#queues button.queue-toggle').first().click();
+    await eventually(async () => /open/.test(await queue.first().innerText()));
+    t.pass('resumed from the page');
+    for (const id of sent) await adminCall(keel, 'PATCH', `/invocations/${id}/kill`);
+    await page.locator('#no-queues').waitFor();
+    t.pass('killed: no queue left');
+  });
+
   await t.test('narrow screen', async (t) => {
     const narrow = await newPage(browser, t, { width: 390, height: 844 });
     await narrow.page.goto(ui('/invocations?service=Flow'));

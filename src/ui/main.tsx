@@ -13,6 +13,7 @@ import { SubscriptionsPage } from './pages/subscriptions';
 import { SqlPage } from './pages/sql';
 import { ErrorPage, ErrorsIndexPage } from './pages/errors';
 import { ClusterPage } from './pages/cluster';
+import { FlowPage } from './pages/flow';
 import './style.css';
 
 const NAV: Array<[path: string, label: string]> = [
@@ -22,6 +23,7 @@ const NAV: Array<[path: string, label: string]> = [
   ['/state', 'State'],
   ['/promises', 'Promises'],
   ['/subscriptions', 'Subscriptions'],
+  ['/flow', 'Flow control'],
   ['/sql', 'SQL'],
   ['/errors', 'Errors'],
   ['/cluster', 'Cluster'],
@@ -37,6 +39,7 @@ function route(path: string, query: URLSearchParams) {
   if ((m = match('/state/:service/:key', path))) return { title: `${m.service}/${m.key}`, page: <StatePage key={`${m.service}/${m.key}`} service={m.service!} objectKey={m.key!} /> };
   if (path === '/promises') return { title: 'Promises', page: <PromisesPage query={query} /> };
   if (path === '/subscriptions') return { title: 'Subscriptions', page: <SubscriptionsPage /> };
+  if (path === '/flow') return { title: 'Flow control', page: <FlowPage /> };
   if (path === '/sql') return { title: 'SQL', page: <SqlPage query={query} /> };
   if (path === '/errors') return { title: 'Errors', page: <ErrorsIndexPage /> };
   if (path === '/cluster') return { title: 'Cluster', page: <ClusterPage /> };
