@@ -56,16 +56,37 @@ const work = restate.service({
     who: async (ctx) => ({ scope: ctx.request().scope ?? null, limitKey: ctx.request().limitKey ?? null }),
     /** Calls Work/who in a scope with a limit key (protocol v7): what the callee saw comes back. */
     callScoped: async (ctx, req) => ctx.genericCall({ service: 'Work', method: 'who', parameter: new Uint8Array(), scope: req.scope, limitKey: req.limitKey, outputSerde: restate.serde.json }),
+    /** Adds to Counter/{key} in a scope through ctx.scope(...).objectClient (protocol v7). */
+    addScoped: async (ctx, req) => ctx.scope(req.scope).objectClient(counter, req.key).add(),
   },
 });
-const counter = restate.object({ name: 'Counter', handlers: { add: async (ctx) => (await ctx.get('n')) ?? 0 } });
+const counter = restate.object({
+  name: 'Counter',
+  handlers: {
+    add: async (ctx) => {
+      const n = ((await ctx.get('n')) ?? 0) + 1;
+      ctx.set('n', n);
+      return { n, scope: ctx.request().scope ?? null };
+    },
+  },
+});
+const signup = restate.workflow({
+  name: 'Signup',
+  handlers: {
+    run: async (ctx, who) => {
+      ctx.set('who', who);
+      return `${who} in ${ctx.request().scope ?? 'no scope'}: ${await ctx.promise('confirmed').get()}`;
+    },
+    confirm: async (ctx, how) => ctx.promise('confirmed').resolve(how),
+  },
+});
 
 const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'node_modules', '.bin', 'restate');
 const putRules = (keel, rules) => adminCall(keel, 'PUT', '/limits/rules', rules);
 
 t.test('flow control', async (t) => {
   const keel = await startKeel(t);
-  await register(keel, await serveServices(t, [work, counter]));
+  await register(keel, await serveServices(t, [work, counter, signup]));
 
   t.test('scoped paths and limit keys reach the handler; Restate 1.7 refusals', async (t) => {
     const ok = await ingress(keel, '/restate/scope/s1/call/Work/who', null, { 'x-restate-limit-key': 'tenant1/user42' });
@@ -95,7 +116,6 @@ t.test('flow control', async (t) => {
       ['/restate/scope/s1/call/Work/who?limit-key=a%20b', {}, 'invalid limit-key: invalid limit-key component: value contains characters outside the allowed set [a-zA-Z0-9_.-]'],
       ['/restate/scope/s1/call/Work/who?limit-key=a//b', {}, 'invalid limit-key: invalid limit-key component: value cannot be empty'],
       ['/restate/scope/s1/call/Work/who', { 'x-restate-limit-key': 'y'.repeat(37) }, 'invalid limit-key: invalid limit-key component: value too long: 37 bytes (max 36)'],
-      ['/restate/scope/s1/call/Counter/k/add', {}, 'scope is not supported for Virtual Object targets'],
     ];
     for (const [path, headers, message] of refusals) {
       const r = await ingress(keel, path, null, headers);
@@ -106,6 +126,40 @@ t.test('flow control', async (t) => {
     const noVerb = await ingress(keel, '/restate/scope/s1/Work/who', null);
     t.equal(noVerb.status, 404, 'a scoped path without call|send is not a route');
     t.ok(keel.logLines('KEEL0901').length >= refusals.length, 'each refusal is logged with its code');
+  });
+
+  t.test('virtual objects and workflows are per scope: state, locks, promises, runs', async (t) => {
+    const add = (path) => ingress(keel, path, null).then((r) => r.body);
+    t.same(await add('/restate/scope/s1/call/Counter/k1/add'), { n: 1, scope: 's1' });
+    t.same(await add('/restate/scope/s1/call/Counter/k1/add'), { n: 2, scope: 's1' });
+    t.same(await add('/restate/scope/s2/call/Counter/k1/add'), { n: 1, scope: 's2' }, 'the same key in another scope is another object');
+    t.same(await add('/restate/call/Counter/k1/add'), { n: 1, scope: null }, 'and unscoped, another again');
+    t.same(await add('/Counter/k1/add'), { n: 2, scope: null });
+    const state = await query(keel, `SELECT scope, service_key, key, value_utf8 FROM state WHERE service_name = 'Counter' AND service_key = 'k1' ORDER BY scope NULLS FIRST`);
+    t.same(state, [
+      { service_key: 'k1', key: 'n', value_utf8: '2' }, // the unscoped one: JSON leaves NULL out, as Restate's
+      { scope: 's1', service_key: 'k1', key: 'n', value_utf8: '2' },
+      { scope: 's2', service_key: 'k1', key: 'n', value_utf8: '1' },
+    ], 'the state table has one object per scope');
+    // Through a handler: ctx.scope('inner').objectClient(Counter, 'k9').add() (protocol v7).
+    const viaSdk = await ingress(keel, '/Work/addScoped', { scope: 'inner', key: 'k9' });
+    t.same(viaSdk.body, { n: 1, scope: 'inner' });
+    t.same(await query(keel, `SELECT scope, value_utf8 FROM state WHERE service_name = 'Counter' AND service_key = 'k9'`), [{ scope: 'inner', value_utf8: '1' }]);
+
+    // A workflow per scope: its run, its promise, its state.
+    const runA = fetch(`${keel.ingress}/restate/scope/wa/call/Signup/w1/run`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '"ada"' });
+    const runB = fetch(`${keel.ingress}/restate/scope/wb/call/Signup/w1/run`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '"bob"' });
+    await eventually(async () => (await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE target = 'Signup/w1/run' AND status <> 'pending'`))[0].n === 2);
+    const again = await ingress(keel, '/restate/scope/wa/call/Signup/w1/run', 'ada');
+    t.equal(again.status, 409, 'a second run in the same scope: 409');
+    await ingress(keel, '/restate/scope/wb/call/Signup/w1/confirm', 'by mail');
+    t.equal(await (await runB).json(), 'bob in wb: by mail', "wb's run got wb's promise");
+    await ingress(keel, '/restate/scope/wa/call/Signup/w1/confirm', 'by phone');
+    t.equal(await (await runA).json(), 'ada in wa: by phone');
+    const out = await fetch(`${keel.ingress}/restate/output`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ target: 'workflow', scope: 'wa', workflowName: 'Signup', workflowKey: 'w1' }) });
+    t.equal(await out.json(), 'ada in wa: by phone', 'the output of the scoped run, by workflow target and scope');
+    const promises = await query(keel, `SELECT scope, key, completion_success_value_utf8 AS v FROM sys_promise WHERE service_name = 'Signup' ORDER BY scope`);
+    t.same(promises, [{ scope: 'wa', key: 'confirmed', v: '"by phone"' }, { scope: 'wb', key: 'confirmed', v: '"by mail"' }]);
   });
 
   t.test('idempotency keys are per scope', async (t) => {

@@ -181,3 +181,19 @@ t.test('a paused queue holds its invocations with slots free; resumed, they star
   t.same(started(p.apply({ kind: 'flow_queue', flow_queue: { scope: 's', limit_key: 'k', paused: false } })), [a.text], 'resumed: it starts in the same fold');
   t.same(p.state.counters.paused, {});
 });
+
+t.test('object and promise keys of a scope: apart from the unscoped ones, and read back whole', async (t) => {
+  const { objectKeyOf, splitObjectKey } = await import('../dist/storage/keys.js');
+  const { promiseKeyOf, splitPromiseKey } = await import('../dist/storage/tables/promises.js');
+  const cases = [['Counter', 'k1', undefined], ['Counter', 'k1', 's1'], ['Co:unter', 'a/b:c', 's.2-x'], ['Counter', '', 's1']];
+  for (const [service, key, scope] of cases) {
+    const ok = objectKeyOf(service, key, scope);
+    t.same(splitObjectKey(ok), { service, key, ...(scope ? { scope } : {}) }, `object key ${ok}`);
+    t.same(splitPromiseKey(promiseKeyOf(service, key, 'p/1', scope)), { service, key, name: 'p/1', ...(scope ? { scope } : {}) });
+  }
+  // A scoped key starts with ':', which URI encoding never leaves in a service name: no unscoped key is one, or a prefix of one.
+  const unscoped = objectKeyOf(':s1', 'k');
+  t.not(unscoped.startsWith(':'), true, `an unscoped service named ':s1' is ${unscoped}`);
+  t.not(objectKeyOf('Counter', 'k1', 's1'), objectKeyOf('Counter', 'k1'));
+  t.equal(objectKeyOf('Counter', 'k1', 's1').startsWith(`${objectKeyOf('Counter', 'k1')}/`), false);
+});

@@ -50,7 +50,7 @@ export interface IntrospectionSource {
   journalEntries(id: string): Promise<RawJournalEntry[]>;
   /** How many invocations that have not completed are pinned to the deployment `id`. */
   unfinishedPinnedTo(deploymentId: string): Promise<number>;
-  state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer }>;
+  state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer; scope?: string }>;
   inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number }>;
   /** Flow-control queues of every partition (sys_vqueue_meta); absent in sources without partitions. */
   flowQueues?(): Iterable<{ scope: string; limit_key: string; paused: boolean; waiting: number; running: number; last_enqueued_at_ms?: number; created_at_ms?: number }>;
@@ -59,7 +59,7 @@ export interface IntrospectionSource {
   /** Flow-control counters of every partition (sys_user_limits); absent in sources without partitions. */
   userLimits?(): Iterable<UserLimitRow & { partition_key: bigint }>;
   locks(): AsyncIterable<{ service: string; key: string; id: string }>;
-  promises(): AsyncIterable<{ service: string; key: string; name: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }>;
+  promises(): AsyncIterable<{ service: string; key: string; name: string; scope?: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }>;
   manage(id: string, action: ManageAction): Promise<{ status: number; body?: unknown }>;
   /**
    * Replaces the whole state of one object/workflow key (`POST /services/{svc}/state`).
@@ -333,18 +333,18 @@ function utf8OrNull(b: Buffer): string | null {
   return Buffer.from(s, 'utf8').equals(b) ? s : null;
 }
 
-export function stateRow(r: { service: string; key: string; state_key: string; value: Buffer }): Row {
+export function stateRow(r: { service: string; key: string; state_key: string; value: Buffer; scope?: string }): Row {
   return {
     service_name: r.service,
     service_key: r.key,
     key: r.state_key,
     value_utf8: utf8OrNull(r.value),
     value: new Uint8Array(r.value),
-    scope: null,
+    scope: r.scope ?? null,
   };
 }
 
-export function promiseRow(p: { service: string; key: string; name: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }): Row {
+export function promiseRow(p: { service: string; key: string; name: string; scope?: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }): Row {
   return {
     service_name: p.service,
     service_key: p.key,
@@ -353,7 +353,7 @@ export function promiseRow(p: { service: string; key: string; name: string; comp
     completion_success_value: p.value ? new Uint8Array(p.value) : null,
     completion_success_value_utf8: p.value ? utf8OrNull(p.value) : null,
     completion_failure: p.failure ? `[${p.failure.code}] ${p.failure.message}` : null,
-    scope: null,
+    scope: p.scope ?? null,
   };
 }
 

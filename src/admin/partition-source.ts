@@ -40,11 +40,10 @@ export class WorkerIntrospection implements IntrospectionSource {
     return pinned;
   }
 
-  async *state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer }> {
+  async *state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer; scope?: string }> {
     // From the store: memory holds only the most recently used objects.
     for await (const [objectKey, k, value] of this.worker.storedState()) {
-      const { service, key } = splitObjectKey(objectKey);
-      yield { service, key, state_key: Buffer.from(k, 'base64url').toString('utf8'), value };
+      yield { ...splitObjectKey(objectKey), state_key: Buffer.from(k, 'base64url').toString('utf8'), value };
     }
   }
 
@@ -85,14 +84,15 @@ export class WorkerIntrospection implements IntrospectionSource {
     }
   }
 
-  async *promises(): AsyncIterable<{ service: string; key: string; name: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }> {
+  async *promises(): AsyncIterable<{ service: string; key: string; name: string; scope?: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }> {
     for await (const [k, promise] of this.worker.storedPromises()) {
-      const { service, key, name } = splitPromiseKey(k);
+      const { service, key, name, scope } = splitPromiseKey(k);
       const completed = promise.value !== undefined || promise.failure !== undefined;
       yield {
         service,
         key,
         name,
+        ...(scope !== undefined ? { scope } : {}),
         completed,
         ...(promise.value !== undefined ? { value: Buffer.from(promise.value, 'base64') } : {}),
         ...(promise.failure ? { failure: promise.failure } : {}),

@@ -209,9 +209,8 @@ export function objectPartitionKey(service: string, key: string): bigint {
   return partitionKeyOf(`${service}/${key}`);
 }
 
-/** A workflow's run invocation: one per (workflow, key), so the id is derived from them. */
+/** A workflow's run invocation: one per (scope, workflow, key), so the id is derived from them. */
 export function workflowInvocationId(service: string, key: string, scope?: string): InvocationId {
-  // Scoped workflows are not accepted yet; a lookup in a scope names the id one would have.
   if (scope !== undefined) return InvocationId.fromParts(scopePartitionKey(scope), deterministicUuid('workflow', service, key, 'scope', scope));
   return InvocationId.fromParts(objectPartitionKey(service, key), deterministicUuid('workflow', service, key));
 }

@@ -127,7 +127,7 @@ const entries = [
     remedy: 'Transient: Keel retries. If it persists, raise the capacity or the rate limit of the deployment, or lower worker.invoker.concurrent_invocations_limit.', status: 500 },
   // Keel's own codes.
   { code: 'RT0024', title: 'Invalid usage of flow control APIs', status: 400,
-    condition: "A call or send from a handler names a scope or limit key that is not valid: a limit key without a scope, a scope or limit-key level that is empty, longer than 36 bytes or outside [a-zA-Z0-9_.-], a limit key of more than 2 levels, or a scope on a Virtual Object or Workflow target. The attempt fails and is retried, as Restate does.",
+    condition: "A call or send from a handler names a scope or limit key that is not valid: a limit key without a scope, a scope or limit-key level that is empty, longer than 36 bytes or outside [a-zA-Z0-9_.-], or a limit key of more than 2 levels. The attempt fails and is retried, as Restate does.",
     remedy: 'Fix the scope or limit key the handler passes (ctx.scope(...), opts limitKey), then let the retry run or kill the invocation.' },
   { code: 'KEEL0001', title: 'Request body is not valid', status: 400,
     condition: 'The body of an API request is not valid JSON, or not the JSON object the route expects.',
@@ -261,7 +261,7 @@ const entries = [
     condition: 'A rule with a backlog limit governs the scope or limit key of the request, and that many invocations already wait there for a slot or their rate: the new one is refused (nothing accepted before is dropped). Retry-After says when to try again.',
     remedy: 'Retry after the time given, send less, or raise the rule\'s limits.backlog, concurrency or rate (PUT /limits/rules).' },
   { code: 'KEEL0901', title: 'Invalid scope or limit key', status: 400,
-    condition: 'An ingress request names a scope (/restate/scope/{scope}/call|send/...) or a limit key (x-restate-limit-key, ?limit-key=) that is not valid: empty, longer than 36 bytes, outside [a-zA-Z0-9_.-], a limit key of more than 2 levels, a limit key without a scope, or a scope on a Virtual Object or Workflow target (scoped keys are not supported yet).',
+    condition: 'An ingress request names a scope (/restate/scope/{scope}/call|send/...) or a limit key (x-restate-limit-key, ?limit-key=) that is not valid: empty, longer than 36 bytes, outside [a-zA-Z0-9_.-], a limit key of more than 2 levels, a limit key without a scope, or an x-keel-priority that is not 0 to 9 or comes without a scope.',
     remedy: 'Fix what the message names; scopes go in the path, limit keys (tenant or tenant/user) in x-restate-limit-key.' },
 ] as const satisfies readonly CodeEntry[];
 

@@ -16,17 +16,13 @@ export interface FlowTarget {
 }
 
 /**
- * The scope and limit key of a request to a service of type `serviceType`, or the message of
- * why they are refused (400 KEEL0901). `scope` is the decoded path segment, undefined on the
- * unscoped paths.
+ * The scope, limit key and priority of a request, or the message of why they are refused (400
+ * KEEL0901). `scope` is the decoded path segment, undefined on the unscoped paths.
  */
-export function flowOf(scope: string | undefined, serviceType: string, headers: IncomingHttpHeaders, query: URLSearchParams): FlowTarget | { error: string } {
+export function flowOf(scope: string | undefined, headers: IncomingHttpHeaders, query: URLSearchParams): FlowTarget | { error: string } {
   if (scope !== undefined) {
     const bad = restrictedValueError(scope);
     if (bad !== undefined) return { error: `bad scope value: ${bad}` };
-    // Scoped state, promises and locks are not built yet: a keyed target would share its key with the unscoped one.
-    if (serviceType === 'VirtualObject') return { error: 'scope is not supported for Virtual Object targets' };
-    if (serviceType === 'Workflow') return { error: 'scope is not supported for Workflow targets' };
   }
   const priority = priorityOf(headers[PRIORITY_HEADER]);
   if (typeof priority === 'string') return { error: priority };

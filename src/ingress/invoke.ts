@@ -99,7 +99,7 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   const key = keyed ? segments[1]! : '';
   if (key.length > MAX_KEY_CHARS) return ingressError(reply, 'KEEL0012', `the key is ${key.length} characters long, more than ${MAX_KEY_CHARS}`);
   const url = new URL(req.url, 'http://ingress');
-  const flow = flowOf(route.scope, service.ty, req.headers, url.searchParams);
+  const flow = flowOf(route.scope, req.headers, url.searchParams);
   if ('error' in flow) return refuseFlow(deps, req, reply, flow.error);
 
   const delay = delayOf(url.searchParams.get('delay'), isSend);

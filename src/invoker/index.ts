@@ -188,7 +188,7 @@ export class Invoker implements AttemptRunner {
     const lazy = this.config.worker.invoker.disable_eager_state || (handler?.enable_lazy_state ?? service?.enable_lazy_state ?? false);
     const keyed = status.service_type !== 'Service';
     const entries = keyed && !lazy
-      ? [...host.objectState(status.service, status.key)].map(([k, v]) => ({ key: Buffer.from(k, 'base64url'), value: v }))
+      ? [...host.objectState(status.service, status.key, status.scope)].map(([k, v]) => ({ key: Buffer.from(k, 'base64url'), value: v }))
       : [];
     const attempt = new Attempt({
       state: { entries, partial: keyed && lazy },
@@ -212,7 +212,7 @@ export class Invoker implements AttemptRunner {
             message: `call to service '${svc}', exposed by deployment ${callee.id} with the deprecated service protocol version ${callee.max_protocol_version}: new requests are not accepted; register a new deployment with an upgraded SDK`,
           };
         }
-        const refused = flowRefusal(flow, target.service.ty);
+        const refused = flowRefusal(flow);
         if (refused !== undefined) return { error_code: 'RT0024', message: refused };
         return resolveTarget(this.config, target.service, target.handler, key, idem, flow.scope);
       },
@@ -262,12 +262,11 @@ function retryPolicy(base: RetryPolicy, ...overrides: Array<ServiceSchema['retry
 }
 
 /** Why a call's scope or limit key is refused (RT0024, retried as Restate does), in Restate's words. */
-function flowRefusal(flow: { scope?: string; limit_key?: string }, serviceType: string): string | undefined {
+function flowRefusal(flow: { scope?: string; limit_key?: string }): string | undefined {
   if (flow.limit_key !== undefined && flow.scope === undefined) return 'limit key was provided without a scope. Limit keys take effect only when used in combination with scope';
   if (flow.scope === undefined) return undefined;
   const bad = restrictedValueError(flow.scope);
   if (bad !== undefined) return `the provided scope '${flow.scope}' is invalid: ${bad}`;
-  if (serviceType !== 'Service') return `scope is not supported for ${serviceType === 'Workflow' ? 'Workflow' : 'Virtual Object'} targets`;
   if (flow.limit_key === undefined) return undefined;
   const levels = parseLimitKey(flow.limit_key);
   if (!Array.isArray(levels)) return `the provided limit key '${flow.limit_key}' is invalid: ${levels.error}`;

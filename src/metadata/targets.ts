@@ -18,8 +18,8 @@ export interface ResolvedTarget {
 /**
  * Id and retention of an invocation of `service/handler` (with `key` for objects and
  * workflows). Workflow runs and idempotent requests get deterministic ids, so a repeat finds
- * the invocation that already exists. A scoped invocation (plain services only) lives on its
- * scope's partition.
+ * the invocation that already exists. A scoped invocation lives on its scope's partition, and
+ * its object or workflow key is the scope's.
  */
 export function resolveTarget(
   config: Config,
@@ -37,7 +37,7 @@ export function resolveTarget(
   let completion = journal;
   let id: InvocationId;
   if (workflow_run) {
-    id = workflowInvocationId(service.name, key);
+    id = workflowInvocationId(service.name, key, scope);
     completion = handler.workflow_completion_retention_ms ?? config.default_workflow_completion_retention_ms;
   } else if (idempotencyKey) {
     id = idempotentInvocationId(service.name, key, handler.name, idempotencyKey, scope);

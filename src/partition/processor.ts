@@ -24,7 +24,7 @@ export interface AttemptHost {
   readonly partition: number;
   invocation(id: string): InvocationStatus | undefined;
   journal(id: string): readonly JournalEntry[];
-  objectState(service: string, key: string): ReadonlyMap<string, Buffer>;
+  objectState(service: string, key: string, scope?: string): ReadonlyMap<string, Buffer>;
   append(kind: CommandKind, options?: AppendOptions): Promise<void>;
 }
 
@@ -214,8 +214,8 @@ export class PartitionProcessor implements AttemptHost {
     return this.state.journal(id);
   }
 
-  objectState(service: string, key: string): ReadonlyMap<string, Buffer> {
-    return this.state.stateOf(objectKeyOf(service, key));
+  objectState(service: string, key: string, scope?: string): ReadonlyMap<string, Buffer> {
+    return this.state.stateOf(objectKeyOf(service, key, scope));
   }
 
   get applied_position(): number {

@@ -27,13 +27,26 @@ export function tableRange(partition: number, table: string): { gte: string; lt:
   return { gte: prefix, lt: `${prefix}~` };
 }
 
-/** Store-safe name of a virtual object or workflow instance: `service/key`, each URI-encoded. */
-export function objectKeyOf(service: string, key: string): string {
-  return `${encodeURIComponent(service)}/${encodeURIComponent(key)}`;
+/**
+ * Store-safe name of a virtual object or workflow instance: `service/key`, each URI-encoded; in a
+ * flow-control scope `:scope/service/key` (URI encoding turns every `:` into %3A, so no unscoped
+ * name starts with one, and a scope is [a-zA-Z0-9_.-]: the two never meet).
+ */
+export function objectKeyOf(service: string, key: string, scope?: string): string {
+  const unscoped = `${encodeURIComponent(service)}/${encodeURIComponent(key)}`;
+  return scope === undefined ? unscoped : `:${scope}/${unscoped}`;
 }
 
-/** The service and key an object key was made of. */
-export function splitObjectKey(objectKey: string): { service: string; key: string } {
-  const cut = objectKey.indexOf('/');
-  return { service: decodeURIComponent(objectKey.slice(0, cut)), key: decodeURIComponent(objectKey.slice(cut + 1)) };
+/** The service, key and scope an object key was made of. */
+export function splitObjectKey(objectKey: string): { service: string; key: string; scope?: string } {
+  let rest = objectKey;
+  let scope: string | undefined;
+  if (rest.startsWith(':')) {
+    const end = rest.indexOf('/');
+    scope = rest.slice(1, end);
+    rest = rest.slice(end + 1);
+  }
+  const cut = rest.indexOf('/');
+  const out = { service: decodeURIComponent(rest.slice(0, cut)), key: decodeURIComponent(rest.slice(cut + 1)) };
+  return scope === undefined ? out : { ...out, scope };
 }

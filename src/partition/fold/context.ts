@@ -132,7 +132,7 @@ export function needsLock(s: InvocationStatus): boolean {
 export function startOrEnqueue(ctx: FoldContext, s: InvocationStatus): void {
   s.modified_at_ms = ctx.now_ms;
   if (needsLock(s)) {
-    const key = objectKeyOf(s.service, s.key);
+    const key = objectKeyOf(s.service, s.key, s.scope);
     if (ctx.state.lockOf(key) !== undefined) {
       s.status = 'inboxed';
       s.inboxed_at_ms = ctx.now_ms;
@@ -242,7 +242,7 @@ export function complete(ctx: FoldContext, s: InvocationStatus, result: Invocati
 }
 
 function releaseLock(ctx: FoldContext, s: InvocationStatus): void {
-  const key = objectKeyOf(s.service, s.key);
+  const key = objectKeyOf(s.service, s.key, s.scope);
   if (ctx.state.lockOf(key) !== s.id) return;
   ctx.state.setLock(key, undefined);
   const next = ctx.state.inboxes.get(key)?.[0];

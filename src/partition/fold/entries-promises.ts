@@ -28,7 +28,7 @@ export const promiseEntries: Array<[number, EntryRule]> = [
       check: onlyWorkflows,
       apply(ctx, s, e) {
         const m = decode(pb.GetPromise, e.payload);
-        const key = promiseKeyOf(s.service, s.key, m.key ?? '');
+        const key = promiseKeyOf(s.service, s.key, m.key ?? '', s.scope);
         const p = ctx.state.promiseOf(key);
         const id = m.result_completion_id ?? 0;
         const r = promiseResult(p);
@@ -43,7 +43,7 @@ export const promiseEntries: Array<[number, EntryRule]> = [
       check: onlyWorkflows,
       apply(ctx, s, e) {
         const m = decode(pb.PeekPromise, e.payload);
-        const p = ctx.state.promiseOf(promiseKeyOf(s.service, s.key, m.key ?? ''));
+        const p = ctx.state.promiseOf(promiseKeyOf(s.service, s.key, m.key ?? '', s.scope));
         reply(ctx, s, MessageType.PeekPromiseCompletion, m.result_completion_id ?? 0, promiseResult(p) ?? { void: {} });
       },
     },
@@ -54,7 +54,7 @@ export const promiseEntries: Array<[number, EntryRule]> = [
       check: onlyWorkflows,
       apply(ctx, s, e) {
         const m = decode(pb.CompletePromise, e.payload);
-        const key = promiseKeyOf(s.service, s.key, m.key ?? '');
+        const key = promiseKeyOf(s.service, s.key, m.key ?? '', s.scope);
         const p = ctx.state.promiseOf(key);
         const id = m.result_completion_id ?? 0;
         if (promiseResult(p) !== undefined) {

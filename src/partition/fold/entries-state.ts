@@ -28,7 +28,7 @@ export const stateEntries: Array<[number, EntryRule]> = [
       check: write,
       apply(ctx, s, e) {
         const m = decode(pb.SetState, e.payload);
-        ctx.state.setState(objectKeyOf(s.service, s.key), b64(m.key), m.value?.content ?? Buffer.alloc(0));
+        ctx.state.setState(objectKeyOf(s.service, s.key, s.scope), b64(m.key), m.value?.content ?? Buffer.alloc(0));
       },
     },
   ],
@@ -37,18 +37,18 @@ export const stateEntries: Array<[number, EntryRule]> = [
     {
       check: write,
       apply(ctx, s, e) {
-        ctx.state.setState(objectKeyOf(s.service, s.key), b64(decode(pb.ClearState, e.payload).key), null);
+        ctx.state.setState(objectKeyOf(s.service, s.key, s.scope), b64(decode(pb.ClearState, e.payload).key), null);
       },
     },
   ],
-  [MessageType.ClearAllStateCommand, { check: write, apply: (ctx, s) => ctx.state.clearState(objectKeyOf(s.service, s.key)) }],
+  [MessageType.ClearAllStateCommand, { check: write, apply: (ctx, s) => ctx.state.clearState(objectKeyOf(s.service, s.key, s.scope)) }],
   [
     MessageType.GetLazyStateCommand,
     {
       check: read,
       apply(ctx: FoldContext, s, e) {
         const m = decode(pb.GetLazyState, e.payload);
-        const value = ctx.state.stateValue(objectKeyOf(s.service, s.key), b64(m.key));
+        const value = ctx.state.stateValue(objectKeyOf(s.service, s.key, s.scope), b64(m.key));
         const id = m.result_completion_id ?? 0;
         notify(ctx, s, notification(MessageType.GetLazyStateCompletion, { completion_id: id, ...(value === undefined ? { void: {} } : { value: { content: value } }) }), { completion: id });
       },
@@ -60,7 +60,7 @@ export const stateEntries: Array<[number, EntryRule]> = [
       check: read,
       apply(ctx: FoldContext, s, e) {
         const m = decode(pb.GetLazyStateKeys, e.payload);
-        const keys = ctx.state.stateKeys(objectKeyOf(s.service, s.key)).map((k) => Buffer.from(k, 'base64url'));
+        const keys = ctx.state.stateKeys(objectKeyOf(s.service, s.key, s.scope)).map((k) => Buffer.from(k, 'base64url'));
         const id = m.result_completion_id ?? 0;
         notify(ctx, s, notification(MessageType.GetLazyStateKeysCompletion, { completion_id: id, state_keys: { keys } }), { completion: id });
       },

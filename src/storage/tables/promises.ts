@@ -1,6 +1,6 @@
 // Table `promise`: durable promises of workflows, by `objectKey/name` (JSON).
 import { entriesIn, type Db } from '../store.js';
-import { objectKeyOf, tablePrefix, tableRange } from '../keys.js';
+import { objectKeyOf, splitObjectKey, tablePrefix, tableRange } from '../keys.js';
 
 export interface PromiseState {
   value?: string;
@@ -11,13 +11,13 @@ export interface PromiseState {
 
 const TABLE = 'promise';
 
-export function promiseKeyOf(service: string, key: string, name: string): string {
-  return `${objectKeyOf(service, key)}/${encodeURIComponent(name)}`;
+export function promiseKeyOf(service: string, key: string, name: string, scope?: string): string {
+  return `${objectKeyOf(service, key, scope)}/${encodeURIComponent(name)}`;
 }
 
-export function splitPromiseKey(promiseKey: string): { service: string; key: string; name: string } {
-  const [service, key, name] = promiseKey.split('/').map((s) => decodeURIComponent(s));
-  return { service: service!, key: key!, name: name! };
+export function splitPromiseKey(promiseKey: string): { service: string; key: string; name: string; scope?: string } {
+  const cut = promiseKey.lastIndexOf('/');
+  return { ...splitObjectKey(promiseKey.slice(0, cut)), name: decodeURIComponent(promiseKey.slice(cut + 1)) };
 }
 
 export const promisesTable = {
