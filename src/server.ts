@@ -78,6 +78,7 @@ export class KeelServer {
         ...(signer !== undefined ? { signer } : {}),
       });
       const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }), telemetry);
+      registry.onDeploymentLimits(() => invoker.limitsChanged());
       sampleQueues(metrics, config, worker, invoker, endpoints);
       const subscriptions = new SubscriptionManager({ config, registry, worker, logger: logger.child({ component: 'subscriptions' }) });
       const ingress = await createIngressServer({ config, registry, worker, logger, telemetry });

@@ -326,6 +326,35 @@ t.test('flow control', async (t) => {
     t.match(bad.json, { restate_code: 'KEEL0004' });
   });
 
+  t.test('a deployment limit: at most N attempts against it at once, scoped or not; raised, the rest run', async (t) => {
+    const deployments = (await adminCall(keel, 'GET', '/deployments')).json.deployments;
+    const id = deployments[0].id;
+    t.same((await adminCall(keel, 'GET', `/deployments/${id}/limits`)).json, { deployment: id, concurrency: null }, 'no limit at first');
+    const set = await adminCall(keel, 'PUT', `/deployments/${id}/limits`, { concurrency: 2 });
+    t.same([set.status, set.json], [200, { deployment: id, concurrency: 2 }]);
+    g.max.delete('-');
+    const calls = Promise.all(Array.from({ length: 12 }, (_, i) => ingress(keel, '/Work/hold', { ms: 100, tag: i })));
+    await eventually(() => g.live.get('-')?.size === 2);
+    await new Promise((r) => setTimeout(r, 150));
+    t.equal(g.live.get('-')?.size, 2, 'two run, the rest wait in the invoker');
+    const metrics = await (await fetch(`${keel.admin}/metrics`)).text();
+    t.match(metrics, /keel_invoker_attempts_waiting \d+/, 'waiting attempts are counted');
+    // Raised while they wait: the waiting ones go at once.
+    await adminCall(keel, 'PUT', `/deployments/${id}/limits`, { concurrency: 6 });
+    const answers = await calls;
+    t.equal(answers.filter((r) => r.status === 200).length, 12, 'all answered');
+    t.ok(g.max.get('-') <= 6 && g.max.get('-') > 2, `at most the limit at once (${g.max.get('-')})`);
+    const bad = await adminCall(keel, 'PUT', `/deployments/${id}/limits`, { concurrency: 0 });
+    t.same([bad.status, bad.json?.restate_code], [400, 'KEEL0002']);
+    const missing = await adminCall(keel, 'PUT', '/deployments/dp_nope/limits', { concurrency: 3 });
+    t.equal(missing.status, 404);
+    // It survives a restart (metadata), and null lifts it.
+    await keel.restart();
+    t.same((await adminCall(keel, 'GET', `/deployments/${id}/limits`)).json, { deployment: id, concurrency: 6 });
+    await adminCall(keel, 'PUT', `/deployments/${id}/limits`, { concurrency: null });
+    t.same((await adminCall(keel, 'GET', `/deployments/${id}/limits`)).json, { deployment: id, concurrency: null });
+  });
+
   t.test('restart-as-new keeps the scope and limit key', async (t) => {
     const done = await ingress(keel, '/restate/scope/again/call/Work/who', null, { 'x-restate-limit-key': 'ten' });
     const restarted = await adminCall(keel, 'PATCH', `/invocations/${done.headers.get('x-restate-id')}/restart-as-new`);

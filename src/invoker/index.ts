@@ -25,6 +25,8 @@ const ATTEMPT_MESSAGE: AppendOptions = Object.freeze({ durable: false });
 /** What the invoker needs of the schema registry. */
 export interface DeploymentLookup {
   deployment(id: string): (AttemptDeployment & { min_protocol_version: number; max_protocol_version: number }) | undefined;
+  /** The most attempts a deployment may run at once (an operator's PUT /deployments/{id}/limits), if limited. */
+  deploymentConcurrency?(id: string): number | undefined;
   service(name: string): ServiceSchema | undefined;
   handler(service: string, handler: string): { service: ServiceSchema; handler: HandlerSchema } | undefined;
 }
@@ -38,12 +40,21 @@ interface Queued {
 
 /**
  * Runs invocation attempts against service endpoints, at most
- * `concurrent_invocations_limit` at once; the others wait their turn in arrival order.
+ * `concurrent_invocations_limit` at once, and at most a deployment's own limit against it; the
+ * others wait their turn in arrival order (those of a deployment at its limit aside, so they do
+ * not hold back the others).
  */
 export class Invoker implements AttemptRunner {
   private readonly live = new Map<string, Attempt>();
   // A linked queue: O(1) at both ends however many attempts wait (an array's shift() is O(n)).
   private readonly waiting = new Queue<Queued>();
+  /** Per limited deployment: attempts waiting for one of its slots (bounded with `waiting` by the live limit). */
+  private readonly parked = new Map<string, Queue<Queued>>();
+  /** Attempts a freed deployment slot let go: launched before `waiting`. */
+  private readonly unparked = new Queue<Queued>();
+  /** Attempts running per deployment (only the limited ones are looked at). */
+  private readonly byDeployment = new Map<string, number>();
+  private parkedCount = 0;
   private running = 0;
   private stopped = false;
 
@@ -57,7 +68,7 @@ export class Invoker implements AttemptRunner {
 
   /** Attempts waiting for a slot and attempts running, for the queue-depth gauges. */
   depths(): { waiting: number; running: number } {
-    return { waiting: this.waiting.size, running: this.running };
+    return { waiting: this.waiting.size + this.unparked.size + this.parkedCount, running: this.running };
   }
 
   start(host: AttemptHost, id: string, epoch: number): void {
@@ -69,10 +80,47 @@ export class Invoker implements AttemptRunner {
   }
 
   private drain(): void {
-    while (this.running < this.config.worker.invoker.concurrent_invocations_limit && this.waiting.size > 0) {
-      const next = this.waiting.dequeue()!;
+    while (this.running < this.config.worker.invoker.concurrent_invocations_limit) {
+      const next = this.unparked.dequeue() ?? this.waiting.dequeue();
+      if (next === undefined) return;
+      const deployment = this.deploymentOf(next);
+      const cap = deployment === undefined ? undefined : this.registry.deploymentConcurrency?.(deployment);
+      if (cap !== undefined && (this.byDeployment.get(deployment!) ?? 0) >= cap) {
+        this.park(deployment!, next);
+        continue;
+      }
       this.launch(next.host, next.id, next.epoch);
     }
+  }
+
+  /** The deployment an attempt will run against: the one its invocation is pinned to, or its service's latest. */
+  private deploymentOf(q: Queued): string | undefined {
+    const s = q.host.invocation(q.id);
+    return s === undefined ? undefined : (s.deployment_id ?? this.registry.service(s.service)?.deployment_id);
+  }
+
+  private park(deployment: string, q: Queued): void {
+    let parked = this.parked.get(deployment);
+    if (parked === undefined) this.parked.set(deployment, (parked = new Queue<Queued>()));
+    parked.enqueue(q);
+    this.parkedCount += 1;
+  }
+
+  /** One slot of `deployment` freed (or its limit changed): the next parked attempt goes first. */
+  private unpark(deployment: string, all = false): void {
+    const parked = this.parked.get(deployment);
+    while (parked !== undefined && parked.size > 0) {
+      this.unparked.enqueue(parked.dequeue()!);
+      this.parkedCount -= 1;
+      if (!all) break;
+    }
+    if (parked !== undefined && parked.size === 0) this.parked.delete(deployment);
+  }
+
+  /** Deployment limits changed: every parked attempt is looked at again. */
+  limitsChanged(): void {
+    for (const deployment of [...this.parked.keys()]) this.unpark(deployment, true);
+    this.drain();
   }
 
   forward(id: string, epoch: number, type: number, payload: Uint8Array): void {
@@ -121,6 +169,9 @@ export class Invoker implements AttemptRunner {
   stop(): void {
     this.stopped = true;
     this.waiting.clear();
+    this.unparked.clear();
+    this.parked.clear();
+    this.parkedCount = 0;
     for (const a of [...this.live.values()]) a.abort();
   }
 
@@ -180,6 +231,7 @@ export class Invoker implements AttemptRunner {
       return;
     }
     this.running += 1;
+    this.byDeployment.set(deployment.id, (this.byDeployment.get(deployment.id) ?? 0) + 1);
     // Epoch 0 is the invocation's first attempt (every later one bumps the epoch).
     if (status.epoch === 0) cells.started.inc();
     const started_ms = performance.now();
@@ -232,6 +284,10 @@ export class Invoker implements AttemptRunner {
         cells.attemptSeconds.observe((performance.now() - started_ms) / 1000);
         if (this.live.get(id) === attempt) this.live.delete(id);
         this.running -= 1;
+        const n = (this.byDeployment.get(deployment.id) ?? 1) - 1;
+        if (n === 0) this.byDeployment.delete(deployment.id);
+        else this.byDeployment.set(deployment.id, n);
+        this.unpark(deployment.id);
         this.drain();
       },
       logger: this.logger,

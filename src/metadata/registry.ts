@@ -193,6 +193,9 @@ export class Registry {
   private readonly subscriptionListeners = new Set<(e: SubscriptionEvent) => void>();
   private rules: RuleBook = EMPTY_RULE_BOOK;
   private readonly ruleListeners = new Set<(book: RuleBook) => void>();
+  /** Keel's own: deployment id → the most attempts it may run at once (PUT /deployments/{id}/limits). */
+  private readonly deploymentLimits = new Map<string, number>();
+  private readonly deploymentLimitListeners = new Set<() => void>();
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
   private changes = 0;
@@ -342,6 +345,38 @@ export class Registry {
     });
   }
 
+  /** The most attempts deployment `id` may run at once, if an operator limited it. */
+  deploymentConcurrency(id: string): number | undefined {
+    return this.deploymentLimits.get(id);
+  }
+
+  /** Limits (or, with null, unlimits) the attempts a deployment runs at once; KEEL0004 for an unknown one. */
+  setDeploymentConcurrency(id: string, concurrency: number | null): Promise<void> {
+    return this.serial(async () => {
+      if (!this.byId.has(id)) throw new KeelError('KEEL0004', `deployment '${id}' not found`);
+      if ((this.deploymentLimits.get(id) ?? null) === concurrency) return;
+      await this.commit({ kind: 'deployment_limit_set', id, concurrency });
+      this.logger.info({ deployment: id, concurrency }, concurrency === null ? 'deployment concurrency limit removed' : 'deployment concurrency limit set');
+      this.notifyDeploymentLimits();
+    });
+  }
+
+  /** Calls `listener` whenever a deployment's limit changes (here or, in a cluster, on another node). */
+  onDeploymentLimits(listener: () => void): () => void {
+    this.deploymentLimitListeners.add(listener);
+    return () => this.deploymentLimitListeners.delete(listener);
+  }
+
+  private notifyDeploymentLimits(): void {
+    for (const listener of this.deploymentLimitListeners) {
+      try {
+        listener();
+      } catch (err) {
+        this.logger.error({ err, code: 'RT0006' }, 'a deployment limit listener failed');
+      }
+    }
+  }
+
   /** The rule book of flow control (cluster metadata: every node folds the same). */
   limitRules(): RuleBook {
     return this.rules;
@@ -407,6 +442,7 @@ export class Registry {
     this.changes++;
     if (rec.kind === 'subscription_added') this.notifySubscription({ kind: 'added', subscription: rec.subscription });
     if (rec.kind === 'subscription_removed') this.notifySubscription({ kind: 'removed', id: rec.id });
+    if (rec.kind === 'deployment_limit_set') this.notifyDeploymentLimits();
     this.logger.info({ kind: rec.kind }, 'metadata changed by another node');
     if (rec.kind === 'limit_rules_replaced' && this.rules === rec.book) {
       for (const listener of this.ruleListeners) {
@@ -454,6 +490,12 @@ export class Registry {
     }
     if (rec.kind === 'deployment_removed') {
       this.byId.delete(rec.id);
+      this.deploymentLimits.delete(rec.id);
+      return;
+    }
+    if (rec.kind === 'deployment_limit_set') {
+      if (rec.concurrency === null) this.deploymentLimits.delete(rec.id);
+      else this.deploymentLimits.set(rec.id, rec.concurrency);
       return;
     }
     const d = rec.deployment;

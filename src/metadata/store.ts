@@ -20,7 +20,9 @@ export type MetaRecord =
   | { kind: 'subscription_added'; subscription: SubscriptionSchema }
   | { kind: 'subscription_removed'; id: string }
   /** The whole rule book of flow control after a change (PUT /limits/rules, bulk-delete). */
-  | { kind: 'limit_rules_replaced'; book: RuleBook };
+  | { kind: 'limit_rules_replaced'; book: RuleBook }
+  /** Keel's own: the most attempts a deployment may run at once (null: no limit). */
+  | { kind: 'deployment_limit_set'; id: string; concurrency: number | null };
 
 const KINDS = new Set([
   'deployment_added',
@@ -30,6 +32,7 @@ const KINDS = new Set([
   'subscription_added',
   'subscription_removed',
   'limit_rules_replaced',
+  'deployment_limit_set',
 ]);
 
 function wellFormed(rec: MetaRecord): boolean {
@@ -41,6 +44,8 @@ function wellFormed(rec: MetaRecord): boolean {
       const s = rec.subscription;
       return !!s && typeof s.id === 'string' && typeof s.source === 'string' && typeof s.sink === 'string' && !!s.options && typeof s.options === 'object';
     }
+    case 'deployment_limit_set':
+      return typeof rec.id === 'string' && (rec.concurrency === null || (Number.isSafeInteger(rec.concurrency) && rec.concurrency >= 1));
     case 'limit_rules_replaced': {
       const b = rec.book;
       return !!b && Number.isSafeInteger(b.version) && Array.isArray(b.rules) && b.rules.every((r) => !!r && typeof r.pattern === 'string' && Number.isSafeInteger(r.version));

@@ -170,6 +170,23 @@ export function limitRuleRoutes(ctx: AdminContext) {
       ctx.logger.info({ vqueue: id, scope: q.scope, limit_key: q.limit_key }, `flow-control queue ${action === 'pause' ? 'paused' : 'resumed'}`);
       return reply.code(202).send();
     });
+    // Keel's own: the most attempts a deployment runs at once (null: no limit); the invoker holds the rest back.
+    r.get<{ Params: { id: string } }>('/deployments/:id/limits', async (req) => {
+      const { id } = req.params;
+      if (registry.deployment(id) === undefined) throw new KeelError('KEEL0004', `deployment '${id}' not found`);
+      return { deployment: id, concurrency: registry.deploymentConcurrency(id) ?? null };
+    });
+    r.put<{ Params: { id: string } }>('/deployments/:id/limits', async (req) => {
+      const { id } = req.params;
+      const body = req.body;
+      if (!isMap(body) || !('concurrency' in body)) throw new KeelError('KEEL0002', 'the body must be {"concurrency": N} (an integer from 1) or {"concurrency": null} (no limit)');
+      const c = body.concurrency;
+      if (c !== null && (typeof c !== 'number' || !Number.isInteger(c) || c < 1 || c > MAX_U32)) {
+        throw new KeelError('KEEL0002', `the field concurrency must be an integer from 1 to ${MAX_U32}, or null for no limit: got ${JSON.stringify(c).slice(0, 40)}`);
+      }
+      await registry.setDeploymentConcurrency(id, c);
+      return { deployment: id, concurrency: c };
+    });
     r.route({ method: ['GET', 'POST', 'PATCH', 'DELETE'], url: '/limits/rules', handler: notAllowed('PUT') });
     r.route({ method: ['GET', 'PUT', 'PATCH', 'DELETE'], url: '/limits/rules/bulk-delete', handler: notAllowed('POST') });
   };
