@@ -82,6 +82,7 @@ const signup = restate.workflow({
 });
 
 const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'node_modules', '.bin', 'restate');
+const { vqueueId: vqueueIdOf } = await import('../dist/common/limit-rules.js');
 const putRules = (keel, rules) => adminCall(keel, 'PUT', '/limits/rules', rules);
 
 t.test('flow control', async (t) => {
@@ -150,6 +151,8 @@ t.test('flow control', async (t) => {
     const runA = fetch(`${keel.ingress}/restate/scope/wa/call/Signup/w1/run`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '"ada"' });
     const runB = fetch(`${keel.ingress}/restate/scope/wb/call/Signup/w1/run`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '"bob"' });
     await eventually(async () => (await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE target = 'Signup/w1/run' AND status <> 'pending'`))[0].n === 2);
+    const locks = await query(keel, `SELECT scope, lock_name FROM sys_locks WHERE lock_name = 'Signup/w1' ORDER BY scope`);
+    t.same(locks, [{ scope: 'wa', lock_name: 'Signup/w1' }, { scope: 'wb', lock_name: 'Signup/w1' }], 'sys_locks: one lock per scope');
     const again = await ingress(keel, '/restate/scope/wa/call/Signup/w1/run', 'ada');
     t.equal(again.status, 409, 'a second run in the same scope: 409');
     await ingress(keel, '/restate/scope/wb/call/Signup/w1/confirm', 'by mail');
@@ -200,6 +203,13 @@ t.test('flow control', async (t) => {
     if (queued > 0) t.equal(running, 5, 'with some queued, all the rule\'s slots are taken');
     const waiting = await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE scope = 'lim' AND status = 'pending'`);
     t.ok(waiting[0].n > 0, `some wait as pending (${waiting[0].n})`);
+    const sched = await query(keel, `SELECT blocked_on, blocked_on_json, num_inbox, head_entry_id FROM sys_scheduler WHERE id = '${vqueueIdOf('lim', '')}'`);
+    if (sched.length > 0) {
+      t.equal(sched[0].blocked_on, 'limit-key-concurrency');
+      t.match(JSON.parse(sched[0].blocked_on_json), { resource: 'limit-key-concurrency', scope: 'lim', blocked_level: 'scope', blocked_rule: 'lim' }, 'sys_scheduler: blocked on the scope level of rule lim');
+      const entries = await query(keel, `SELECT entry_id, stage, status FROM sys_vqueues WHERE id = '${vqueueIdOf('lim', '')}' ORDER BY sequence_number LIMIT 1`);
+      t.match(entries[0], { stage: 'inbox', status: 'new' }, 'sys_vqueues: the waiting entries');
+    }
     const limits = await query(keel, `SELECT scope, level, usage, concurrency_limit, rule_pattern, available, num_waiters, partition_key FROM sys_user_limits WHERE scope = 'lim'`);
     t.equal(limits.length, 1, 'one counter: the scope');
     t.match(limits[0], { scope: 'lim', level: 'Scope', concurrency_limit: 5, rule_pattern: 'lim' });
@@ -315,6 +325,8 @@ t.test('flow control', async (t) => {
     t.equal(pending[0].n, 3, 'all three wait though the rule has room');
     const meta = await query(keel, `SELECT id, queue_is_paused, scope, limit_key, num_inbox FROM sys_vqueue_meta WHERE scope = 'pz'`);
     t.same(meta, [{ id, queue_is_paused: true, scope: 'pz', limit_key: 'tenant', num_inbox: 3 }]);
+    t.same(await query(keel, `SELECT blocked_on, num_inbox FROM sys_scheduler WHERE id = '${id}'`), [{ blocked_on: 'paused', num_inbox: 3 }], 'sys_scheduler: paused');
+    t.equal((await query(keel, `SELECT count(*) AS n FROM sys_vqueues WHERE id = '${id}'`))[0].n, 3, 'sys_vqueues: three entries');
     const ls = await new Promise((resolve) => execFile(CLI, ['vqueues', 'list'], { env: { PATH: process.env.PATH, HOME: keel.dir, RESTATE_ADMIN_URL: keel.admin, CI: '1', NO_COLOR: '1', TERM: 'dumb' }, timeout: 30_000 }, (err, stdout, stderr) => resolve(String(stdout) + String(stderr))));
     t.match(ls, id, `restate vqueues list shows the queue:\n${ls}`);
     const resumed = await adminCall(keel, 'POST', `/vqueues/${id}/resume`);

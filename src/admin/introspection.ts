@@ -4,6 +4,7 @@
 import type { Registry } from '../metadata/registry.js';
 import type { UserLimitRow } from '../partition/flow-control.js';
 import { vqueueId } from '../common/limit-rules.js';
+import { scopePartitionKey } from '../common/ids.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
 
 /** One stored journal entry: its message type and payload, undecoded (the query engine decodes). */
@@ -56,9 +57,13 @@ export interface IntrospectionSource {
   flowQueues?(): Iterable<{ scope: string; limit_key: string; paused: boolean; waiting: number; running: number; last_enqueued_at_ms?: number; created_at_ms?: number }>;
   /** Pauses or resumes a flow-control queue (POST /vqueues/{id}/pause|resume); resolves once durable. */
   pauseFlowQueue?(scope: string, limitKey: string, paused: boolean): Promise<void>;
+  /** Invocations waiting in flow-control queues (sys_vqueues). */
+  flowEntries?(): Iterable<{ scope: string; limit_key: string; id: string; seq: number; created_at_ms?: number; inboxed_at_ms?: number; started_before: boolean }>;
+  /** What each flow-control queue with waiters is blocked on (sys_scheduler). */
+  flowScheduler?(): Iterable<{ scope: string; limit_key: string; waiting: number; head: string; blocked_on: string; blocked: Record<string, unknown>; ready_at_ms?: number }>;
   /** Flow-control counters of every partition (sys_user_limits); absent in sources without partitions. */
   userLimits?(): Iterable<UserLimitRow & { partition_key: bigint }>;
-  locks(): AsyncIterable<{ service: string; key: string; id: string }>;
+  locks(): AsyncIterable<{ service: string; key: string; id: string; scope?: string }>;
   promises(): AsyncIterable<{ service: string; key: string; name: string; scope?: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }>;
   manage(id: string, action: ManageAction): Promise<{ status: number; body?: unknown }>;
   /**
@@ -270,6 +275,39 @@ export const TABLES: Record<string, TableSchema> = {
     ['consumer_state', 'utf8'],
     ['position_updated_at', 'ts'],
   ],
+  // Flow control: one row per invocation waiting in a queue (stage inbox), as Restate's.
+  sys_vqueues: [
+    ['partition_key', 'uint64'],
+    ['id', 'utf8'],
+    ['stage', 'utf8'],
+    ['status', 'utf8'],
+    ['has_lock', 'bool'],
+    ['sequence_number', 'uint64'],
+    ['entry_id', 'utf8'],
+    ['entry_kind', 'utf8'],
+    ['created_at', 'ts'],
+    ['transitioned_at', 'ts'],
+    ['num_attempts', 'uint32'],
+  ],
+  // Flow control: what each queue with waiters is blocked on, as Restate's.
+  sys_scheduler: [
+    ['partition_key', 'uint64'],
+    ['id', 'utf8'],
+    ['num_inbox', 'uint64'],
+    ['status', 'utf8'],
+    ['head_entry_id', 'utf8'],
+    ['scheduled_at', 'ts'],
+    ['blocked_on', 'utf8'],
+    ['blocked_on_json', 'utf8'],
+  ],
+  // Object and workflow locks with their holder, as Restate 1.8's (scope set for scoped keys).
+  sys_locks: [
+    ['partition_key', 'uint64'],
+    ['scope', 'utf8'],
+    ['lock_name', 'utf8'],
+    ['acquired_at', 'ts'],
+    ['acquired_by', 'utf8'],
+  ],
   // Flow control's live counters, as Restate's: one row per (scope[, l1[, l2]]) in use or waited on.
   sys_user_limits: [
     ['partition_key', 'uint64'],
@@ -476,6 +514,27 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
         // Not counted per queue by Keel (the CLI needs numbers): 0, as README's Known limits says.
         num_suspended: 0, num_paused: 0, num_finished: 0,
       };
+    }
+  },
+  sys_vqueues: function* ({ source }) {
+    for (const e of source.flowEntries?.() ?? []) {
+      yield {
+        partition_key: scopePartitionKey(e.scope).toString(), id: vqueueId(e.scope, e.limit_key), stage: 'inbox', status: e.started_before ? 'yielded' : 'new',
+        has_lock: 0, sequence_number: e.seq, entry_id: e.id, entry_kind: 'invocation', created_at: ts(e.created_at_ms), transitioned_at: ts(e.inboxed_at_ms), num_attempts: e.started_before ? 1 : 0,
+      };
+    }
+  },
+  sys_scheduler: function* ({ source }) {
+    for (const q of source.flowScheduler?.() ?? []) {
+      yield {
+        partition_key: scopePartitionKey(q.scope).toString(), id: vqueueId(q.scope, q.limit_key), num_inbox: q.waiting, status: 'blocked', head_entry_id: q.head,
+        scheduled_at: ts(q.ready_at_ms), blocked_on: q.blocked_on, blocked_on_json: JSON.stringify(q.blocked),
+      };
+    }
+  },
+  sys_locks: async function* ({ source }) {
+    for await (const l of source.locks()) {
+      yield { partition_key: null, scope: l.scope ?? null, lock_name: `${l.service}/${l.key}`, acquired_at: null, acquired_by: l.id };
     }
   },
   sys_user_limits: function* ({ source }) {

@@ -77,11 +77,25 @@ export class WorkerIntrospection implements IntrospectionSource {
     }
   }
 
-  async *locks(): AsyncIterable<{ service: string; key: string; id: string }> {
-    for await (const [objectKey, id] of this.worker.storedLocks()) {
-      const { service, key } = splitObjectKey(objectKey);
-      yield { service, key, id };
+  async *locks(): AsyncIterable<{ service: string; key: string; id: string; scope?: string }> {
+    for await (const [objectKey, id] of this.worker.storedLocks()) yield { ...splitObjectKey(objectKey), id };
+  }
+
+  *flowEntries(): Iterable<{ scope: string; limit_key: string; id: string; seq: number; created_at_ms?: number; inboxed_at_ms?: number; started_before: boolean }> {
+    for (const p of this.worker.processors) {
+      for (const [scope, byKey] of p.state.flow.queues) {
+        for (const [limitKey, q] of byKey) {
+          for (const e of q) {
+            const s = p.state.peekStatus(e.id);
+            yield { scope, limit_key: limitKey, id: e.id, seq: e.seq, created_at_ms: s?.created_at_ms, inboxed_at_ms: s?.inboxed_at_ms, started_before: s?.last_start_at_ms !== undefined };
+          }
+        }
+      }
     }
+  }
+
+  *flowScheduler(): Iterable<{ scope: string; limit_key: string; waiting: number; head: string; blocked_on: string; blocked: Record<string, unknown>; ready_at_ms?: number }> {
+    for (const p of this.worker.processors) yield* p.state.flow.schedulerRows();
   }
 
   async *promises(): AsyncIterable<{ service: string; key: string; name: string; scope?: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }> {

@@ -344,6 +344,40 @@ export class FlowControl {
     return [...rows.values()];
   }
 
+  /**
+   * What each queue waits on, as `sys_scheduler` shows it: paused by an operator, a full
+   * concurrency level (the deepest, with its rule), or its rate (until when).
+   */
+  schedulerRows(): Array<{ scope: string; limit_key: string; waiting: number; head: string; blocked_on: string; blocked: Record<string, unknown>; ready_at_ms?: number }> {
+    const rows = [];
+    for (const [scope, byKey] of this.queues) {
+      for (const [limitKey, q] of byKey) {
+        const head = q[0];
+        if (head === undefined) continue;
+        const base = { scope, limit_key: limitKey, waiting: q.length, head: head.id };
+        const resource = { scope, limit_key: limitKey };
+        if (this.isPaused(scope, limitKey)) {
+          rows.push({ ...base, blocked_on: 'paused', blocked: { resource: 'paused', ...resource } });
+          continue;
+        }
+        const keys = counterKeys(scope, limitKey);
+        const full = [...keys].reverse().find((k) => {
+          const limit = this.rules.limitOf(k);
+          return limit !== undefined && this.usageOf(k) >= limit;
+        });
+        if (full !== undefined) {
+          const level = LEVELS[full.split('/').length - 1]!;
+          const blocked_level = level === 'Scope' ? 'scope' : level === 'Level1' ? 'level1' : 'level2';
+          rows.push({ ...base, blocked_on: 'limit-key-concurrency', blocked: { resource: 'limit-key-concurrency', ...resource, blocked_level, blocked_rule: this.rules.ruleOf(full)?.pattern } });
+          continue;
+        }
+        const ready = this.rateReadyAt(scope, limitKey);
+        rows.push({ ...base, blocked_on: 'rate', blocked: { resource: 'rate', ...resource }, ready_at_ms: ready });
+      }
+    }
+    return rows;
+  }
+
   /** Invocations waiting in `scope` (all its queues). */
   waiting(scope: string): number {
     let n = 0;
