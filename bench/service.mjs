@@ -39,6 +39,11 @@ export const bench = restate.service({
       const c = await ctx.run('step-3', () => b + 1);
       return { steps: [a, b, c], name: req?.name ?? null };
     },
+    /** Holds its attempt for `ms` (20) without a suspension point: a slot taken that long (bench/flow.mjs). */
+    hold: async (_ctx, req) => {
+      await new Promise((r) => setTimeout(r, Number(req?.ms ?? 20)));
+      return { ok: true };
+    },
     sleepy: restate.handlers.handler({ inactivityTimeout: 200 }, async (ctx, req) => {
       await ctx.sleep(Number(req?.ms ?? 3000));
       return { slept: true };
