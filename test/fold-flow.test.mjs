@@ -197,3 +197,23 @@ t.test('object and promise keys of a scope: apart from the unscoped ones, and re
   t.not(objectKeyOf('Counter', 'k1', 's1'), objectKeyOf('Counter', 'k1'));
   t.equal(objectKeyOf('Counter', 'k1', 's1').startsWith(`${objectKeyOf('Counter', 'k1')}/`), false);
 });
+
+t.test('a rule change: a counter no longer rate-limited forgets its next start; a backlog of 0 refuses only what would wait', async (t) => {
+  const p = partition();
+  const at0 = p.now + 1000;
+  const hourly = { pattern: 'r', concurrency: 0, disabled: false, version: 1, rate_starts: 1, rate_interval_ms: 3_600_000 };
+  p.apply({ kind: 'limit_rules', limit_rules: { version: 1, rules: [hourly] } }, at0);
+  const [a, b] = [scopedId('r'), scopedId('r')];
+  p.apply(scoped(a, 'r'), at0 + 1);
+  t.same(started(p.apply(scoped(b, 'r'), at0 + 2)), [], 'the second waits an hour');
+  const fast = p.apply({ kind: 'limit_rules', limit_rules: { version: 2, rules: [{ ...hourly, version: 2, rate_interval_ms: 1000 }] } }, at0 + 3);
+  t.same(started(fast), [], 'still one spacing (1 s) at most');
+  t.ok(p.state.counters.rate.r <= at0 + 3 + 1000, `the next start moved to within 1 s (${p.state.counters.rate.r - at0})`);
+  const gone = p.apply({ kind: 'limit_rules', limit_rules: { version: 3, rules: [] } }, at0 + 4);
+  t.same(started(gone), [b.text], 'the rule deleted: the waiter starts');
+  t.same(p.state.counters.rate, {}, 'and the rate entry is gone');
+  p.apply({ kind: 'limit_rules', limit_rules: { version: 4, rules: [{ pattern: 'z', concurrency: 1, disabled: false, version: 4, backlog: 0 }] } }, at0 + 5);
+  t.equal(p.state.flow.backlogFull('z', ''), undefined, 'backlog 0 with a free slot: accepted');
+  p.apply(scoped(scopedId('z'), 'z'), at0 + 6);
+  t.match(p.state.flow.backlogFull('z', ''), { pattern: 'z', waiting: 0, backlog: 0 }, 'backlog 0 with the slot taken: refused');
+});

@@ -52,7 +52,7 @@ export interface IntrospectionSource {
   /** How many invocations that have not completed are pinned to the deployment `id`. */
   unfinishedPinnedTo(deploymentId: string): Promise<number>;
   state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer; scope?: string }>;
-  inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number }>;
+  inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number; scope?: string }>;
   /** Flow-control queues of every partition (sys_vqueue_meta); absent in sources without partitions. */
   flowQueues?(): Iterable<{ scope: string; limit_key: string; paused: boolean; waiting: number; running: number; last_enqueued_at_ms?: number; created_at_ms?: number }>;
   /** Pauses or resumes a flow-control queue (POST /vqueues/{id}/pause|resume); resolves once durable. */
@@ -223,11 +223,14 @@ export const TABLES: Record<string, TableSchema> = {
     ['id', 'utf8'],
     ['sequence_number', 'uint64'],
     ['created_at', 'ts'],
+    // Keel's: the flow-control scope of a scoped object's inbox (Restate 1.7.12 has no such column).
+    ['scope', 'utf8'],
   ],
   sys_keyed_service_status: [
     ['service_name', 'utf8'],
     ['service_key', 'utf8'],
     ['invocation_id', 'utf8'],
+    ['scope', 'utf8'],
   ],
   sys_promise: [
     ['service_name', 'utf8'],
@@ -493,11 +496,11 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
   },
   sys_inbox: function* ({ source }, filter) {
     for (const r of source.inbox()) {
-      if (keyed(filter, r.service, r.key)) yield { service_name: r.service, service_key: r.key, id: r.id, sequence_number: r.seq, created_at: ts(r.created_at_ms) };
+      if (keyed(filter, r.service, r.key)) yield { service_name: r.service, service_key: r.key, id: r.id, sequence_number: r.seq, created_at: ts(r.created_at_ms), scope: r.scope ?? null };
     }
   },
   sys_keyed_service_status: async function* ({ source }, filter) {
-    for await (const r of source.locks()) if (keyed(filter, r.service, r.key)) yield { service_name: r.service, service_key: r.key, invocation_id: r.id };
+    for await (const r of source.locks()) if (keyed(filter, r.service, r.key)) yield { service_name: r.service, service_key: r.key, invocation_id: r.id, scope: r.scope ?? null };
   },
   sys_promise: async function* ({ source }, filter) {
     for await (const p of source.promises()) if (keyed(filter, p.service, p.key)) yield promiseRow(p);

@@ -47,12 +47,12 @@ export class WorkerIntrospection implements IntrospectionSource {
     }
   }
 
-  *inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number }> {
+  *inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number; scope?: string }> {
     for (const p of this.worker.processors) {
       for (const [objectKey, queue] of p.state.inboxes) {
-        const { service, key } = splitObjectKey(objectKey);
+        const object = splitObjectKey(objectKey);
         for (const e of queue) {
-          yield { service, key, id: e.id, seq: e.seq, created_at_ms: p.state.status(e.id)?.created_at_ms ?? 0 };
+          yield { ...object, id: e.id, seq: e.seq, created_at_ms: p.state.status(e.id)?.created_at_ms ?? 0 };
         }
       }
     }

@@ -86,14 +86,28 @@ export class FlowControl {
    * The earliest time a queue head of `scope` that has a slot but waits for its rate may start,
    * or undefined (none does: a freed slot will wake them). The fold sets a timer for it.
    */
-  wakeAt(scope: string): number | undefined {
-    let at: number | undefined;
+  wakeAt(scope: string): { at_ms: number; seq: number; id: string } | undefined {
+    let best: { at_ms: number; seq: number; id: string } | undefined;
     for (const [limitKey, q] of this.queues.get(scope) ?? []) {
-      if (q.length === 0 || this.isPaused(scope, limitKey) || !this.slotFree(scope, limitKey)) continue;
+      const head = q[0];
+      if (head === undefined || this.isPaused(scope, limitKey) || !this.slotFree(scope, limitKey)) continue;
       const ready = this.rateReadyAt(scope, limitKey);
-      if (ready > this.now_ms && (at === undefined || ready < at)) at = ready;
+      if (ready <= this.now_ms) continue;
+      // Ordered by time, then sequence: nothing here depends on the order of the Maps (which a reload changes).
+      if (best === undefined || ready < best.at_ms || (ready === best.at_ms && head.seq < best.seq)) best = { at_ms: ready, seq: head.seq, id: head.id };
     }
-    return at;
+    return best;
+  }
+
+  /** A rule book changed: a counter no longer rate-limited forgets its next start; the others wait at most one new spacing. */
+  resetRates(): void {
+    const rate = this.store.rate();
+    for (const k of Object.keys(rate)) {
+      const r = this.rules.ruleOf(k)?.rate;
+      if (r === undefined) delete rate[k];
+      else rate[k] = Math.min(rate[k]!, this.now_ms + r.interval_ms / r.starts);
+    }
+    this.store.countersChanged();
   }
 
   private slotFree(scope: string, limitKey: string): boolean {
@@ -308,7 +322,8 @@ export class FlowControl {
       const rule = this.rules.ruleOf(k);
       if (rule?.backlog === undefined) continue;
       const waiting = this.waitingUnder(scope, k);
-      if (waiting < rule.backlog) continue;
+      // A backlog of 0 refuses only what would have to wait.
+      if (waiting < rule.backlog || (waiting === 0 && this.mayRun(scope, limitKey))) continue;
       // With a rate, when the backlog will have drained; else a second.
       const retry_after_s = rule.rate === undefined ? 1 : Math.max(1, Math.ceil((waiting * rule.rate.interval_ms) / rule.rate.starts / 1000));
       return { pattern: rule.pattern, waiting, backlog: rule.backlog, retry_after_s };

@@ -57,7 +57,8 @@ export function serviceRoutes(ctx: AdminContext) {
       if (version !== undefined) {
         // As Restate: a stale version is answered 202 and changes nothing.
         const current: Array<[string, Buffer]> = [];
-        for await (const e of src.state()) if (e.service === s.name && e.key === object_key) current.push([e.state_key, e.value]);
+        // The unscoped object's state: the one this route changes.
+        for await (const e of src.state()) if (e.service === s.name && e.key === object_key && e.scope === undefined) current.push([e.state_key, e.value]);
         if (stateVersion(current) !== version) {
           req.log.warn({ service: s.name, key: object_key }, 'state update skipped: version does not match the current state');
           return reply.status(202).send();

@@ -86,6 +86,7 @@ function waitsForSlot(ctx: FoldContext, s: InvocationStatus): boolean {
  */
 export function admitWaiting(ctx: FoldContext): void {
   const flow = ctx.state.flow;
+  let wake: { at_ms: number; seq: number; id: string } | undefined;
   for (const scope of [...flow.released]) {
     for (let next = flow.next(scope); next !== undefined; next = flow.next(scope)) {
       const s = ctx.state.status(next.entry.id);
@@ -96,10 +97,24 @@ export function admitWaiting(ctx: FoldContext): void {
       run(ctx, s);
       ctx.state.putStatus(s);
     }
-    const at = flow.wakeAt(scope);
-    if (at !== undefined) wakeFlowAt(ctx, at, flow.queues.get(scope)!.values().next().value![0]!.id);
+    const w = flow.wakeAt(scope);
+    if (w !== undefined && (wake === undefined || w.at_ms < wake.at_ms || (w.at_ms === wake.at_ms && w.seq < wake.seq))) wake = w;
   }
   flow.released.clear();
+  // One timer for the earliest, chosen by time and sequence: the same on every replica of the log.
+  if (wake !== undefined) wakeFlowAt(ctx, wake.at_ms, wake.id);
+}
+
+/**
+ * Before a command, when a rate-limited head's time has come (its FLOW timer may not be folded
+ * yet): the waiters go first, so a new arrival cannot take the rate's next start from them.
+ */
+export function admitDue(ctx: FoldContext): void {
+  const due = ctx.state.counters.flow_wake_ms;
+  if (due === undefined || due > ctx.now_ms) return;
+  ctx.state.setFlowWake(undefined);
+  for (const scope of ctx.state.flow.queues.keys()) ctx.state.flow.released.add(scope);
+  admitWaiting(ctx);
 }
 
 /**

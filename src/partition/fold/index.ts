@@ -2,7 +2,7 @@ import { assertNever } from '../../common/assert.js';
 import type { Command } from '../../log/commands.js';
 import { foldAttemptEnded } from './attempt-ended.js';
 import { foldCallResult } from './call-result.js';
-import { admitWaiting, type FoldContext } from './context.js';
+import { admitDue, admitWaiting, type FoldContext } from './context.js';
 import { foldFlowQueue, foldLimitRules } from './limit-rules.js';
 import { foldInvoke } from './invoke.js';
 import { foldJournalAppend } from './journal-append.js';
@@ -28,6 +28,7 @@ export function fold(ctx: FoldContext, cmd: Command): void {
     if (seq <= (ctx.state.dedup.get(cmd.source_partition) ?? 0)) return;
     ctx.state.setDedup(cmd.source_partition, seq);
   }
+  admitDue(ctx);
   foldKind(ctx, cmd);
   if (ctx.state.flow.released.size > 0) admitWaiting(ctx);
 }

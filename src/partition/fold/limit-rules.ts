@@ -11,6 +11,7 @@ export function foldLimitRules(ctx: FoldContext, cmd: LimitRules): void {
   if (version <= ctx.state.flow.rules.book.version) return;
   const book: RuleBook = { version, rules: (cmd.rules ?? []).map((r) => ruleOf(r, ctx.now_ms)) };
   ctx.state.flow.setRules(book, true);
+  ctx.state.flow.resetRates();
 }
 
 function ruleOf(r: RuleMsg, now_ms: number): LimitRule {
