@@ -252,7 +252,7 @@ function sampleQueues(metrics: KeelMetrics, config: Config, worker: Worker, invo
       { store: 'meta', bytes: await directorySize_bytes(config.meta.storage_path) },
     ],
     flowRules: () => {
-      const out = new Map<string, { running: number; queued: number }>();
+      const out = new Map<string, { running: number; queued: number; throttled: number }>();
       for (const p of worker.processors) p.state.flow.perRule(out);
       return out;
     },

@@ -191,11 +191,11 @@ t.test('flow control', async (t) => {
     await adminCall(keel, 'PATCH', `/invocations/${id}/kill`);
   });
 
-  t.test('a concurrency limit of 5 on a scope: 200 sends never run more than 5 at once', async (t) => {
+  t.test('a concurrency limit of 5 on a scope: 500 sends never run more than 5 at once', async (t) => {
     const put = await putRules(keel, [{ pattern: 'lim', limits: { concurrency: 5 } }]);
     t.equal(put.status, 200, put.text);
-    const sends = await Promise.all(Array.from({ length: 200 }, (_, i) => ingress(keel, '/restate/scope/lim/send/Work/hold', { ms: 20, tag: i })));
-    t.equal(sends.filter((r) => r.status === 202).length, 200, 'all accepted (none refused)');
+    const sends = await Promise.all(Array.from({ length: 500 }, (_, i) => ingress(keel, '/restate/scope/lim/send/Work/hold', { ms: 20, tag: i })));
+    t.equal(sends.filter((r) => r.status === 202).length, 500, 'all accepted (none refused)');
     const metrics = await (await fetch(`${keel.admin}/metrics`)).text();
     const running = Number(/keel_flow_rule_invocations\{rule="lim",state="running"\} (\d+)/.exec(metrics)?.[1]);
     const queued = Number(/keel_flow_rule_invocations\{rule="lim",state="queued"\} (\d+)/.exec(metrics)?.[1]);
@@ -214,7 +214,7 @@ t.test('flow control', async (t) => {
     t.equal(limits.length, 1, 'one counter: the scope');
     t.match(limits[0], { scope: 'lim', level: 'Scope', concurrency_limit: 5, rule_pattern: 'lim' });
     t.ok(limits[0].usage <= 5 && (limits[0].num_waiters === 0 || (limits[0].usage === 5 && limits[0].available === 0)), `sys_user_limits: ${JSON.stringify(limits[0])}`);
-    await eventually(async () => (await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE scope = 'lim' AND status = 'completed'`))[0].n === 200, { timeout_ms: 60_000 });
+    await eventually(async () => (await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE scope = 'lim' AND status = 'completed'`))[0].n === 500, { timeout_ms: 60_000 });
     t.equal(g.max.get('lim'), 5, 'at most 5 at once, and the limit was reached');
   });
 
@@ -261,6 +261,8 @@ t.test('flow control', async (t) => {
       const batch = await Promise.all(Array.from({ length: Math.min(100, N - i) }, (_, j) => ingress(keel, '/restate/scope/rated/send/Work/hold', { ms: 1, tag: i + j })));
       t.equal(batch.filter((r) => r.status === 202).length, batch.length);
     }
+    const throttled = Number(/keel_flow_rule_invocations\{rule="rated",state="throttled"\} (\d+)/.exec(await (await fetch(`${keel.admin}/metrics`)).text())?.[1]);
+    t.ok(throttled > 0, `/metrics: ${throttled} waiting on the rate (state="throttled")`);
     await eventually(() => (g.startTimes.get('rated')?.length ?? 0) >= N, { timeout_ms: 40_000 });
     const times = g.startTimes.get('rated');
     const seconds = (times[N - 1] - times[0]) / 1000;
@@ -293,6 +295,8 @@ t.test('flow control', async (t) => {
     const after = await ingress(keel, '/restate/scope/bl/send/Work/hold', { ms: 1 });
     t.equal(after.status, 202, 'once drained, accepted again');
     t.ok(keel.logLines('KEEL0902').length >= 6, 'each refusal logged with its code');
+    const metrics = await (await fetch(`${keel.admin}/metrics`)).text();
+    t.match(metrics, /keel_flow_rule_rejected_total\{rule="bl"\} 6\b/, 'and counted per rule on /metrics');
   });
 
   t.test('priorities: x-keel-priority takes the next free slot first', async (t) => {
@@ -327,6 +331,8 @@ t.test('flow control', async (t) => {
     t.same(meta, [{ id, queue_is_paused: true, scope: 'pz', limit_key: 'tenant', num_inbox: 3 }]);
     t.same(await query(keel, `SELECT blocked_on, num_inbox FROM sys_scheduler WHERE id = '${id}'`), [{ blocked_on: 'paused', num_inbox: 3 }], 'sys_scheduler: paused');
     t.equal((await query(keel, `SELECT count(*) AS n FROM sys_vqueues WHERE id = '${id}'`))[0].n, 3, 'sys_vqueues: three entries');
+    const statuses = await query(keel, `SELECT entry_id, stage, status FROM sys_vqueue_entry_status WHERE vqueue_id = '${id}' ORDER BY sequence_number`);
+    t.same(statuses.map((e) => [e.entry_id, e.stage, e.status]), sent.map((i) => [i, 'inbox', 'new']), 'sys_vqueue_entry_status: each, in order');
     const ls = await new Promise((resolve) => execFile(CLI, ['vqueues', 'list'], { env: { PATH: process.env.PATH, HOME: keel.dir, RESTATE_ADMIN_URL: keel.admin, CI: '1', NO_COLOR: '1', TERM: 'dumb' }, timeout: 30_000 }, (err, stdout, stderr) => resolve(String(stdout) + String(stderr))));
     t.match(ls, id, `restate vqueues list shows the queue:\n${ls}`);
     const resumed = await adminCall(keel, 'POST', `/vqueues/${id}/resume`);

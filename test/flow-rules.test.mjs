@@ -101,6 +101,18 @@ t.test('the real restate CLI: rules set, list, list -x, disable, enable, delete'
   t.same(await rules(), []);
 });
 
+t.test("Keel's own rate and backlog: kept when an update leaves them out (the CLI knows only concurrency), removed with null", async (t) => {
+  const made = await put([{ pattern: 'keel-own', limits: { concurrency: 2, rate: { starts: 5, interval_ms: 1000 }, backlog: 9 } }]);
+  t.same(made.json[0].limits, { concurrency: 2, rate: { starts: 5, interval_ms: 1000 }, backlog: 9 });
+  const viaCli = await cli('rules', 'set', 'keel-own', '--concurrency', '4', '-y');
+  t.equal(viaCli.code, 0, viaCli.out);
+  const row = (await query(keel, "SELECT concurrency, rate_starts, rate_interval_ms, backlog FROM sys_rules WHERE pattern = 'keel-own'"))[0];
+  t.same(row, { concurrency: 4, rate_starts: 5, rate_interval_ms: 1000, backlog: 9 }, 'the CLI changed the concurrency; the rate and backlog stayed');
+  const cleared = await put([{ pattern: 'keel-own', limits: { concurrency: 4, rate: null, backlog: null } }]);
+  t.same(cleared.json[0].limits, { concurrency: 4 }, 'null removes them');
+  await adminCall(keel, 'POST', '/limits/rules/bulk-delete', [{ pattern: 'keel-own' }]);
+});
+
 t.test('PUT /limits/rules: shapes, versions, preconditions, all or none', async (t) => {
   const before = Date.now();
   const created = await put([

@@ -58,7 +58,7 @@ export interface IntrospectionSource {
   /** Pauses or resumes a flow-control queue (POST /vqueues/{id}/pause|resume); resolves once durable. */
   pauseFlowQueue?(scope: string, limitKey: string, paused: boolean): Promise<void>;
   /** Invocations waiting in flow-control queues (sys_vqueues). */
-  flowEntries?(): Iterable<{ scope: string; limit_key: string; id: string; seq: number; created_at_ms?: number; inboxed_at_ms?: number; started_before: boolean }>;
+  flowEntries?(): Iterable<{ scope: string; limit_key: string; id: string; seq: number; created_at_ms?: number; inboxed_at_ms?: number; started_before: boolean; last_start_at_ms?: number; deployment_id?: string }>;
   /** What each flow-control queue with waiters is blocked on (sys_scheduler). */
   flowScheduler?(): Iterable<{ scope: string; limit_key: string; waiting: number; head: string; blocked_on: string; blocked: Record<string, unknown>; ready_at_ms?: number }>;
   /** Flow-control counters of every partition (sys_user_limits); absent in sources without partitions. */
@@ -292,6 +292,24 @@ export const TABLES: Record<string, TableSchema> = {
     ['transitioned_at', 'ts'],
     ['num_attempts', 'uint32'],
   ],
+  // Flow control: each waiting entry's status, as Restate's (the blocked-time columns are not recorded: NULL).
+  sys_vqueue_entry_status: [
+    ['partition_key', 'uint64'],
+    ['entry_id', 'utf8'],
+    ['vqueue_id', 'utf8'],
+    ['stage', 'utf8'],
+    ['status', 'utf8'],
+    ['has_lock', 'bool'],
+    ['next_at', 'ts'],
+    ['sequence_number', 'uint64'],
+    ['entry_kind', 'utf8'],
+    ['created_at', 'ts'],
+    ['transitioned_at', 'ts'],
+    ['num_attempts', 'uint32'],
+    ['first_attempt_at', 'ts'],
+    ['latest_attempt_at', 'ts'],
+    ['deployment', 'utf8'],
+  ],
   // Flow control: what each queue with waiters is blocked on, as Restate's.
   sys_scheduler: [
     ['partition_key', 'uint64'],
@@ -524,6 +542,15 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
       yield {
         partition_key: scopePartitionKey(e.scope).toString(), id: vqueueId(e.scope, e.limit_key), stage: 'inbox', status: e.started_before ? 'yielded' : 'new',
         has_lock: 0, sequence_number: e.seq, entry_id: e.id, entry_kind: 'invocation', created_at: ts(e.created_at_ms), transitioned_at: ts(e.inboxed_at_ms), num_attempts: e.started_before ? 1 : 0,
+      };
+    }
+  },
+  sys_vqueue_entry_status: function* ({ source }) {
+    for (const e of source.flowEntries?.() ?? []) {
+      yield {
+        partition_key: scopePartitionKey(e.scope).toString(), entry_id: e.id, vqueue_id: vqueueId(e.scope, e.limit_key), stage: 'inbox', status: e.started_before ? 'yielded' : 'new',
+        has_lock: 0, next_at: null, sequence_number: e.seq, entry_kind: 'invocation', created_at: ts(e.created_at_ms), transitioned_at: ts(e.inboxed_at_ms),
+        num_attempts: e.started_before ? 1 : 0, first_attempt_at: null, latest_attempt_at: ts(e.last_start_at_ms), deployment: e.deployment_id ?? null,
       };
     }
   },

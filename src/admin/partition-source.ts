@@ -81,13 +81,16 @@ export class WorkerIntrospection implements IntrospectionSource {
     for await (const [objectKey, id] of this.worker.storedLocks()) yield { ...splitObjectKey(objectKey), id };
   }
 
-  *flowEntries(): Iterable<{ scope: string; limit_key: string; id: string; seq: number; created_at_ms?: number; inboxed_at_ms?: number; started_before: boolean }> {
+  *flowEntries(): Iterable<{ scope: string; limit_key: string; id: string; seq: number; created_at_ms?: number; inboxed_at_ms?: number; started_before: boolean; last_start_at_ms?: number; deployment_id?: string }> {
     for (const p of this.worker.processors) {
       for (const [scope, byKey] of p.state.flow.queues) {
         for (const [limitKey, q] of byKey) {
           for (const e of q) {
             const s = p.state.peekStatus(e.id);
-            yield { scope, limit_key: limitKey, id: e.id, seq: e.seq, created_at_ms: s?.created_at_ms, inboxed_at_ms: s?.inboxed_at_ms, started_before: s?.last_start_at_ms !== undefined };
+            yield {
+              scope, limit_key: limitKey, id: e.id, seq: e.seq, created_at_ms: s?.created_at_ms, inboxed_at_ms: s?.inboxed_at_ms,
+              started_before: s?.last_start_at_ms !== undefined, last_start_at_ms: s?.last_start_at_ms, deployment_id: s?.deployment_id,
+            };
           }
         }
       }

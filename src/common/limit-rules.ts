@@ -85,7 +85,12 @@ export type Precondition = { type: 'none' } | { type: 'matches'; version: number
 
 export interface UpsertRule {
   pattern: string;
-  limits?: { concurrency?: number; rate?: RateLimit; backlog?: number };
+  /**
+   * `concurrency` as Restate reads it (absent: unlimited). Keel's own `rate` and `backlog`: absent
+   * keeps the rule's (a client that does not know them — the restate CLI — does not erase them),
+   * null removes.
+   */
+  limits?: { concurrency?: number; rate?: RateLimit | null; backlog?: number | null };
   description?: string | null;
   disabled?: boolean;
   precondition?: Precondition;
@@ -136,7 +141,9 @@ export function upsertRules(book: RuleBook, reqs: readonly UpsertRule[], now_ms:
 }
 
 function nextRule(req: UpsertRule, current: LimitRule | undefined, bookVersion: number, now_ms: number): LimitRule {
-  const { concurrency, rate, backlog } = req.limits ?? {};
+  const { concurrency } = req.limits ?? {};
+  const rate = req.limits?.rate === undefined ? current?.rate : (req.limits.rate ?? undefined);
+  const backlog = req.limits?.backlog === undefined ? current?.backlog : (req.limits.backlog ?? undefined);
   const disabled = req.disabled ?? false;
   const description = req.description ?? undefined;
   const base = {

@@ -129,6 +129,7 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
     const full = worker.partitionOf(target.id.partitionKey).state.flow.backlogFull(flow.scope, flow.limit_key ?? '');
     if (full !== undefined) {
       deps.logger.info({ code: 'KEEL0902', scope: flow.scope, limit_key: flow.limit_key, rule: full.pattern, waiting: full.waiting }, 'ingress request refused: flow-control backlog full');
+      deps.telemetry.metrics.flowRejected(full.pattern);
       void reply.removeHeader('x-restate-id').header('retry-after', String(full.retry_after_s));
       return ingressError(reply, 'KEEL0902', `the backlog of rule '${full.pattern}' is full: ${full.waiting} invocations wait (limits.backlog ${full.backlog}); retry after ${full.retry_after_s} s`);
     }

@@ -258,27 +258,35 @@ export class FlowControl {
 
   /**
    * Per rule pattern, the slots held under it (an invocation counts once at each level a rule
-   * governs) and the invocations waiting on it (on the deepest level that has no room).
-   * For /metrics; O(counters + queues).
+   * governs), the invocations waiting on its concurrency (the deepest level without room) and
+   * those waiting on its rate (a slot free, the rate not). For /metrics; O(counters + queues).
    */
-  perRule(into: Map<string, { running: number; queued: number }>): void {
+  perRule(into: Map<string, { running: number; queued: number; throttled: number }>): void {
     const at = (pattern: string) => {
       let e = into.get(pattern);
-      if (e === undefined) into.set(pattern, (e = { running: 0, queued: 0 }));
+      if (e === undefined) into.set(pattern, (e = { running: 0, queued: 0, throttled: 0 }));
       return e;
     };
     for (const [key, n] of Object.entries(this.store.usage())) {
       const rule = this.rules.ruleOf(key);
       if (rule !== undefined) at(rule.pattern).running += n;
     }
+    const rate = this.store.rate();
     for (const [scope, byKey] of this.queues) {
       for (const [limitKey, q] of byKey) {
-        const blocking = counterKeys(scope, limitKey).reverse().find((k) => {
+        const keys = counterKeys(scope, limitKey).reverse();
+        const full = keys.find((k) => {
           const limit = this.rules.limitOf(k);
           return limit !== undefined && this.usageOf(k) >= limit;
         });
-        const rule = blocking === undefined ? undefined : this.rules.ruleOf(blocking);
-        if (rule !== undefined) at(rule.pattern).queued += q.length;
+        if (full !== undefined) {
+          const rule = this.rules.ruleOf(full);
+          if (rule !== undefined) at(rule.pattern).queued += q.length;
+          continue;
+        }
+        const slow = keys.find((k) => this.rules.ruleOf(k)?.rate !== undefined && (rate[k] ?? 0) > this.now_ms);
+        const rule = slow === undefined ? undefined : this.rules.ruleOf(slow);
+        if (rule !== undefined) at(rule.pattern).throttled += q.length;
       }
     }
   }

@@ -47,8 +47,8 @@ export interface MetricSources {
   endpoints(): { connections: number; streams: number };
   partitions(): Array<{ partition: number; queued_commands: number; outbox_entries: number; invocations: ReadonlyMap<string, number> }>;
   storeSizes(): Promise<Array<{ store: string; bytes: number }>>;
-  /** Per flow-control rule (pattern): invocations holding its slots, and waiting on it. */
-  flowRules(): ReadonlyMap<string, { running: number; queued: number }>;
+  /** Per flow-control rule (pattern): invocations holding its slots, waiting on its concurrency, waiting on its rate. */
+  flowRules(): ReadonlyMap<string, { running: number; queued: number; throttled: number }>;
 }
 
 /**
@@ -91,7 +91,10 @@ export class KeelMetrics {
     writeSeconds: new HistogramFamily('keel_log_write_duration_seconds', 'Duration of one log batch write (fsync included when on), by partition', WRITE_SECONDS_BUCKETS),
     errors: new CellFamily('keel_errors_total', 'Log lines at warn or error level carrying a stable error code, by code'),
     ingressInFlight: new CellFamily('keel_ingress_requests_in_flight', 'Ingress requests waiting for an invocation (call, send, attach, output)', 'gauge'),
+    flowRejected: new CellFamily('keel_flow_rule_rejected_total', 'Requests refused (429) because the backlog of a flow-control rule was full, by rule'),
   };
+  /** Rule pattern → its rejected cell (bounded by the rule book: 10,000 rules at most). */
+  private readonly flowRejectedCells = new Map<string, Cell>();
   /** Ingress requests in flight: the ingress bumps it up and down. */
   readonly ingressInFlight: Cell;
 
@@ -137,6 +140,13 @@ export class KeelMetrics {
     };
   }
 
+  /** A request refused because the backlog of `rule` was full. */
+  flowRejected(rule: string): void {
+    let cell = this.flowRejectedCells.get(rule);
+    if (cell === undefined) this.flowRejectedCells.set(rule, (cell = this.f.flowRejected.cell({ rule })));
+    cell.inc();
+  }
+
   /** A warn or error line carried `code`: codes outside the catalogue count as `_other`. */
   error(code: string): void {
     let cell = this.errors.get(code);
@@ -164,8 +174,8 @@ export class KeelMetrics {
       ),
     );
     this.register(
-      new SampledGauge('keel_flow_rule_invocations', 'Per flow-control rule: invocations holding its slots (state=running, counted at each level a rule governs) and waiting on it (state=queued)', () =>
-        [...sources.flowRules()].flatMap(([rule, n]): Array<[Labels, number]> => [[{ rule, state: 'running' }, n.running], [{ rule, state: 'queued' }, n.queued]]),
+      new SampledGauge('keel_flow_rule_invocations', 'Per flow-control rule: invocations holding its slots (state=running, counted at each level a rule governs), waiting on its concurrency (state=queued) and on its rate (state=throttled)', () =>
+        [...sources.flowRules()].flatMap(([rule, n]): Array<[Labels, number]> => [[{ rule, state: 'running' }, n.running], [{ rule, state: 'queued' }, n.queued], [{ rule, state: 'throttled' }, n.throttled]]),
       ),
     );
     this.register(

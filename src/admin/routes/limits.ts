@@ -101,13 +101,16 @@ function limits(x: unknown, path: string): NonNullable<UpsertRule['limits']> {
   const m = map(x, path);
   const out: NonNullable<UpsertRule['limits']> = {};
   if (m.concurrency !== undefined && m.concurrency !== null) out.concurrency = u32(m.concurrency, `${path}.concurrency`, 1);
-  if (m.rate !== undefined && m.rate !== null) {
+  // Keel's own fields: absent keeps the rule's, null removes them.
+  if (m.rate === null) out.rate = null;
+  else if (m.rate !== undefined) {
     const r = map(m.rate, `${path}.rate`);
     if (r.starts === undefined) throw invalid(`${path}.rate`, 'missing field `starts`');
     if (r.interval_ms === undefined) throw invalid(`${path}.rate`, 'missing field `interval_ms`');
     out.rate = { starts: u32(r.starts, `${path}.rate.starts`, 1), interval_ms: u32(r.interval_ms, `${path}.rate.interval_ms`, 1) };
   }
-  if (m.backlog !== undefined && m.backlog !== null) out.backlog = u32(m.backlog, `${path}.backlog`, 0);
+  if (m.backlog === null) out.backlog = null;
+  else if (m.backlog !== undefined) out.backlog = u32(m.backlog, `${path}.backlog`, 0);
   return out;
 }
 
