@@ -366,6 +366,18 @@ t.test('flow control', async (t) => {
     t.same([bad.status, bad.json?.restate_code], [400, 'KEEL0002']);
     const missing = await adminCall(keel, 'PUT', '/deployments/dp_nope/limits', { concurrency: 3 });
     t.equal(missing.status, 404);
+    // A parked attempt whose invocation is killed takes no slot: the next one runs in its place.
+    await adminCall(keel, 'PUT', `/deployments/${id}/limits`, { concurrency: 1 });
+    const sendHold = async (ms, tag) => (await ingress(keel, '/Work/hold/send', { ms, tag })).body.invocationId;
+    const first = await sendHold(400, 'park-a');
+    await eventually(() => g.live.get('-')?.size === 1);
+    const parked = await sendHold(400, 'park-b');
+    const next = await sendHold(10, 'park-c');
+    await adminCall(keel, 'PATCH', `/invocations/${parked}/kill`);
+    const done = await eventually(async () => (await query(keel, `SELECT status FROM sys_invocation WHERE id = '${next}' AND status = 'completed'`)).length === 1, { timeout_ms: 10_000 }).then(() => true, () => false);
+    t.ok(done, 'the one behind a killed parked attempt ran');
+    void first;
+    await adminCall(keel, 'PUT', `/deployments/${id}/limits`, { concurrency: 6 });
     // It survives a restart (metadata), and null lifts it.
     await keel.restart();
     t.same((await adminCall(keel, 'GET', `/deployments/${id}/limits`)).json, { deployment: id, concurrency: 6 });

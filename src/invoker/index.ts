@@ -89,7 +89,8 @@ export class Invoker implements AttemptRunner {
         this.park(deployment!, next);
         continue;
       }
-      this.launch(next.host, next.id, next.epoch);
+      // One that does not start takes no slot: the next of its deployment may go in its place.
+      if (!this.launch(next.host, next.id, next.epoch) && cap !== undefined) this.unpark(deployment!);
     }
   }
 
@@ -175,11 +176,12 @@ export class Invoker implements AttemptRunner {
     for (const a of [...this.live.values()]) a.abort();
   }
 
-  private launch(host: AttemptHost, id: string, epoch: number): void {
+  /** Starts an attempt; false when it does not (the invocation moved on, or its deployment is unusable). */
+  private launch(host: AttemptHost, id: string, epoch: number): boolean {
     const status = host.invocation(id);
     // The snapshot is taken now: notifications folded before this point are in the journal,
     // later ones are forwarded to the live attempt.
-    if (status === undefined || status.status !== 'running' || status.epoch !== epoch) return;
+    if (status === undefined || status.status !== 'running' || status.epoch !== epoch) return false;
     const journal = host.journal(id);
     assert(journal.length === status.journal_length, () => `${id}: journal of ${journal.length} entries, status says ${status.journal_length}`);
     const service = this.registry.service(status.service);
@@ -217,7 +219,7 @@ export class Invoker implements AttemptRunner {
         : `no deployment found for service ${status.service}`;
       this.logger.error({ code: 'RT0011', invocation: id }, message);
       this.record(host, id, failed({ error_code: 'RT0011', failure_code: 500, message }));
-      return;
+      return false;
     }
     const version = Math.min(deployment.max_protocol_version, MAX_SERVICE_PROTOCOL_VERSION);
     const pinned = status.protocol_version;
@@ -228,7 +230,7 @@ export class Invoker implements AttemptRunner {
         : ['RT0013', `deployment ${deployment.id} supports none of the protocol versions ${MIN_SERVICE_PROTOCOL_VERSION}-${MAX_SERVICE_PROTOCOL_VERSION}`];
       this.logger.error({ code, invocation: id }, message);
       this.record(host, id, failed({ error_code: code!, failure_code: 500, message: message! }));
-      return;
+      return false;
     }
     this.running += 1;
     this.byDeployment.set(deployment.id, (this.byDeployment.get(deployment.id) ?? 0) + 1);
@@ -296,6 +298,7 @@ export class Invoker implements AttemptRunner {
     this.live.get(id)?.abort();
     this.live.set(id, attempt);
     attempt.start();
+    return true;
   }
 
   /** Records the end of an attempt that could not start; a refused append is logged, the invocation stays as it was. */
