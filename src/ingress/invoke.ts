@@ -126,7 +126,7 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   }
 
   if (flow.scope !== undefined) {
-    const full = worker.partitionOf(target.id.partitionKey).state.flow.backlogFull(flow.scope, flow.limit_key ?? '');
+    const full = worker.partitionOf(target.id.partitionKey).state.flow.backlogFull(flow.scope, flow.limit_key ?? '', Date.now());
     if (full !== undefined) {
       deps.logger.info({ code: 'KEEL0902', scope: flow.scope, limit_key: flow.limit_key, rule: full.pattern, waiting: full.waiting }, 'ingress request refused: flow-control backlog full');
       deps.telemetry.metrics.flowRejected(full.pattern);

@@ -35,6 +35,8 @@ interface Queued {
   host: AttemptHost;
   id: string;
   epoch: number;
+  /** The limited deployment it waited for, once a freed slot there let it go: that turn is its. */
+  parkedOn?: string;
 }
 
 
@@ -83,14 +85,20 @@ export class Invoker implements AttemptRunner {
     while (this.running < this.config.worker.invoker.concurrent_invocations_limit) {
       const next = this.unparked.dequeue() ?? this.waiting.dequeue();
       if (next === undefined) return;
+      const origin = next.parkedOn;
+      delete next.parkedOn;
       const deployment = this.deploymentOf(next);
       const cap = deployment === undefined ? undefined : this.registry.deploymentConcurrency?.(deployment);
       if (cap !== undefined && (this.byDeployment.get(deployment!) ?? 0) >= cap) {
         this.park(deployment!, next);
+        // Let go by `origin` but bound elsewhere now (a new deployment of its service): origin's turn passes on.
+        if (origin !== undefined && origin !== deployment) this.unpark(origin);
         continue;
       }
-      // One that does not start takes no slot: the next of its deployment may go in its place.
-      if (!this.launch(next.host, next.id, next.epoch) && cap !== undefined) this.unpark(deployment!);
+      const started = this.launch(next.host, next.id, next.epoch);
+      // A turn not taken on the deployment that gave it (not started, or started elsewhere) goes to the next one there.
+      if (origin !== undefined && (!started || origin !== deployment)) this.unpark(origin);
+      else if (!started && cap !== undefined) this.unpark(deployment!);
     }
   }
 
@@ -111,7 +119,9 @@ export class Invoker implements AttemptRunner {
   private unpark(deployment: string, all = false): void {
     const parked = this.parked.get(deployment);
     while (parked !== undefined && parked.size > 0) {
-      this.unparked.enqueue(parked.dequeue()!);
+      const q = parked.dequeue()!;
+      q.parkedOn = deployment;
+      this.unparked.enqueue(q);
       this.parkedCount -= 1;
       if (!all) break;
     }

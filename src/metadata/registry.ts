@@ -287,6 +287,8 @@ export class Registry {
       if (!this.byId.has(id)) return false;
       await this.commit({ kind: 'deployment_removed', id });
       this.logger.info({ deployment: id }, 'deployment removed');
+      // Its limit went with it: attempts parked for it are looked at again (and fail or move on).
+      this.notifyDeploymentLimits();
       return true;
     });
   }
@@ -442,7 +444,7 @@ export class Registry {
     this.changes++;
     if (rec.kind === 'subscription_added') this.notifySubscription({ kind: 'added', subscription: rec.subscription });
     if (rec.kind === 'subscription_removed') this.notifySubscription({ kind: 'removed', id: rec.id });
-    if (rec.kind === 'deployment_limit_set') this.notifyDeploymentLimits();
+    if (rec.kind === 'deployment_limit_set' || rec.kind === 'deployment_removed') this.notifyDeploymentLimits();
     this.logger.info({ kind: rec.kind }, 'metadata changed by another node');
     if (rec.kind === 'limit_rules_replaced' && this.rules === rec.book) {
       for (const listener of this.ruleListeners) {

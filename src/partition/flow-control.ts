@@ -123,6 +123,11 @@ export class FlowControl {
     return (this.queues.get(scope)?.get(limitKey)?.length ?? 0) === 0 && !this.isPaused(scope, limitKey) && this.hasRoom(scope, limitKey);
   }
 
+  /** Whether an invocation of (scope, limit key) arriving at `now_ms` would start at once. */
+  private wouldRunAt(scope: string, limitKey: string, now_ms: number): boolean {
+    return (this.queues.get(scope)?.get(limitKey)?.length ?? 0) === 0 && !this.isPaused(scope, limitKey) && this.slotFree(scope, limitKey) && this.rateReadyAt(scope, limitKey) <= now_ms;
+  }
+
   isPaused(scope: string, limitKey: string): boolean {
     return this.store.paused()[tagOf(scope, limitKey)] !== undefined;
   }
@@ -325,13 +330,14 @@ export class FlowControl {
    * already has that many waiting. Read by the ingress before it appends (the bound may be passed
    * by the requests in flight at once, never by more).
    */
-  backlogFull(scope: string, limitKey: string): { pattern: string; waiting: number; backlog: number; retry_after_s: number } | undefined {
+  backlogFull(scope: string, limitKey: string, now_ms: number): { pattern: string; waiting: number; backlog: number; retry_after_s: number } | undefined {
     for (const k of counterKeys(scope, limitKey)) {
       const rule = this.rules.ruleOf(k);
       if (rule?.backlog === undefined) continue;
       const waiting = this.waitingUnder(scope, k);
-      // A backlog of 0 refuses only what would have to wait.
-      if (waiting < rule.backlog || (waiting === 0 && this.mayRun(scope, limitKey))) continue;
+      // A backlog of 0 refuses only what would have to wait — judged at `now_ms` (the ingress's
+      // clock: a quiet partition's last command may be long past, and a refusal appends nothing).
+      if (waiting < rule.backlog || (waiting === 0 && this.wouldRunAt(scope, limitKey, now_ms))) continue;
       // With a rate, when the backlog will have drained; else a second.
       const retry_after_s = rule.rate === undefined ? 1 : Math.max(1, Math.ceil((waiting * rule.rate.interval_ms) / rule.rate.starts / 1000));
       return { pattern: rule.pattern, waiting, backlog: rule.backlog, retry_after_s };
