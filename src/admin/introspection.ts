@@ -58,7 +58,7 @@ export interface IntrospectionSource {
   /** Pauses or resumes a flow-control queue (POST /vqueues/{id}/pause|resume); resolves once durable. */
   pauseFlowQueue?(scope: string, limitKey: string, paused: boolean): Promise<void>;
   /** Invocations waiting in flow-control queues (sys_vqueues). */
-  flowEntries?(): Iterable<{ scope: string; limit_key: string; id: string; seq: number; created_at_ms?: number; inboxed_at_ms?: number; started_before: boolean; last_start_at_ms?: number; deployment_id?: string }>;
+  flowEntries?(): Iterable<FlowEntry>;
   /** What each flow-control queue with waiters is blocked on (sys_scheduler). */
   flowScheduler?(): Iterable<{ scope: string; limit_key: string; waiting: number; head: string; blocked_on: string; blocked: Record<string, unknown>; ready_at_ms?: number }>;
   /** Flow-control counters of every partition (sys_user_limits); absent in sources without partitions. */
@@ -503,6 +503,31 @@ export function rowBytes(r: Row): number {
 const pinned = (filter: TableFilter, column: string, value: string): boolean => filter[column] === undefined || filter[column].includes(value);
 const keyed = (filter: TableFilter, service: string, key: string) => pinned(filter, 'service_name', service) && pinned(filter, 'service_key', key);
 
+/** An invocation waiting in a flow-control queue, as the partitions report it. */
+export interface FlowEntry {
+  scope: string;
+  limit_key: string;
+  id: string;
+  seq: number;
+  created_at_ms?: number;
+  inboxed_at_ms?: number;
+  /** It ran before (it resumed, and waits for a slot again). */
+  started_before: boolean;
+  last_start_at_ms?: number;
+  deployment_id?: string;
+}
+
+/** A flow-control entry waiting in its queue, with the columns of sys_vqueues and sys_vqueue_entry_status. */
+function entryRow(e: FlowEntry): Row {
+  const queue = vqueueId(e.scope, e.limit_key);
+  return {
+    partition_key: scopePartitionKey(e.scope).toString(), id: queue, vqueue_id: queue, entry_id: e.id, entry_kind: 'invocation',
+    stage: 'inbox', status: e.started_before ? 'yielded' : 'new', has_lock: 0, next_at: null, sequence_number: e.seq,
+    created_at: ts(e.created_at_ms), transitioned_at: ts(e.inboxed_at_ms), num_attempts: e.started_before ? 1 : 0,
+    first_attempt_at: null, latest_attempt_at: ts(e.last_start_at_ms), deployment: e.deployment_id ?? null,
+  };
+}
+
 /**
  * The tables built from live data for each query that names them. `sys_invocation` and
  * `sys_invocation_status` are not here (the engine keeps a copy of them up to date), nor
@@ -537,22 +562,12 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
       };
     }
   },
+  // One row per waiting entry in both: a row holds every column of the two (the engine reads the table's own).
   sys_vqueues: function* ({ source }) {
-    for (const e of source.flowEntries?.() ?? []) {
-      yield {
-        partition_key: scopePartitionKey(e.scope).toString(), id: vqueueId(e.scope, e.limit_key), stage: 'inbox', status: e.started_before ? 'yielded' : 'new',
-        has_lock: 0, sequence_number: e.seq, entry_id: e.id, entry_kind: 'invocation', created_at: ts(e.created_at_ms), transitioned_at: ts(e.inboxed_at_ms), num_attempts: e.started_before ? 1 : 0,
-      };
-    }
+    for (const e of source.flowEntries?.() ?? []) yield entryRow(e);
   },
   sys_vqueue_entry_status: function* ({ source }) {
-    for (const e of source.flowEntries?.() ?? []) {
-      yield {
-        partition_key: scopePartitionKey(e.scope).toString(), entry_id: e.id, vqueue_id: vqueueId(e.scope, e.limit_key), stage: 'inbox', status: e.started_before ? 'yielded' : 'new',
-        has_lock: 0, next_at: null, sequence_number: e.seq, entry_kind: 'invocation', created_at: ts(e.created_at_ms), transitioned_at: ts(e.inboxed_at_ms),
-        num_attempts: e.started_before ? 1 : 0, first_attempt_at: null, latest_attempt_at: ts(e.last_start_at_ms), deployment: e.deployment_id ?? null,
-      };
-    }
+    for (const e of source.flowEntries?.() ?? []) yield entryRow(e);
   },
   sys_scheduler: function* ({ source }) {
     for (const q of source.flowScheduler?.() ?? []) {

@@ -8,7 +8,7 @@ import { objectKeyOf, splitObjectKey } from '../storage/keys.js';
 import { KeelError } from '../errors/index.js';
 import { splitPromiseKey } from '../storage/tables/promises.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
-import type { IntrospectionSource, InvocationChanges, ManageAction, PartitionInfo, RawJournalEntry } from './introspection.js';
+import type { FlowEntry, IntrospectionSource, InvocationChanges, ManageAction, PartitionInfo, RawJournalEntry } from './introspection.js';
 
 /** The admin API's view of the partitions, through the worker's read interface. */
 export class WorkerIntrospection implements IntrospectionSource {
@@ -81,7 +81,7 @@ export class WorkerIntrospection implements IntrospectionSource {
     for await (const [objectKey, id] of this.worker.storedLocks()) yield { ...splitObjectKey(objectKey), id };
   }
 
-  *flowEntries(): Iterable<{ scope: string; limit_key: string; id: string; seq: number; created_at_ms?: number; inboxed_at_ms?: number; started_before: boolean; last_start_at_ms?: number; deployment_id?: string }> {
+  *flowEntries(): Iterable<FlowEntry> {
     for (const p of this.worker.processors) {
       for (const [scope, byKey] of p.state.flow.queues) {
         for (const [limitKey, q] of byKey) {

@@ -87,25 +87,11 @@ export class Invoker implements AttemptRunner {
       if (next === undefined) return;
       const origin = next.parkedOn;
       delete next.parkedOn;
-      const deployment = this.deploymentOf(next);
-      const cap = deployment === undefined ? undefined : this.registry.deploymentConcurrency?.(deployment);
-      if (cap !== undefined && (this.byDeployment.get(deployment!) ?? 0) >= cap) {
-        this.park(deployment!, next);
-        // Let go by `origin` but bound elsewhere now (a new deployment of its service): origin's turn passes on.
-        if (origin !== undefined && origin !== deployment) this.unpark(origin);
-        continue;
-      }
-      const started = this.launch(next.host, next.id, next.epoch);
-      // A turn not taken on the deployment that gave it (not started, or started elsewhere) goes to the next one there.
-      if (origin !== undefined && (!started || origin !== deployment)) this.unpark(origin);
-      else if (!started && cap !== undefined) this.unpark(deployment!);
+      const r = this.launch(next);
+      // A turn a freed slot of `origin` gave is used only by starting there or waiting there again;
+      // otherwise (not started, or bound to another deployment now) it passes to the next one parked there.
+      if (origin !== undefined && (r.deployment !== origin || r.outcome === 'skipped')) this.unpark(origin);
     }
-  }
-
-  /** The deployment an attempt will run against: the one its invocation is pinned to, or its service's latest. */
-  private deploymentOf(q: Queued): string | undefined {
-    const s = q.host.invocation(q.id);
-    return s === undefined ? undefined : (s.deployment_id ?? this.registry.service(s.service)?.deployment_id);
   }
 
   private park(deployment: string, q: Queued): void {
@@ -186,15 +172,26 @@ export class Invoker implements AttemptRunner {
     for (const a of [...this.live.values()]) a.abort();
   }
 
-  /** Starts an attempt; false when it does not (the invocation moved on, or its deployment is unusable). */
-  private launch(host: AttemptHost, id: string, epoch: number): boolean {
+  /**
+   * Starts an attempt against the deployment its invocation is pinned to (or its service's latest):
+   * `started`; `parked` aside when that deployment runs its limit already; `skipped` when the
+   * invocation moved on or the deployment is unusable (the failure recorded).
+   */
+  private launch(q: Queued): { outcome: 'started' | 'parked' | 'skipped'; deployment?: string } {
+    const { host, id, epoch } = q;
     const status = host.invocation(id);
+    if (status === undefined || status.status !== 'running' || status.epoch !== epoch) return { outcome: 'skipped' };
+    const service = this.registry.service(status.service);
+    const deploymentId = status.deployment_id ?? service?.deployment_id;
+    const cap = deploymentId === undefined ? undefined : this.registry.deploymentConcurrency?.(deploymentId);
+    if (cap !== undefined && (this.byDeployment.get(deploymentId!) ?? 0) >= cap) {
+      this.park(deploymentId!, q);
+      return { outcome: 'parked', deployment: deploymentId };
+    }
     // The snapshot is taken now: notifications folded before this point are in the journal,
     // later ones are forwarded to the live attempt.
-    if (status === undefined || status.status !== 'running' || status.epoch !== epoch) return false;
     const journal = host.journal(id);
     assert(journal.length === status.journal_length, () => `${id}: journal of ${journal.length} entries, status says ${status.journal_length}`);
-    const service = this.registry.service(status.service);
     const handler = service?.handlers.find((h) => h.name === status.handler);
     const policy = this.policyFor(status.service, status.handler);
     const invocationBytes = InvocationId.parse(id)!.bytes;
@@ -221,7 +218,6 @@ export class Invoker implements AttemptRunner {
       if (f.related_entry_type !== undefined) cmd.related_entry_type = f.related_entry_type;
       return cmd;
     };
-    const deploymentId = status.deployment_id ?? service?.deployment_id;
     const deployment = deploymentId === undefined ? undefined : this.registry.deployment(deploymentId);
     if (deployment === undefined) {
       const message = status.deployment_id
@@ -229,7 +225,7 @@ export class Invoker implements AttemptRunner {
         : `no deployment found for service ${status.service}`;
       this.logger.error({ code: 'RT0011', invocation: id }, message);
       this.record(host, id, failed({ error_code: 'RT0011', failure_code: 500, message }));
-      return false;
+      return { outcome: 'skipped', ...(deploymentId !== undefined ? { deployment: deploymentId } : {}) };
     }
     const version = Math.min(deployment.max_protocol_version, MAX_SERVICE_PROTOCOL_VERSION);
     const pinned = status.protocol_version;
@@ -240,7 +236,7 @@ export class Invoker implements AttemptRunner {
         : ['RT0013', `deployment ${deployment.id} supports none of the protocol versions ${MIN_SERVICE_PROTOCOL_VERSION}-${MAX_SERVICE_PROTOCOL_VERSION}`];
       this.logger.error({ code, invocation: id }, message);
       this.record(host, id, failed({ error_code: code!, failure_code: 500, message: message! }));
-      return false;
+      return { outcome: 'skipped', deployment: deployment.id };
     }
     this.running += 1;
     this.byDeployment.set(deployment.id, (this.byDeployment.get(deployment.id) ?? 0) + 1);
@@ -308,7 +304,7 @@ export class Invoker implements AttemptRunner {
     this.live.get(id)?.abort();
     this.live.set(id, attempt);
     attempt.start();
-    return true;
+    return { outcome: 'started', deployment: deployment.id };
   }
 
   /** Records the end of an attempt that could not start; a refused append is logged, the invocation stays as it was. */

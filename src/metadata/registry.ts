@@ -195,7 +195,7 @@ export class Registry {
   private readonly ruleListeners = new Set<(book: RuleBook) => void>();
   /** Keel's own: deployment id → the most attempts it may run at once (PUT /deployments/{id}/limits). */
   private readonly deploymentLimits = new Map<string, number>();
-  private readonly deploymentLimitListeners = new Set<() => void>();
+  private readonly deploymentLimitListeners = new Set<(arg: undefined) => void>();
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
   private changes = 0;
@@ -316,13 +316,7 @@ export class Registry {
   }
 
   private notifySubscription(e: SubscriptionEvent): void {
-    for (const listener of this.subscriptionListeners) {
-      try {
-        listener(e);
-      } catch (err) {
-        this.logger.error({ err, code: 'KEEL0701', subscription: e.kind === 'added' ? e.subscription.id : e.id }, 'a subscription listener failed');
-      }
-    }
+    this.notify(this.subscriptionListeners, e, 'subscription', 'KEEL0701', { subscription: e.kind === 'added' ? e.subscription.id : e.id });
   }
 
   /** Validates (META0009) and persists a subscription through the metadata log. */
@@ -370,11 +364,16 @@ export class Registry {
   }
 
   private notifyDeploymentLimits(): void {
-    for (const listener of this.deploymentLimitListeners) {
+    this.notify(this.deploymentLimitListeners, undefined, 'deployment limit');
+  }
+
+  /** Calls each listener with `arg`; one that throws is logged (with `what` it listens to), the others still run. */
+  private notify<T>(listeners: ReadonlySet<(arg: T) => void>, arg: T, what: string, code: 'RT0006' | 'KEEL0701' = 'RT0006', fields: Record<string, unknown> = {}): void {
+    for (const listener of listeners) {
       try {
-        listener();
+        listener(arg);
       } catch (err) {
-        this.logger.error({ err, code: 'RT0006' }, 'a deployment limit listener failed');
+        this.logger.error({ err, code, ...fields }, `a ${what} listener failed`);
       }
     }
   }
@@ -446,15 +445,7 @@ export class Registry {
     if (rec.kind === 'subscription_removed') this.notifySubscription({ kind: 'removed', id: rec.id });
     if (rec.kind === 'deployment_limit_set' || rec.kind === 'deployment_removed') this.notifyDeploymentLimits();
     this.logger.info({ kind: rec.kind }, 'metadata changed by another node');
-    if (rec.kind === 'limit_rules_replaced' && this.rules === rec.book) {
-      for (const listener of this.ruleListeners) {
-        try {
-          listener(rec.book);
-        } catch (err) {
-          this.logger.error({ err, code: 'RT0006' }, 'a limit rules listener failed');
-        }
-      }
-    }
+    if (rec.kind === 'limit_rules_replaced' && this.rules === rec.book) this.notify(this.ruleListeners, rec.book, 'limit rules');
   }
 
   private async commit(rec: MetaRecord): Promise<void> {

@@ -6,20 +6,15 @@
 import { assert } from '../common/assert.js';
 import { EMPTY_RULE_BOOK, LEVELS, RuleIndex, counterKeys, type Level, type RuleBook } from '../common/limit-rules.js';
 import { limitsTable } from '../storage/tables/limits.js';
+import type { Counters } from '../storage/tables/fsm.js';
 import { vqueuesTable, type VqueueEntry } from '../storage/tables/vqueues.js';
 
 /** What flow control writes through: the partition's batch and its counters. */
 export interface FlowStore {
   readonly partition: number;
   write(key: string, value: Buffer | null): void;
-  /** Counter key → invocations holding a slot (persisted with the partition's counters). */
-  usage(): Record<string, number>;
-  /** Fair-queuing tags (Counters.tags), persisted with the counters. */
-  tags(): Record<string, number>;
-  /** Rate limits' next allowed start per counter (Counters.rate), persisted with the counters. */
-  rate(): Record<string, number>;
-  /** Queues paused by an operator (Counters.paused). */
-  paused(): Record<string, number>;
+  /** The partition's counters: flow control keeps its `usage`, `tags`, `rate` and `paused` there. */
+  counters(): Pick<Counters, 'usage' | 'tags' | 'rate' | 'paused'>;
   countersChanged(): void;
   nextSeq(): number;
 }
@@ -59,22 +54,28 @@ export class FlowControl {
   }
 
   usageOf(counterKey: string): number {
-    return this.store.usage()[counterKey] ?? 0;
+    return this.store.counters().usage[counterKey] ?? 0;
+  }
+
+  /** The deepest counter of (scope, limit key) whose slots are all taken, if any: what it waits on. */
+  fullCounter(scope: string, limitKey: string): string | undefined {
+    const keys = counterKeys(scope, limitKey);
+    for (let i = keys.length - 1; i >= 0; i--) {
+      const limit = this.rules.limitOf(keys[i]!);
+      if (limit !== undefined && this.usageOf(keys[i]!) >= limit) return keys[i];
+    }
+    return undefined;
   }
 
   /** Whether every counter of (scope, limit key) has room for one more, now: a slot, and its rate. */
   hasRoom(scope: string, limitKey: string): boolean {
-    for (const k of counterKeys(scope, limitKey)) {
-      const limit = this.rules.limitOf(k);
-      if (limit !== undefined && this.usageOf(k) >= limit) return false;
-    }
-    return this.rateReadyAt(scope, limitKey) <= this.now_ms;
+    return this.fullCounter(scope, limitKey) === undefined && this.rateReadyAt(scope, limitKey) <= this.now_ms;
   }
 
   /** When the rate limits of (scope, limit key) let one more start (0 without any). */
   rateReadyAt(scope: string, limitKey: string): number {
     if (!this.rules.hasRates) return 0;
-    const rate = this.store.rate();
+    const rate = this.store.counters().rate;
     let at = 0;
     for (const k of counterKeys(scope, limitKey)) {
       if (this.rules.ruleOf(k)?.rate !== undefined) at = Math.max(at, rate[k] ?? 0);
@@ -90,7 +91,7 @@ export class FlowControl {
     let best: { at_ms: number; seq: number; id: string } | undefined;
     for (const [limitKey, q] of this.queues.get(scope) ?? []) {
       const head = q[0];
-      if (head === undefined || this.isPaused(scope, limitKey) || !this.slotFree(scope, limitKey)) continue;
+      if (head === undefined || this.isPaused(scope, limitKey) || this.fullCounter(scope, limitKey) !== undefined) continue;
       const ready = this.rateReadyAt(scope, limitKey);
       if (ready <= this.now_ms) continue;
       // Ordered by time, then sequence: nothing here depends on the order of the Maps (which a reload changes).
@@ -101,7 +102,7 @@ export class FlowControl {
 
   /** A rule book changed: a counter no longer rate-limited forgets its next start; the others wait at most one new spacing. */
   resetRates(): void {
-    const rate = this.store.rate();
+    const rate = this.store.counters().rate;
     for (const k of Object.keys(rate)) {
       const r = this.rules.ruleOf(k)?.rate;
       if (r === undefined) delete rate[k];
@@ -110,31 +111,27 @@ export class FlowControl {
     this.store.countersChanged();
   }
 
-  private slotFree(scope: string, limitKey: string): boolean {
-    for (const k of counterKeys(scope, limitKey)) {
-      const limit = this.rules.limitOf(k);
-      if (limit !== undefined && this.usageOf(k) >= limit) return false;
-    }
-    return true;
-  }
-
-  /** Whether an invocation of (scope, limit key) may take a slot now: room, no one ahead of it in its queue, the queue not paused. */
-  mayRun(scope: string, limitKey: string): boolean {
-    return (this.queues.get(scope)?.get(limitKey)?.length ?? 0) === 0 && !this.isPaused(scope, limitKey) && this.hasRoom(scope, limitKey);
-  }
-
-  /** Whether an invocation of (scope, limit key) arriving at `now_ms` would start at once. */
-  private wouldRunAt(scope: string, limitKey: string, now_ms: number): boolean {
-    return (this.queues.get(scope)?.get(limitKey)?.length ?? 0) === 0 && !this.isPaused(scope, limitKey) && this.slotFree(scope, limitKey) && this.rateReadyAt(scope, limitKey) <= now_ms;
+  /**
+   * Whether an invocation of (scope, limit key) arriving at `at_ms` (the fold's time unless given:
+   * the ingress asks at its own clock) starts at once: no one ahead of it in its queue, the queue
+   * not paused, a slot and its rate free.
+   */
+  mayRun(scope: string, limitKey: string, at_ms = this.now_ms): boolean {
+    return (
+      (this.queues.get(scope)?.get(limitKey)?.length ?? 0) === 0 &&
+      !this.isPaused(scope, limitKey) &&
+      this.fullCounter(scope, limitKey) === undefined &&
+      this.rateReadyAt(scope, limitKey) <= at_ms
+    );
   }
 
   isPaused(scope: string, limitKey: string): boolean {
-    return this.store.paused()[tagOf(scope, limitKey)] !== undefined;
+    return this.store.counters().paused[tagOf(scope, limitKey)] !== undefined;
   }
 
   /** An operator pauses or resumes a queue; a resumed one's waiters are looked at after the command. */
   setPaused(scope: string, limitKey: string, paused: boolean): void {
-    const all = this.store.paused();
+    const all = this.store.counters().paused;
     if (paused) all[tagOf(scope, limitKey)] = 1;
     else delete all[tagOf(scope, limitKey)];
     this.store.countersChanged();
@@ -143,7 +140,7 @@ export class FlowControl {
 
   /** The queues paused, as (scope, limit key). */
   pausedQueues(): Array<[scope: string, limitKey: string]> {
-    return Object.keys(this.store.paused()).map((k) => {
+    return Object.keys(this.store.counters().paused).map((k) => {
       const cut = k.indexOf(':');
       return [k.slice(0, cut), k.slice(cut + 1)];
     });
@@ -151,7 +148,7 @@ export class FlowControl {
 
   /** An invocation starts or stops holding a slot: its counters move by `delta`. */
   hold(scope: string, limitKey: string, delta: 1 | -1): void {
-    const usage = this.store.usage();
+    const usage = this.store.counters().usage;
     for (const k of counterKeys(scope, limitKey)) {
       const n = (usage[k] ?? 0) + delta;
       assert(n >= 0, () => `partition ${this.store.partition}: ${n} invocations hold a slot of ${k}`);
@@ -163,13 +160,20 @@ export class FlowControl {
     if (delta < 0) this.released.add(scope);
   }
 
-  /** A start under rate-limited counters: each one's next start moves one spacing (interval / starts) on. */
+  /**
+   * A start under rate-limited counters: each one's next start moves one spacing (interval /
+   * starts) on — from when this start was due, when it comes late by less than a spacing (a timer
+   * fires a few ms after its time: counted from the start itself, every late wake-up would lower
+   * the rate), else from now (after an idle spell: no burst of saved-up starts).
+   */
   private spendRate(scope: string, limitKey: string): void {
-    const rate = this.store.rate();
+    const rate = this.store.counters().rate;
     for (const k of counterKeys(scope, limitKey)) {
       const r = this.rules.ruleOf(k)?.rate;
       if (r === undefined) continue;
-      rate[k] = Math.max(rate[k] ?? 0, this.now_ms) + r.interval_ms / r.starts;
+      const spacing = r.interval_ms / r.starts;
+      const due = rate[k];
+      rate[k] = (due !== undefined && this.now_ms - due <= spacing ? due : this.now_ms) + spacing;
     }
     // Bounded: what lies in the past no longer limits anything.
     const keys = Object.keys(rate);
@@ -185,7 +189,7 @@ export class FlowControl {
     if (q === undefined) {
       byKey.set(limitKey, (q = []));
       // A queue that starts (again) starts at the scope's virtual time: no credit for having been idle.
-      const tags = this.store.tags();
+      const tags = this.store.counters().tags;
       tags[tagOf(scope, limitKey)] = tags[scope] ?? 0;
     }
     const e = { id, seq, priority };
@@ -216,7 +220,7 @@ export class FlowControl {
     if (q === undefined || i < 0) return;
     const [e] = q.splice(i, 1);
     this.store.write(vqueuesTable.key(this.store.partition, scope, limitKey, e!), null);
-    const tags = this.store.tags();
+    const tags = this.store.counters().tags;
     const tag = tagOf(scope, limitKey);
     if (served) {
       tags[scope] = tags[tag] ?? 0;
@@ -246,13 +250,12 @@ export class FlowControl {
   next(scope: string): { limitKey: string; entry: VqueueEntry } | undefined {
     const byKey = this.queues.get(scope);
     if (byKey === undefined) return undefined;
-    const tags = this.store.tags();
+    const tags = this.store.counters().tags;
     let best: { limitKey: string; entry: VqueueEntry; tag: number; usage: number } | undefined;
     for (const [limitKey, q] of byKey) {
       const head = q[0];
       if (head === undefined || this.isPaused(scope, limitKey) || !this.hasRoom(scope, limitKey)) continue;
-      const keys = counterKeys(scope, limitKey);
-      const usage = this.usageOf(keys[keys.length - 1]!);
+      const usage = this.usageOf(ownCounter(scope, limitKey));
       const tag = tags[tagOf(scope, limitKey)] ?? 0;
       if (best === undefined || before({ priority: head.priority, tag, usage, seq: head.seq }, { priority: best.entry.priority, tag: best.tag, usage: best.usage, seq: best.entry.seq })) {
         best = { limitKey, entry: head, tag, usage };
@@ -272,28 +275,30 @@ export class FlowControl {
       if (e === undefined) into.set(pattern, (e = { running: 0, queued: 0, throttled: 0 }));
       return e;
     };
-    for (const [key, n] of Object.entries(this.store.usage())) {
+    for (const [key, n] of Object.entries(this.store.counters().usage)) {
       const rule = this.rules.ruleOf(key);
       if (rule !== undefined) at(rule.pattern).running += n;
     }
-    const rate = this.store.rate();
     for (const [scope, byKey] of this.queues) {
       for (const [limitKey, q] of byKey) {
-        const keys = counterKeys(scope, limitKey).reverse();
-        const full = keys.find((k) => {
-          const limit = this.rules.limitOf(k);
-          return limit !== undefined && this.usageOf(k) >= limit;
-        });
-        if (full !== undefined) {
-          const rule = this.rules.ruleOf(full);
-          if (rule !== undefined) at(rule.pattern).queued += q.length;
-          continue;
-        }
-        const slow = keys.find((k) => this.rules.ruleOf(k)?.rate !== undefined && (rate[k] ?? 0) > this.now_ms);
-        const rule = slow === undefined ? undefined : this.rules.ruleOf(slow);
-        if (rule !== undefined) at(rule.pattern).throttled += q.length;
+        const full = this.fullCounter(scope, limitKey);
+        const blocking = full ?? this.rateCounter(scope, limitKey);
+        const rule = blocking === undefined ? undefined : this.rules.ruleOf(blocking);
+        if (rule === undefined) continue;
+        if (full !== undefined) at(rule.pattern).queued += q.length;
+        else at(rule.pattern).throttled += q.length;
       }
     }
+  }
+
+  /** The deepest rate-limited counter of (scope, limit key) whose next start is still ahead, if any. */
+  private rateCounter(scope: string, limitKey: string): string | undefined {
+    const rate = this.store.counters().rate;
+    const keys = counterKeys(scope, limitKey);
+    for (let i = keys.length - 1; i >= 0; i--) {
+      if (this.rules.ruleOf(keys[i]!)?.rate !== undefined && (rate[keys[i]!] ?? 0) > this.now_ms) return keys[i];
+    }
+    return undefined;
   }
 
   /**
@@ -305,14 +310,11 @@ export class FlowControl {
     const waiters = new Map<string, number>();
     for (const [scope, byKey] of this.queues) {
       for (const [limitKey, q] of byKey) {
-        const blocking = counterKeys(scope, limitKey).reverse().find((k) => {
-          const limit = this.rules.limitOf(k);
-          return limit !== undefined && this.usageOf(k) >= limit;
-        });
+        const blocking = this.fullCounter(scope, limitKey);
         if (blocking !== undefined) waiters.set(blocking, (waiters.get(blocking) ?? 0) + q.length);
       }
     }
-    const keys = new Set([...Object.keys(this.store.usage()), ...waiters.keys()]);
+    const keys = new Set([...Object.keys(this.store.counters().usage), ...waiters.keys()]);
     return [...keys].sort().map((key) => {
       const [scope, l1, l2] = key.split('/') as [string, string | undefined, string | undefined];
       const rule = this.rules.ruleOf(key);
@@ -337,7 +339,7 @@ export class FlowControl {
       const waiting = this.waitingUnder(scope, k);
       // A backlog of 0 refuses only what would have to wait — judged at `now_ms` (the ingress's
       // clock: a quiet partition's last command may be long past, and a refusal appends nothing).
-      if (waiting < rule.backlog || (waiting === 0 && this.wouldRunAt(scope, limitKey, now_ms))) continue;
+      if (waiting < rule.backlog || (waiting === 0 && this.mayRun(scope, limitKey, now_ms))) continue;
       // With a rate, when the backlog will have drained; else a second.
       const retry_after_s = rule.rate === undefined ? 1 : Math.max(1, Math.ceil((waiting * rule.rate.interval_ms) / rule.rate.starts / 1000));
       return { pattern: rule.pattern, waiting, backlog: rule.backlog, retry_after_s };
@@ -349,7 +351,7 @@ export class FlowControl {
   private waitingUnder(scope: string, counterKey: string): number {
     let n = 0;
     for (const [limitKey, q] of this.queues.get(scope) ?? []) {
-      const own = limitKey === '' ? scope : `${scope}/${limitKey}`;
+      const own = ownCounter(scope, limitKey);
       if (own === counterKey || own.startsWith(`${counterKey}/`)) n += q.length;
     }
     return n;
@@ -361,7 +363,7 @@ export class FlowControl {
    */
   queueRows(): Array<{ scope: string; limit_key: string; paused: boolean; waiting: number; running: number; head?: string; tail?: string }> {
     const rows = new Map<string, { scope: string; limit_key: string; paused: boolean; waiting: number; running: number; head?: string; tail?: string }>();
-    const own = (scope: string, limitKey: string) => this.usageOf(limitKey === '' ? scope : `${scope}/${limitKey}`);
+    const own = (scope: string, limitKey: string) => this.usageOf(ownCounter(scope, limitKey));
     for (const [scope, byKey] of this.queues) {
       for (const [limitKey, q] of byKey) {
         rows.set(tagOf(scope, limitKey), { scope, limit_key: limitKey, paused: this.isPaused(scope, limitKey), waiting: q.length, running: own(scope, limitKey), head: q[0]?.id, tail: q[q.length - 1]?.id });
@@ -389,11 +391,7 @@ export class FlowControl {
           rows.push({ ...base, blocked_on: 'paused', blocked: { resource: 'paused', ...resource } });
           continue;
         }
-        const keys = counterKeys(scope, limitKey);
-        const full = [...keys].reverse().find((k) => {
-          const limit = this.rules.limitOf(k);
-          return limit !== undefined && this.usageOf(k) >= limit;
-        });
+        const full = this.fullCounter(scope, limitKey);
         if (full !== undefined) {
           const level = LEVELS[full.split('/').length - 1]!;
           const blocked_level = level === 'Scope' ? 'scope' : level === 'Level1' ? 'level1' : 'level2';
@@ -401,17 +399,10 @@ export class FlowControl {
           continue;
         }
         const ready = this.rateReadyAt(scope, limitKey);
-        rows.push({ ...base, blocked_on: 'rate', blocked: { resource: 'rate', ...resource }, ready_at_ms: ready });
+        rows.push({ ...base, blocked_on: 'rate', blocked: { resource: 'rate', ...resource }, ...(ready > 0 ? { ready_at_ms: ready } : {}) });
       }
     }
     return rows;
-  }
-
-  /** Invocations waiting in `scope` (all its queues). */
-  waiting(scope: string): number {
-    let n = 0;
-    for (const q of this.queues.get(scope)?.values() ?? []) n += q.length;
-    return n;
   }
 }
 
@@ -425,6 +416,11 @@ function before(a: { priority: number; tag: number; usage: number; seq: number }
 
 /** Rate-limit entries kept before those in the past are dropped (each prune is O(entries)). */
 const MAX_RATE_ENTRIES_BEFORE_PRUNE = 1_000;
+
+/** A queue's own counter: its deepest level (`scope` for no limit key, else `scope/limitKey`). */
+function ownCounter(scope: string, limitKey: string): string {
+  return limitKey === '' ? scope : `${scope}/${limitKey}`;
+}
 
 /** A queue's key among the fair-queuing tags (a scope alone is the scope's virtual time). */
 function tagOf(scope: string, limitKey: string): string {

@@ -125,10 +125,7 @@ export class PartitionState {
     this.flow = new FlowControl({
       partition,
       write: (key, value) => this.writes.set(key, value),
-      usage: () => this.counters.usage,
-      tags: () => this.counters.tags,
-      rate: () => this.counters.rate,
-      paused: () => this.counters.paused,
+      counters: () => this.counters,
       countersChanged: () => this.putCounters(),
       nextSeq: () => {
         this.putCounters();

@@ -1,6 +1,7 @@
 import type { Config } from '../config/index.js';
 import { InvocationId } from '../common/ids.js';
 import type { RuleBook } from '../common/limit-rules.js';
+import { limitRulesCommand } from './fold/limit-rules.js';
 import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
 import { keelError } from '../errors/index.js';
@@ -164,17 +165,7 @@ export class Worker implements Effects {
    * append) catches up.
    */
   async setLimitRules(book: RuleBook): Promise<void> {
-    const limit_rules = {
-      version: book.version,
-      rules: book.rules.map((r) => ({
-        pattern: r.pattern,
-        concurrency: r.concurrency ?? 0,
-        disabled: r.disabled,
-        version: r.version,
-        ...(r.rate !== undefined ? { rate_starts: r.rate.starts, rate_interval_ms: r.rate.interval_ms } : {}),
-        ...(r.backlog !== undefined ? { backlog: r.backlog } : {}),
-      })),
-    };
+    const limit_rules = limitRulesCommand(book);
     await Promise.all(this.processors.filter((p) => p.state.flow.rules.book.version < book.version).map((p) => p.append({ kind: 'limit_rules', limit_rules })));
   }
 

@@ -14,6 +14,21 @@ export function foldLimitRules(ctx: FoldContext, cmd: LimitRules): void {
   ctx.state.flow.resetRates();
 }
 
+/** The book as a LimitRules command carries it (the fold reads it back with `ruleOf`); descriptions stay in the metadata. */
+export function limitRulesCommand(book: RuleBook): LimitRules {
+  return {
+    version: book.version,
+    rules: book.rules.map((r) => ({
+      pattern: r.pattern,
+      concurrency: r.concurrency ?? 0,
+      disabled: r.disabled,
+      version: r.version,
+      ...(r.rate !== undefined ? { rate_starts: r.rate.starts, rate_interval_ms: r.rate.interval_ms } : {}),
+      ...(r.backlog !== undefined ? { backlog: r.backlog } : {}),
+    })),
+  };
+}
+
 function ruleOf(r: RuleMsg, now_ms: number): LimitRule {
   return {
     pattern: r.pattern ?? '',

@@ -2,13 +2,17 @@ import { TimerKind, type TimerFired } from '../../log/commands.js';
 import { MessageType } from '../../protocol/messages.js';
 import { idOf, notification, notify, startOrEnqueue, type FoldContext } from './context.js';
 
-/** A timer is due: a durable sleep completes, or a scheduled invocation starts. Each fires once. */
+/**
+ * A timer is due: a durable sleep completes, or a scheduled invocation starts. Each fires once.
+ * A FLOW timer only has to be folded: the waiters whose rate time has come were admitted before
+ * any command of that time (admitDue, in `fold`).
+ */
 export function foldTimerFired(ctx: FoldContext, cmd: TimerFired): void {
   const id = idOf(cmd.invocation_id, 'timer_fired').text;
   const kind = cmd.kind ?? TimerKind.SLEEP;
   const completion_id = cmd.completion_id ?? 0;
   if (!ctx.state.deleteTimer({ id, completion_id, wake_up_ms: cmd.wake_up_ms ?? 0, kind })) return;
-  if (kind === TimerKind.FLOW) return wakeFlow(ctx);
+  if (kind === TimerKind.FLOW) return;
   const s = ctx.state.status(id);
   if (s === undefined) return;
   if (kind === TimerKind.INVOKE) {
@@ -22,9 +26,3 @@ export function foldTimerFired(ctx: FoldContext, cmd: TimerFired): void {
   ctx.state.putStatus(s);
 }
 
-/** A rate limit lets a queue head start now: every queue is looked at again (and the next wake set). */
-function wakeFlow(ctx: FoldContext): void {
-  const pending = ctx.state.counters.flow_wake_ms;
-  if (pending !== undefined && pending <= ctx.now_ms) ctx.state.setFlowWake(undefined);
-  for (const scope of ctx.state.flow.queues.keys()) ctx.state.flow.released.add(scope);
-}

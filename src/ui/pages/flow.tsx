@@ -2,6 +2,7 @@
 // (sys_vqueue_meta, POST /vqueues/{id}/pause|resume) and the live counters (sys_user_limits):
 // what runs, what waits, and under which rule. Refreshed every 2 s.
 
+import type { ComponentChildren } from 'preact';
 import { useState } from 'preact/hooks';
 import { api, sql, type Row } from '../api';
 import { Badge, ErrorBox, Loading, Time, useAsync } from '../components';
@@ -11,6 +12,22 @@ const num = (v: unknown) => (v === null || v === undefined ? '–' : String(v));
 function rate(r: Row): string {
   if (r.rate_starts === null || r.rate_starts === undefined) return '–';
   return `${r.rate_starts} per ${Number(r.rate_interval_ms).toLocaleString('en-US')} ms`;
+}
+
+/** One table of the page: loading, a note when empty, else the rows under their headings. */
+function Listing({ rows, error, id, empty, heads, row }: { rows: Row[] | undefined; error: unknown; id: string; empty: string; heads: string[]; row: (r: Row) => ComponentChildren }) {
+  if (rows === undefined) return error ? null : <Loading />;
+  if (rows.length === 0) return <p class="muted" id={`no-${id}`}>{empty}</p>;
+  return (
+    <div class="table-wrap">
+      <table class="data" id={id}>
+        <thead>
+          <tr>{heads.map((h) => <th>{h}</th>)}</tr>
+        </thead>
+        <tbody>{rows.map((r) => <tr>{row(r)}</tr>)}</tbody>
+      </table>
+    </div>
+  );
 }
 
 export function FlowPage() {
@@ -35,89 +52,65 @@ export function FlowPage() {
       </p>
       <ErrorBox error={rules.error ?? queues.error ?? limits.error ?? error} />
       <h2>Rules</h2>
-      {!rules.data ? (
-        !rules.error && <Loading />
-      ) : rules.data.length === 0 ? (
-        <p class="muted" id="no-rules">No rules defined: nothing is limited.</p>
-      ) : (
-        <div class="table-wrap">
-          <table class="data" id="rules">
-            <thead>
-              <tr><th>pattern</th><th>concurrency</th><th>rate</th><th>backlog</th><th>description</th><th>state</th><th>version</th><th>modified</th></tr>
-            </thead>
-            <tbody>
-              {rules.data.map((r) => (
-                <tr>
-                  <td class="mono">{String(r.pattern)}</td>
-                  <td>{r.concurrency === null ? 'unlimited' : num(r.concurrency)}</td>
-                  <td>{rate(r)}</td>
-                  <td>{num(r.backlog)}</td>
-                  <td>{r.description ? String(r.description) : ''}</td>
-                  <td><Badge value={r.disabled ? 'disabled' : 'enabled'} kind={r.disabled ? 'muted' : 'ok'} /></td>
-                  <td>v{num(r.version)}</td>
-                  <td><Time iso={r.last_modified} /></td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      )}
+      <Listing
+        rows={rules.data}
+        error={rules.error}
+        id="rules"
+        empty="No rules defined: nothing is limited."
+        heads={['pattern', 'concurrency', 'rate', 'backlog', 'description', 'state', 'version', 'modified']}
+        row={(r) => (
+          <>
+            <td class="mono">{String(r.pattern)}</td>
+            <td>{r.concurrency === null ? 'unlimited' : num(r.concurrency)}</td>
+            <td>{rate(r)}</td>
+            <td>{num(r.backlog)}</td>
+            <td>{r.description ? String(r.description) : ''}</td>
+            <td><Badge value={r.disabled ? 'disabled' : 'enabled'} kind={r.disabled ? 'muted' : 'ok'} /></td>
+            <td>v{num(r.version)}</td>
+            <td><Time iso={r.last_modified} /></td>
+          </>
+        )}
+      />
       <h2>Queues</h2>
-      {!queues.data ? (
-        !queues.error && <Loading />
-      ) : queues.data.length === 0 ? (
-        <p class="muted" id="no-queues">No invocation waits for a slot, and no queue is paused.</p>
-      ) : (
-        <div class="table-wrap">
-          <table class="data" id="queues">
-            <thead>
-              <tr><th>scope</th><th>limit key</th><th>waiting</th><th>running</th><th>oldest waiting since</th><th>state</th><th /></tr>
-            </thead>
-            <tbody>
-              {queues.data.map((q) => (
-                <tr>
-                  <td class="mono">{String(q.scope)}</td>
-                  <td class="mono">{q.limit_key === null ? '–' : String(q.limit_key)}</td>
-                  <td>{num(q.num_inbox)}</td>
-                  <td>{num(q.num_running)}</td>
-                  <td><Time iso={q.created_at} /></td>
-                  <td><Badge value={q.queue_is_paused ? 'paused' : 'open'} kind={q.queue_is_paused ? 'warn' : 'ok'} /></td>
-                  <td>
-                    <button type="button" class="queue-toggle" onClick={() => toggle(q)}>{q.queue_is_paused ? 'Resume' : 'Pause'}</button>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      )}
+      <Listing
+        rows={queues.data}
+        error={queues.error}
+        id="queues"
+        empty="No invocation waits for a slot, and no queue is paused."
+        heads={['scope', 'limit key', 'waiting', 'running', 'oldest waiting since', 'state', '']}
+        row={(q) => (
+          <>
+            <td class="mono">{String(q.scope)}</td>
+            <td class="mono">{q.limit_key === null ? '–' : String(q.limit_key)}</td>
+            <td>{num(q.num_inbox)}</td>
+            <td>{num(q.num_running)}</td>
+            <td><Time iso={q.created_at} /></td>
+            <td><Badge value={q.queue_is_paused ? 'paused' : 'open'} kind={q.queue_is_paused ? 'warn' : 'ok'} /></td>
+            <td>
+              <button type="button" class="queue-toggle" onClick={() => toggle(q)}>{q.queue_is_paused ? 'Resume' : 'Pause'}</button>
+            </td>
+          </>
+        )}
+      />
       <h2>Counters</h2>
-      {!limits.data ? (
-        !limits.error && <Loading />
-      ) : limits.data.length === 0 ? (
-        <p class="muted" id="no-counters">Nothing scoped runs or waits now.</p>
-      ) : (
-        <div class="table-wrap">
-          <table class="data" id="counters">
-            <thead>
-              <tr><th>counter</th><th>level</th><th>running</th><th>limit</th><th>rule</th><th>free</th><th>waiting on it</th></tr>
-            </thead>
-            <tbody>
-              {limits.data.map((c) => (
-                <tr>
-                  <td class="mono">{[c.scope, c.l1, c.l2].filter((x) => x !== null && x !== undefined).join('/')}</td>
-                  <td>{String(c.level)}</td>
-                  <td>{num(c.usage)}</td>
-                  <td>{c.concurrency_limit === null ? 'unlimited' : num(c.concurrency_limit)}</td>
-                  <td class="mono">{c.rule_pattern === null ? '–' : String(c.rule_pattern)}</td>
-                  <td>{num(c.available)}</td>
-                  <td>{num(c.num_waiters)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      )}
+      <Listing
+        rows={limits.data}
+        error={limits.error}
+        id="counters"
+        empty="Nothing scoped runs or waits now."
+        heads={['counter', 'level', 'running', 'limit', 'rule', 'free', 'waiting on it']}
+        row={(c) => (
+          <>
+            <td class="mono">{[c.scope, c.l1, c.l2].filter((x) => x !== null && x !== undefined).join('/')}</td>
+            <td>{String(c.level)}</td>
+            <td>{num(c.usage)}</td>
+            <td>{c.concurrency_limit === null ? 'unlimited' : num(c.concurrency_limit)}</td>
+            <td class="mono">{c.rule_pattern === null ? '–' : String(c.rule_pattern)}</td>
+            <td>{num(c.available)}</td>
+            <td>{num(c.num_waiters)}</td>
+          </>
+        )}
+      />
     </div>
   );
 }
