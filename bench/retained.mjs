@@ -68,23 +68,45 @@ async function settle(s) {
 
 const dirMb = (dir) => Number(execFileSync('du', ['-sk', dir], { encoding: 'utf8' }).split('\t')[0]) / 1024;
 
-async function cells(node, s, service, opts, tag) {
-  const pids = { server: s.pid, service: service.child.pid };
-  const spec = { concurrency: 32, warmupMs: 1000, durationMs: opts.retainedDurationMs, requestTimeoutMs: opts.requestTimeoutMs, pids };
-  const hard = spec.warmupMs + spec.durationMs + 2 * opts.requestTimeoutMs + 15000;
-  // Each cell --rounds times (noop and object in turn), the median of each figure: one 5 s run of
-  // the same empty cell measured 1,584 and 1,948 noop/s here, more than the 10% being judged.
-  const noops = [];
-  const objects = [];
+const cellSpec = (s, service, opts) => ({
+  concurrency: 32,
+  warmupMs: 1000,
+  durationMs: opts.retainedDurationMs,
+  requestTimeoutMs: opts.requestTimeoutMs,
+  pids: { server: s.pid, service: service.child.pid },
+});
+const hardLimitMs = (opts) => 1000 + opts.retainedDurationMs + 2 * opts.requestTimeoutMs + 15000;
+
+/** One round of the two cells on `s`: noop, then object. */
+async function cellRound(node, s, service, opts, tag, round) {
+  const spec = cellSpec(s, service, opts);
+  const noop = await runLoad(node, { ...spec, url: s.ingress + SCENARIOS.noop.path, body: SCENARIOS.noop.body, expect: SCENARIOS.noop.expect }, hardLimitMs(opts));
+  const object = await runLoad(node, { ...spec, url: s.ingress + COUNTER.path, body: COUNTER.body, keys: CELL_KEYS, keyPrefix: `${tag}-` }, hardLimitMs(opts));
+  return { noop: { ...noop, round }, object: { ...object, round } };
+}
+
+const pick = (r) =>
+  r.failed || r.error
+    ? { error: r.error ?? r.failed }
+    : { rps: r.rps, p50: r.latencyMs?.p50, p99: r.latencyMs?.p99, errors: r.errors, cpuMsPerInvocation: r.cpuMsPerInvocation?.server, ...(r.rounds ? { roundsRps: r.rounds.map((x) => x.rps) } : {}) };
+
+/**
+ * The cells on each of `servers` ({s, tag}) --rounds times, the servers in turn within a round and in
+ * the other order the next round; the median of each figure. Each cell --rounds times: one 5 s run of
+ * the same empty cell measured 1,584 and 1,948 noop/s here, more than the 10% being judged — and
+ * alternating the servers puts the machine's drift between rounds on both alike.
+ */
+async function cells(node, servers, service, opts) {
+  const rows = servers.map(() => ({ noops: [], objects: [] }));
   for (let round = 1; round <= Math.max(1, opts.rounds); round++) {
-    noops.push({ ...(await runLoad(node, { ...spec, url: s.ingress + SCENARIOS.noop.path, body: SCENARIOS.noop.body, expect: SCENARIOS.noop.expect }, hard)), round });
-    objects.push({ ...(await runLoad(node, { ...spec, url: s.ingress + COUNTER.path, body: COUNTER.body, keys: CELL_KEYS, keyPrefix: `${tag}-` }, hard)), round });
+    const order = servers.map((_, i) => (round % 2 === 1 ? i : servers.length - 1 - i));
+    for (const i of order) {
+      const r = await cellRound(node, servers[i].s, service, opts, servers[i].tag, round);
+      rows[i].noops.push(r.noop);
+      rows[i].objects.push(r.object);
+    }
   }
-  const pick = (r) =>
-    r.failed || r.error
-      ? { error: r.error ?? r.failed }
-      : { rps: r.rps, p50: r.latencyMs?.p50, p99: r.latencyMs?.p99, errors: r.errors, cpuMsPerInvocation: r.cpuMsPerInvocation?.server, ...(r.rounds ? { roundsRps: r.rounds.map((x) => x.rps) } : {}) };
-  return { noop: pick(combineRows(noops)), object: pick(combineRows(objects)) };
+  return rows.map((r) => ({ noop: pick(combineRows(r.noops)), object: pick(combineRows(r.objects)) }));
 }
 
 async function countSuspended(s) {
@@ -142,7 +164,7 @@ async function emptyPhase(s, node, service, opts, out) {
   await waitHealthy(s, { timeoutMs: opts.startTimeoutMs });
   await register(s, service.url, { timeoutMs: opts.startTimeoutMs });
   await probe(s, SCENARIOS.noop, { timeoutMs: opts.startTimeoutMs, requestTimeoutMs: opts.requestTimeoutMs });
-  out.empty = { ...(await cells(node, s, service, opts, 'empty')), ...memory(s) };
+  out.empty = { ...(await cells(node, [{ s, tag: 'empty' }], service, opts))[0], ...memory(s) };
   out.emptyRestart = await crashAndRestart(s, opts, 0);
   out.emptyRestart.settleMs = await settle(s);
 }
@@ -163,7 +185,7 @@ export async function retainedRun(target, node, service, n, opts) {
     out.restart = await crashAndRestart(s, opts, STATE_BYTES);
     out.restart.settleMs = await settle(s);
     out.restart.settled = memory(s);
-    out.filled = { ...(await cells(node, s, service, opts, 'filled')), ...memory(s) };
+    out.filled = { ...(await cells(node, [{ s, tag: 'filled' }], service, opts))[0], ...memory(s) };
     const last = await httpCall('POST', `${s.ingress}/Store/k${n - 1}/size`, { body: {}, timeoutMs: opts.requestTimeoutMs });
     const by = await countSuspended(s);
     out.check = { lastObjectBytes: Number(last.text), suspended: by.suspended ?? 0, pass: last.text === String(STATE_BYTES) && (by.suspended ?? 0) === n };
@@ -205,7 +227,21 @@ export async function retainedAtScale(node, service, opts) {
     Object.assign(out.restart, memory(s));
     out.restart.settleMs = await settle(s);
     out.restart.settled = memory(s);
-    out.filled = { ...(await cells(node, s, service, opts, 'filled')), ...memory(s) };
+    // Against a second, empty server started now, round by round: the empty phase ran minutes ago.
+    const e = await newServer('keel', { logName: `keel-retained-scale-${n}-empty` });
+    try {
+      spawnServer(e);
+      await waitHealthy(e, { timeoutMs: opts.startTimeoutMs });
+      await register(e, service.url, { timeoutMs: opts.startTimeoutMs });
+      await probe(e, SCENARIOS.noop, { timeoutMs: opts.startTimeoutMs, requestTimeoutMs: opts.requestTimeoutMs });
+      await settle(e);
+      const [filled, empty] = await cells(node, [{ s, tag: 'filled' }, { s: e, tag: 'empty2' }], service, opts);
+      out.filled = { ...filled, ...memory(s) };
+      out.emptyPaired = empty;
+    } finally {
+      await stopGroup(e.child);
+      rmSync(e.dataDir, { recursive: true, force: true });
+    }
     const last = await httpCall('POST', `${s.ingress}/Store/k${n - 1}/size`, { body: {}, timeoutMs: opts.requestTimeoutMs });
     const partitions = JSON.parse((await httpCall('GET', `${s.admin}/partitions`, { timeoutMs: 10_000 })).text);
     const suspended = (partitions.partitions ?? partitions).reduce((sum, p) => sum + (p.invocations?.suspended ?? 0), 0);

@@ -251,6 +251,43 @@ t.test('ingress and admin answer while a heavy query runs', async (t) => {
   t.ok(answered.every((at) => at <= heavyDone), 'every call was answered while the heavy query was still running');
 });
 
+for (const indexed of ['1000', '0']) {
+t.test(`the copy: statuses change and leave, recent (by rowid) and older (by id), across forgets and a reload, each once (index up to ${indexed})`, async (t) => {
+  // Two recent rows at most: almost every batch forgets them, and their ids join the filter of older ones.
+  const keel = await startKeel(t, { env: { KEEL_WORKER__INVOKER__INACTIVITY_TIMEOUT: '200ms', KEEL_ADMIN__QUERY_ENGINE__RECENT_STATUSES: '2', KEEL_ADMIN__QUERY_ENGINE__INDEXED_STATUSES: indexed } });
+  await register(keel, await serveServices(t, [Echo]));
+  const naps = [];
+  for (let i = 0; i < 4; i++) naps.push((await ingress(keel, '/Echo/nap/send', null)).body.invocationId);
+  for (const v of ['a', 'b', 'c', 'd', 'e']) await ingress(keel, '/Echo/echo', v);
+  const counts = () => query(keel, 'SELECT status, count(*) AS n FROM sys_invocation GROUP BY status ORDER BY status');
+  const twice = () => query(keel, 'SELECT id, count(*) AS n FROM sys_invocation GROUP BY id HAVING count(*) > 1');
+  const statusOf = async (id) => (await query(keel, `SELECT status FROM sys_invocation WHERE id = '${id}'`)).map((r) => r.status);
+  await eventually(async () => JSON.stringify(await counts()) === JSON.stringify([{ status: 'completed', n: 5 }, { status: 'suspended', n: 4 }]));
+  t.same(await twice(), []);
+  const echoes = (await query(keel, "SELECT id FROM sys_invocation WHERE target_handler_name = 'echo' ORDER BY id")).map((r) => r.id);
+  const manage = async (id, action) => t.equal((await fetch(`${keel.admin}/invocations/${id}/${action}`, { method: 'PATCH' })).status, 200, `${action} ${id}`);
+
+  // A status written some batches ago (an older row) changes; a completed one is purged.
+  await manage(naps[0], 'kill');
+  await manage(echoes[0], 'purge');
+  await eventually(async () => (await statusOf(naps[0])).join() === 'completed');
+  t.same(await statusOf(echoes[0]), [], 'purged: gone from the copy');
+  t.same(await counts(), [{ status: 'completed', n: 5 }, { status: 'suspended', n: 3 }]);
+  t.same(await twice(), []);
+
+  // The engine dies: its copy is loaded again (all rows older ones), and the same holds.
+  process.kill(enginePid(keel), 'SIGKILL');
+  await eventually(async () => (await counts()).length === 2, { timeout_ms: 30_000 });
+  await manage(naps[1], 'kill');
+  await manage(naps[0], 'purge');
+  await eventually(async () => (await statusOf(naps[1])).join() === 'completed');
+  t.same(await statusOf(naps[0]), []);
+  for (const v of ['f', 'g', 'h']) await ingress(keel, '/Echo/echo', v);
+  t.same(await counts(), [{ status: 'completed', n: 8 }, { status: 'suspended', n: 2 }]);
+  t.same(await twice(), []);
+});
+}
+
 t.test('the engine comes back after it dies, with every status', async (t) => {
   const keel = await startKeel(t);
   await register(keel, await serveServices(t, [Echo]));

@@ -37,6 +37,13 @@ export interface QueryEngineConfig {
   memory_limit_bytes: number;
   /** Threads DuckDB may use for one query. */
   threads: number;
+  /**
+   * Rows of the copy's recent table (statuses changed since they last moved) past which they move to
+   * the settled table: a change costs the recent table's size, not the copy's.
+   */
+  recent_statuses: number;
+  /** The copy has an index on id while it holds at most this many statuses (DuckDB keeps an index in memory whole). */
+  indexed_statuses: number;
 }
 
 /** Limits and timeouts of the ingress and admin HTTP servers (`[http]`): slow or idle clients cannot hold them. */
@@ -161,6 +168,8 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'admin.query_engine.max_result_bytes', kind: 'size', dflt: 64 * 1024 * 1024 },
   { path: 'admin.query_engine.memory_limit', kind: 'size', dflt: 256 * 1024 * 1024 },
   { path: 'admin.query_engine.threads', kind: 'int', dflt: 2 },
+  { path: 'admin.query_engine.recent_statuses', kind: 'int', dflt: 65_536 },
+  { path: 'admin.query_engine.indexed_statuses', kind: 'count', dflt: 1_000_000 },
   { path: 'meta.storage_path', kind: 'string', dflt: undefined },
   { path: 'worker.partitions', kind: 'int', dflt: 8 },
   { path: 'worker.storage_db.path', kind: 'string', dflt: undefined },
@@ -472,6 +481,8 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
         max_result_bytes: v<number>('admin.query_engine.max_result_bytes'),
         memory_limit_bytes: v<number>('admin.query_engine.memory_limit'),
         threads: v<number>('admin.query_engine.threads'),
+        recent_statuses: v<number>('admin.query_engine.recent_statuses'),
+        indexed_statuses: v<number>('admin.query_engine.indexed_statuses'),
       },
     },
     http: {

@@ -206,7 +206,7 @@ export class QueryEngine {
     child.on('exit', (code, signal) => this.onExit(child, dir, code, signal));
     // The copy follows every durable batch from now on; the scan after `ready` fills in the rest.
     this.unwatch = this.source().watchInvocations((changes) => this.onChanges(changes));
-    this.send({ t: 'init', options: { dir, memory_limit_bytes: this.config.memory_limit_bytes, threads: this.config.threads, max_result_rows: this.config.max_result_rows, max_result_bytes: this.config.max_result_bytes } });
+    this.send({ t: 'init', options: { dir, memory_limit_bytes: this.config.memory_limit_bytes, threads: this.config.threads, max_result_rows: this.config.max_result_rows, max_result_bytes: this.config.max_result_bytes, recent_statuses: this.config.recent_statuses, indexed_statuses: this.config.indexed_statuses } });
   }
 
   private forwardStderr(child: ChildProcess): void {

@@ -13,6 +13,10 @@ export interface EngineOptions {
   threads: number;
   max_result_rows: number;
   max_result_bytes: number;
+  /** Rows of the copy's recent table past which they move to the settled one. */
+  recent_statuses: number;
+  /** The copy has an index on id while it holds at most this many statuses. */
+  indexed_statuses: number;
 }
 
 /** The error a query ends with: a catalogue code, its HTTP status, the message. */
