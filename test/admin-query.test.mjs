@@ -648,7 +648,7 @@ t.test('the engine process alone: a query cancelled while it waits for the serve
     if (i >= 0) waiting.splice(i, 1)[0].resolve(m);
   });
   const ready = next((m) => m.t === 'ready');
-  engine.send({ t: 'init', options: { dir, memory_limit_bytes: 256 * 1024 * 1024, threads: 1, max_result_rows: 1000, max_result_bytes: 1 << 20 } });
+  engine.send({ t: 'init', options: { dir, memory_limit_bytes: 256 * 1024 * 1024, threads: 1, max_result_rows: 1000, max_result_bytes: 1 << 20, recent_statuses: 65_536, indexed_statuses: 1_000_000 } });
   await ready;
   const loaded = next((m) => m.t === 'applied' && m.seq === 1);
   engine.send({ t: 'load-begin' });
@@ -686,7 +686,7 @@ t.test('the engine process alone: an unreadable status in a chunk of the initial
     if (i >= 0) waiting.splice(i, 1)[0].resolve(m);
   });
   const ready = next((m) => m.t === 'ready');
-  engine.send({ t: 'init', options: { dir, memory_limit_bytes: 256 * 1024 * 1024, threads: 1, max_result_rows: 10_000, max_result_bytes: 1 << 22 } });
+  engine.send({ t: 'init', options: { dir, memory_limit_bytes: 256 * 1024 * 1024, threads: 1, max_result_rows: 10_000, max_result_bytes: 1 << 22, recent_statuses: 65_536, indexed_statuses: 1_000_000 } });
   await ready;
   const ids = Array.from({ length: 1000 }, () => InvocationId.random(randomPartitionKey()).text);
   const lines = ids.map((id, i) => JSON.stringify({ id, service: 'Greeter', handler: 'greet', key: '', service_type: 'Service', status: 'completed', epoch: 0, journal_length: 0, retry_count: 0, created_at_ms: 1_000 + i, modified_at_ms: 1_000 + i }));

@@ -38,11 +38,11 @@ export interface QueryEngineConfig {
   /** Threads DuckDB may use for one query. */
   threads: number;
   /**
-   * Rows of the copy's recent table (statuses changed since they last moved) past which they move to
-   * the settled table: a change costs the recent table's size, not the copy's.
+   * Statuses written lately whose rows the query engine's copy finds by rowid; past this many they
+   * are forgotten, and a later change to one is searched for by id (once).
    */
   recent_statuses: number;
-  /** The copy has an index on id while it holds at most this many statuses (DuckDB keeps an index in memory whole). */
+  /** The copy gets an index on id when it holds at most this many statuses, and loses it past 1.25 times that (DuckDB keeps an index in memory whole); 0: never. */
   indexed_statuses: number;
 }
 

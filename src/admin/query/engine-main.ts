@@ -17,7 +17,7 @@ import { journalRows } from './journal-rows.js';
 import { keep, recall } from './lru.js';
 import { CLIENT_LEFT, type EngineOptions, type Format, type FromEngine, type Journals, type QueryError, type ToEngine } from './protocol.js';
 import { COPY_TABLE, COPY_VIEWS, PER_QUERY, copyRowsFrom, literal, perQueryTableSql, schemaSql } from './schema.js';
-import { IdFilter, MAX_FILTER_IDS } from './id-filter.js';
+import { IdFilter } from './id-filter.js';
 import { assert } from '../../common/assert.js';
 import { markedText, markersAreConstants, shapeOf, type Shape } from './shape.js';
 
@@ -31,6 +31,8 @@ const JOURNALS_PER_REQUEST = 256;
 const MAX_OBJECT_BYTES = 4 * 1024 * 1024;
 /** The copy's index on id, kept while the copy holds at most admin.query_engine.indexed_statuses (fitIndex). */
 const COPY_ID_INDEX = 'keel_invocation_id';
+/** The index is dropped past this many times indexed_statuses: a copy near the line does not build and drop it at each forget. */
+const INDEX_DROP_FACTOR = 1.25;
 /**
  * Statuses longer than this are slimmed before they are loaded: the output value and the lists
  * of callers and children are not shown by any column, and can be as large as a message.
@@ -56,6 +58,11 @@ let lastRowid = -1n;
 const leftOlder = new Set<string>();
 /** Whether the copy has its index on id now (fitIndex). */
 let indexed = false;
+/**
+ * The latest created_at (ms) of the older rows when they became older. An invocation's created_at
+ * never changes, so one created later has no older row.
+ */
+let olderNewestMs = Infinity;
 let loadStarted = 0;
 const queries = new Map<number, Query>();
 /** What the parser said of a query text: the text to run, the tables to fill, whether its answer can be kept. */
@@ -105,6 +112,8 @@ function lowerPriority(): void {
 }
 
 async function start(o: EngineOptions): Promise<void> {
+  assert(Number.isSafeInteger(o.recent_statuses) && o.recent_statuses > 0, () => `the engine's recent_statuses is ${o.recent_statuses}`);
+  assert(Number.isSafeInteger(o.indexed_statuses) && o.indexed_statuses >= 0, () => `the engine's indexed_statuses is ${o.indexed_statuses}`);
   options = o;
   // In memory: the copy is rebuilt at every start, so it needs no file, no WAL and no fsync;
   // past memory_limit DuckDB moves its blocks to temp_directory (memory stays bounded).
@@ -223,7 +232,8 @@ async function applyLoad(lines: Uint8Array, file: string): Promise<void> {
  */
 async function applyUpdates(m: Extract<ToEngine, { t: 'changes' }>, file: string): Promise<void> {
   if (m.records.length > 0) await stage(file, m.records);
-  const staged = m.records.length > 0 ? (await copy.runAndReadAll('SELECT id FROM temp.staging')).getRows().map((r) => String(r[0])) : [];
+  const rows = m.records.length > 0 ? (await copy.runAndReadAll('SELECT id, epoch_ms(created_at) FROM temp.staging')).getRows() : [];
+  const staged = rows.map((r) => String(r[0]));
   const deleted = m.deleted.map(literal).join(', ');
   await copy.run('BEGIN TRANSACTION');
   try {
@@ -233,7 +243,11 @@ async function applyUpdates(m: Extract<ToEngine, { t: 'changes' }>, file: string
       if (deleted !== '') await copy.run(`DELETE FROM ${COPY_TABLE} WHERE id IN (${deleted})`);
       if (m.records.length > 0) await copy.run('INSERT INTO temp.seen SELECT id FROM temp.staging');
       if (deleted !== '') await copy.run(`INSERT INTO temp.seen VALUES ${m.deleted.map((id) => `(${literal(id)})`).join(', ')}`);
-    } else await removeRows([...staged, ...m.deleted]);
+    } else {
+      // An invocation created after every status the older rows hold has none of them: no search.
+      const newer = new Set(rows.filter((r) => r[1] !== null && Number(r[1]) > olderNewestMs).map((r) => String(r[0])));
+      await removeRows([...staged, ...m.deleted], newer);
+    }
     if (m.records.length > 0) await copy.run(`INSERT INTO ${COPY_TABLE} SELECT * FROM temp.staging`);
     await copy.run('COMMIT');
   } catch (err) {
@@ -245,8 +259,8 @@ async function applyUpdates(m: Extract<ToEngine, { t: 'changes' }>, file: string
   if (recent.size > options.recent_statuses) await forgetRecent();
 }
 
-/** Deletes the rows of `ids` (within the caller's transaction); each id has at most one. */
-async function removeRows(ids: readonly string[]): Promise<void> {
+/** Deletes the rows of `ids` (within the caller's transaction); each id has at most one, and none of `newer` is an older row. */
+async function removeRows(ids: readonly string[], newer: ReadonlySet<string>): Promise<void> {
   const filter = settledIds;
   assert(filter !== undefined, 'rows are removed by rowid only once the copy is loaded');
   const byRowid: Array<[string, bigint]> = [];
@@ -256,7 +270,7 @@ async function removeRows(ids: readonly string[]): Promise<void> {
     if (rowid !== undefined) {
       byRowid.push([id, rowid]);
       recent.delete(id);
-    } else if (filter.mayHave(id) && !leftOlder.has(id)) byId.push(id);
+    } else if (!newer.has(id) && filter.mayHave(id) && !leftOlder.has(id)) byId.push(id);
   }
   if (byRowid.length > 0) {
     // The id is checked too: should DuckDB ever move a row, it is deleted by its id below instead.
@@ -282,7 +296,13 @@ async function rememberNewRows(ids: readonly string[]): Promise<void> {
     if (r > lastRowid) lastRowid = r;
   }
   // Should an append ever take a lower rowid, its row is found by id instead: never left behind.
-  if (rows.getRows().length !== ids.length) for (const id of ids) if (!recent.has(id)) settledIds!.add(id);
+  if (rows.getRows().length === ids.length) return;
+  for (const id of ids) {
+    if (recent.has(id)) continue;
+    settledIds!.add(id);
+    leftOlder.delete(id);
+  }
+  olderNewestMs = await newestCreatedMs();
 }
 
 /** The recent rows join the older ones: their ids go to the filter, their rowids are forgotten. */
@@ -292,8 +312,10 @@ async function forgetRecent(): Promise<void> {
   for (const id of recent.keys()) filter.add(id);
   recent.clear();
   leftOlder.clear();
-  // Past its capacity the filter answers "maybe" for more and more ids: made again, twice as large.
-  if (filter.added > filter.capacity && filter.capacity < MAX_FILTER_IDS) await fillSettledIds();
+  olderNewestMs = await newestCreatedMs();
+  // Past its size the filter answers "maybe" more and more often (and keeps purged ids): made again
+  // from the copy's ids, for twice as many.
+  if (filter.added > 2 * filter.sizedFor) await fillSettledIds();
   await fitIndex();
 }
 
@@ -309,7 +331,15 @@ async function fillSettledIds(): Promise<void> {
     for (const rowid of chunk.getColumnVector(1).toArray()) if (BigInt(rowid as bigint) > lastRowid) lastRowid = BigInt(rowid as bigint);
   }
   settledIds = filter;
+  olderNewestMs = await newestCreatedMs();
 }
+
+const newestCreatedMs = async (): Promise<number> => {
+  const [newest, undated] = (await copy.runAndReadAll(`SELECT epoch_ms(max(created_at)), count(*) FILTER (WHERE created_at IS NULL) FROM ${COPY_TABLE}`)).getRows()[0]!;
+  // A row without a creation time (none is written without one) makes every id worth a search.
+  if (Number(undated) > 0) return Infinity;
+  return newest === null ? -Infinity : Number(newest);
+};
 
 const copyRows = async (): Promise<number> => Number((await copy.runAndReadAll(`SELECT count(*) FROM ${COPY_TABLE}`)).getRows()[0]![0]);
 
@@ -320,10 +350,10 @@ const copyRows = async (): Promise<number> => Number((await copy.runAndReadAll(`
  */
 async function fitIndex(): Promise<void> {
   const count = await copyRows();
-  if (!indexed && count <= options.indexed_statuses) {
+  if (!indexed && count <= options.indexed_statuses && options.indexed_statuses > 0) {
     await copy.run(`CREATE INDEX ${COPY_ID_INDEX} ON ${COPY_TABLE} (id)`);
     indexed = true;
-  } else if (indexed && count > options.indexed_statuses * 1.25) {
+  } else if (indexed && count > options.indexed_statuses * INDEX_DROP_FACTOR) {
     await copy.run(`DROP INDEX ${COPY_ID_INDEX}`);
     indexed = false;
   }
@@ -349,6 +379,7 @@ async function beginLoad(): Promise<void> {
   recent.clear();
   leftOlder.clear();
   lastRowid = -1n;
+  olderNewestMs = Infinity;
   if (indexed) await copy.run(`DROP INDEX ${COPY_ID_INDEX}`);
   indexed = false;
   await copy.run(`DELETE FROM ${COPY_TABLE}`);

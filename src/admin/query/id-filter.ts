@@ -14,16 +14,18 @@ export class IdFilter {
   private readonly bits: Uint8Array;
   private readonly size: number;
   private count = 0;
+  /** The ids its bits are sized for: `capacity`, within [1,024, MAX_FILTER_IDS]. */
+  readonly sizedFor: number;
 
   /** A filter for `capacity` ids (at least 1,024, at most MAX_FILTER_IDS). */
   constructor(readonly capacity: number) {
     assert(Number.isInteger(capacity) && capacity > 0, () => `an id filter for ${capacity} ids`);
-    const ids = Math.min(MAX_FILTER_IDS, Math.max(1024, capacity));
-    this.size = ids * BITS_PER_ID;
+    this.sizedFor = Math.min(MAX_FILTER_IDS, Math.max(1024, capacity));
+    this.size = this.sizedFor * BITS_PER_ID;
     this.bits = new Uint8Array(Math.ceil(this.size / 8));
   }
 
-  /** Ids added so far (a filter past its capacity answers "maybe" more often). */
+  /** Ids added so far, counting an id added twice twice (past `sizedFor` it answers "maybe" more often). */
   get added(): number {
     return this.count;
   }

@@ -13,9 +13,9 @@ export interface EngineOptions {
   threads: number;
   max_result_rows: number;
   max_result_bytes: number;
-  /** Rows of the copy's recent table past which they move to the settled one. */
+  /** Rows written lately that the copy finds by rowid, past which they are forgotten (engine-main's `forgetRecent`). */
   recent_statuses: number;
-  /** The copy has an index on id while it holds at most this many statuses. */
+  /** The copy gets an index on id when it holds at most this many statuses, and loses it past 1.25 times that; 0: never. */
   indexed_statuses: number;
 }
 
