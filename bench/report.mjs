@@ -369,7 +369,7 @@ export function retainedTables(res) {
     'N objects with 8 KiB of state each and N invocations sleeping for an hour, on one server: its cells and a SIGKILL and restart empty, then the fill, a SIGKILL and restart, the cells again ' +
       '(built in-process: the same commands folded into the stopped server\'s store, then a start on it). ' +
       'RSS of the server process in MB ("after load": after the c=32 cells, empty / filled; "after restart": 2 s after the first answer, empty / filled, and its anonymous part — what the process owns; the rest is pages of files it maps, which LevelDB does for its tables and the kernel takes back when it needs them); ' +
-      '"first answer": spawn → a call reading a retained object answered, empty / filled; "settled": once the server uses under 10% of a core (what it does after a start is over), when the cells start; throughput at c=32 on the filled server (filled ÷ empty; at scale, ÷ a second empty server measured round by round with the filled one)',
+      '"first answer": spawn → a call reading a retained object answered, empty / filled; "settled": once the server uses under 10% of a core (what it does after a start is over), when the cells start; throughput at c=32 on the filled server (filled ÷ a second empty server of the same target, started after the fill and measured round by round with the filled one)',
   );
   return [{ title: 'Retained state', columns: ['target', 'N', 'RSS after load', 'RSS filled', 'restart → first answer ms', 'RSS after restart', 'noop/s filled', 'object/s filled', 'p99 noop / object ms', 'check'], rows, notes }];
 }
@@ -396,7 +396,7 @@ function retainedGoals(res, add) {
     for (const cell of ['noop', 'object']) {
       // At scale, against an empty server measured in the same rounds (retained.mjs), not minutes before.
       const f = ran ? k.filled[cell].rps / (k.emptyPaired ?? k.empty)[cell].rps : null;
-      add(`retained ${k.n}: ${cell} throughput filled ≥ ${g.minThroughputOfEmpty}× empty`, 'keel', ran ? `${x(f)}${r ? ` (restate ${x(r.filled[cell].rps / r.empty[cell].rps)})` : ''}` : '-', ran ? f >= g.minThroughputOfEmpty : null);
+      add(`retained ${k.n}: ${cell} throughput filled ≥ ${g.minThroughputOfEmpty}× empty`, 'keel', ran ? `${x(f)}${r ? ` (restate ${x(r.filled[cell].rps / (r.emptyPaired ?? r.empty)[cell].rps)})` : ''}` : '-', ran ? f >= g.minThroughputOfEmpty : null);
     }
   }
 }

@@ -6,7 +6,8 @@
 //      an hour (Bench/sleepy/send), until all N are suspended; RSS and the data dir's size
 //   3. SIGKILL the process group, start it again on the same data dir: restart → first answered call (a read of
 //      a retained object, Store/k0/size, polled every 10 ms), RSS 2 s after that answer
-//   4. filled: the same noop and object cells; every object still 8 KiB, every sleeper still suspended
+//   4. filled: the same noop and object cells, round by round with a second, empty server of the same target
+//      started now (what filled ÷ empty compares); every object still 8 KiB, every sleeper still suspended
 // Each noop/object cell runs --rounds times (3) in turn; the median of each figure is reported.
 // RSS is the server's own process (Keel's query engine, a child started by the first SQL query, is shown apart).
 import { execFileSync, spawn } from 'node:child_process';
@@ -109,6 +110,28 @@ async function cells(node, servers, service, opts) {
   return rows.map((r) => ({ noop: pick(combineRows(r.noops)), object: pick(combineRows(r.objects)) }));
 }
 
+/**
+ * The filled server's cells, round by round against a second, empty server of the same target
+ * started now (`out.filled`, `out.emptyPaired`): the empty phase ran minutes before, and the
+ * machine's throughput drifts by more than the 10% judged in between.
+ */
+async function pairedCells(node, s, service, opts, logName, out) {
+  const e = await newServer(s.target, { logName });
+  try {
+    spawnServer(e);
+    await waitHealthy(e, { timeoutMs: opts.startTimeoutMs });
+    await register(e, service.url, { timeoutMs: opts.startTimeoutMs });
+    await probe(e, SCENARIOS.noop, { timeoutMs: opts.startTimeoutMs, requestTimeoutMs: opts.requestTimeoutMs });
+    await settle(e);
+    const [filled, empty] = await cells(node, [{ s, tag: 'filled' }, { s: e, tag: 'empty2' }], service, opts);
+    out.filled = { ...filled, ...memory(s) };
+    out.emptyPaired = empty;
+  } finally {
+    await stopGroup(e.child);
+    rmSync(e.dataDir, { recursive: true, force: true });
+  }
+}
+
 async function countSuspended(s) {
   const rows = await sqlQuery(s.admin, "SELECT status, count(*) AS n FROM sys_invocation WHERE target_handler_name = 'sleepy' GROUP BY status", 60_000);
   return Object.fromEntries(rows.map((r) => [r.status, Number(r.n)]));
@@ -185,7 +208,7 @@ export async function retainedRun(target, node, service, n, opts) {
     out.restart = await crashAndRestart(s, opts, STATE_BYTES);
     out.restart.settleMs = await settle(s);
     out.restart.settled = memory(s);
-    out.filled = { ...(await cells(node, [{ s, tag: 'filled' }], service, opts))[0], ...memory(s) };
+    await pairedCells(node, s, service, opts, `${target}-retained-${n}-empty`, out);
     const last = await httpCall('POST', `${s.ingress}/Store/k${n - 1}/size`, { body: {}, timeoutMs: opts.requestTimeoutMs });
     const by = await countSuspended(s);
     out.check = { lastObjectBytes: Number(last.text), suspended: by.suspended ?? 0, pass: last.text === String(STATE_BYTES) && (by.suspended ?? 0) === n };
@@ -227,21 +250,7 @@ export async function retainedAtScale(node, service, opts) {
     Object.assign(out.restart, memory(s));
     out.restart.settleMs = await settle(s);
     out.restart.settled = memory(s);
-    // Against a second, empty server started now, round by round: the empty phase ran minutes ago.
-    const e = await newServer('keel', { logName: `keel-retained-scale-${n}-empty` });
-    try {
-      spawnServer(e);
-      await waitHealthy(e, { timeoutMs: opts.startTimeoutMs });
-      await register(e, service.url, { timeoutMs: opts.startTimeoutMs });
-      await probe(e, SCENARIOS.noop, { timeoutMs: opts.startTimeoutMs, requestTimeoutMs: opts.requestTimeoutMs });
-      await settle(e);
-      const [filled, empty] = await cells(node, [{ s, tag: 'filled' }, { s: e, tag: 'empty2' }], service, opts);
-      out.filled = { ...filled, ...memory(s) };
-      out.emptyPaired = empty;
-    } finally {
-      await stopGroup(e.child);
-      rmSync(e.dataDir, { recursive: true, force: true });
-    }
+    await pairedCells(node, s, service, opts, `keel-retained-scale-${n}-empty`, out);
     const last = await httpCall('POST', `${s.ingress}/Store/k${n - 1}/size`, { body: {}, timeoutMs: opts.requestTimeoutMs });
     const partitions = JSON.parse((await httpCall('GET', `${s.admin}/partitions`, { timeoutMs: 10_000 })).text);
     const suspended = (partitions.partitions ?? partitions).reduce((sum, p) => sum + (p.invocations?.suspended ?? 0), 0);
