@@ -118,10 +118,7 @@ async function cells(node, servers, service, opts) {
 async function pairedCells(node, s, service, opts, logName, out) {
   const e = await newServer(s.target, { logName });
   try {
-    spawnServer(e);
-    await waitHealthy(e, { timeoutMs: opts.startTimeoutMs });
-    await register(e, service.url, { timeoutMs: opts.startTimeoutMs });
-    await probe(e, SCENARIOS.noop, { timeoutMs: opts.startTimeoutMs, requestTimeoutMs: opts.requestTimeoutMs });
+    await startRegistered(e, service, opts);
     await settle(e);
     const [filled, empty] = await cells(node, [{ s, tag: 'filled' }, { s: e, tag: 'empty2' }], service, opts);
     out.filled = { ...filled, ...memory(s) };
@@ -181,12 +178,17 @@ async function firstAnswer(s, opts, bytes) {
   throw new Error('no answer within the start timeout after the restart');
 }
 
-/** Start, register, first call; the empty server's cells, then its SIGKILL and restart: what the filled one is compared with. */
-async function emptyPhase(s, node, service, opts, out) {
+/** Starts `s`, registers the service with it, and waits for its first answered call. */
+async function startRegistered(s, service, opts) {
   spawnServer(s);
   await waitHealthy(s, { timeoutMs: opts.startTimeoutMs });
   await register(s, service.url, { timeoutMs: opts.startTimeoutMs });
   await probe(s, SCENARIOS.noop, { timeoutMs: opts.startTimeoutMs, requestTimeoutMs: opts.requestTimeoutMs });
+}
+
+/** Start, register, first call; the empty server's cells, then its SIGKILL and restart: what the filled one is compared with. */
+async function emptyPhase(s, node, service, opts, out) {
+  await startRegistered(s, service, opts);
   out.empty = { ...(await cells(node, [{ s, tag: 'empty' }], service, opts))[0], ...memory(s) };
   out.emptyRestart = await crashAndRestart(s, opts, 0);
   out.emptyRestart.settleMs = await settle(s);

@@ -323,13 +323,14 @@ async function forgetRecent(): Promise<void> {
 async function fillSettledIds(): Promise<void> {
   const count = await copyRows();
   const filter = new IdFilter(Math.max(options.recent_statuses, 2 * count));
-  const result = await copy.stream(`SELECT id, rowid FROM ${COPY_TABLE}`);
+  const result = await copy.stream(`SELECT id FROM ${COPY_TABLE}`);
   for (;;) {
     const chunk = await result.fetchChunk();
     if (chunk === null || chunk.rowCount === 0) break;
     for (const id of chunk.getColumnVector(0).toArray()) filter.add(String(id));
-    for (const rowid of chunk.getColumnVector(1).toArray()) if (BigInt(rowid as bigint) > lastRowid) lastRowid = BigInt(rowid as bigint);
   }
+  const last = (await copy.runAndReadAll(`SELECT max(rowid) FROM ${COPY_TABLE}`)).getRows()[0]![0];
+  if (last !== null && BigInt(last as bigint) > lastRowid) lastRowid = BigInt(last as bigint);
   settledIds = filter;
   olderNewestMs = await newestCreatedMs();
 }
