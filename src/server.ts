@@ -19,7 +19,7 @@ import { forwardWhenStandby, routePgQueries } from './forwarding.js';
 import { KafkaLog, type KafkaLogClient } from './log/kafka-log.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
 import { upgradeWorkerStore } from './storage/upgrade.js';
-import { openWorkerStore, type Db } from './storage/store.js';
+import { openWorkerStore, WORKER_FORMAT_VERSION, type Db } from './storage/store.js';
 import { logTable } from './storage/tables/log.js';
 import { SubscriptionManager } from './subscriptions/manager.js';
 import { directorySize_bytes } from './telemetry/disk.js';
@@ -59,7 +59,7 @@ export class KeelServer {
     const phase = (name: string) => (phases_ms[name] = Math.round(performance.now()));
     // The store opens (after a crash, LevelDB replays its write-ahead log on the thread pool)
     // while the registry opens and the routes are built; the partitions load once it is open.
-    const opening = openWorkerStore(config.worker.storage_db.path, { block_cache_bytes: config.worker.storage_db.block_cache_size_bytes, max_open_files: config.worker.storage_db.max_open_files, upgrade: upgradeWorkerStore });
+    const opening = openWorkerStore(config.worker.storage_db.path, { block_cache_bytes: config.worker.storage_db.block_cache_size_bytes, max_open_files: config.worker.storage_db.max_open_files, write_buffer_bytes: config.worker.storage_db.write_buffer_size_bytes, upgrade: upgradeLogged(logger, config.worker.storage_db.path) });
     opening.catch(() => {}); // awaited below, or closed when the start fails before that
     let db: Db | undefined;
     let registry: Registry | undefined;
@@ -282,4 +282,14 @@ async function listen(app: FastifyInstance, address: string, what: string): Prom
     }
     throw err;
   }
+}
+
+/** The store's upgrade, with a line before and after: it rewrites tables, which takes a while on a large store. */
+function upgradeLogged(logger: Logger, path: string): (db: Db, from: number) => Promise<void> {
+  return async (db, from) => {
+    const started = performance.now();
+    logger.info({ path, from, to: WORKER_FORMAT_VERSION }, 'upgrading the worker storage to this version\'s format (once; the server starts after it)');
+    await upgradeWorkerStore(db, from);
+    logger.info({ path, from, to: WORKER_FORMAT_VERSION, took_ms: Math.round(performance.now() - started) }, 'worker storage upgraded');
+  };
 }

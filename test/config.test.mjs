@@ -111,6 +111,7 @@ t.test('KEEL_ environment variables win over the file', async (t) => {
     KEEL_WORKER__INVOKER__ABORT_TIMEOUT: '30s',
     KEEL_DEFAULT_RETRY_POLICY__MAX_ATTEMPTS: 'unlimited',
     KEEL_WORKER__STORAGE_DB__FSYNC: 'false',
+    KEEL_WORKER__STORAGE_DB__WRITE_BUFFER_SIZE: '8MiB',
     KEEL_BASE_DIR: '/data',
     PATH: '/usr/bin',
   });
@@ -119,6 +120,8 @@ t.test('KEEL_ environment variables win over the file', async (t) => {
   t.equal(c.default_retry_policy.max_attempts, undefined);
   t.equal(c.worker.storage_db.fsync, false);
   t.equal(c.worker.storage_db.path, '/data/worker');
+  t.equal(c.worker.storage_db.write_buffer_size_bytes, 8 * 1024 * 1024);
+  t.equal(loadConfig(undefined, {}).worker.storage_db.write_buffer_size_bytes, 32 * 1024 * 1024, 'default');
 });
 
 t.test('tracing.endpoint: off by default, set from the file or KEEL_TRACING__ENDPOINT', async (t) => {

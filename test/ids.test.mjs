@@ -74,3 +74,20 @@ t.test('awakeable ids decode with or without base64 padding (the Java SDK pads t
   t.equal(decodeAwakeableId(`${unpadded}===`), undefined, 'three pad characters are not base64');
   t.equal(decodeAwakeableId(`sign_1=${raw.toString('base64url')}`), undefined, 'padding only at the end');
 });
+
+t.test('new ids carry the clock in the leading digits of their uuid: the store keys them together', async (t) => {
+  const { idKeyText, idOfKeyText } = await import('../dist/storage/keys.js');
+  const base = 1_800_000_000_000;
+  const made = Array.from({ length: 1000 }, (_, i) => InvocationId.random(randomPartitionKey(), base + i));
+  t.ok(made.every((id, i) => id.bytes.readUIntLE(18, 6) === base + i), 'uuid bytes 10–15 hold the millisecond');
+  t.equal(new Set(made.map((id) => id.text)).size, 1000, 'distinct within the same milliseconds');
+  const keys = made.map((id) => idKeyText(id.text));
+  t.ok(keys.every((k, i) => idOfKeyText(k) === made[i].text), 'a key text gives its id back');
+  const shared = (a, b) => { let n = 0; while (n < a.length && a[n] === b[n]) n++; return n; };
+  const common = keys.reduce((n, k) => Math.min(n, shared(k, keys[0])), Infinity);
+  t.ok(common >= 5, `keys of a second's ids share their first ${common} characters`);
+  const randomKeys = Array.from({ length: 1000 }, () => InvocationId.fromBytes(randomBytes(24)).text);
+  t.ok(randomKeys.reduce((n, k) => Math.min(n, shared(k, randomKeys[0])), Infinity) <= 5, 'random uuids do not');
+  t.throws(() => idKeyText('inv_1bogus'), /not an invocation id/);
+  t.throws(() => InvocationId.random(1n, 2 ** 48), /48 bits/);
+});

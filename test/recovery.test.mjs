@@ -202,17 +202,20 @@ t.test('a store of format 2 is upgraded at open: the state-keys index is built f
   const { invocationsTable } = await import('../dist/storage/tables/invocations.js');
   const { liveTable } = await import('../dist/storage/tables/live.js');
   const { restartTable } = await import('../dist/storage/tables/restart.js');
+  // Format 4 and before keyed them by the id's text; format 5 moves them (uuid first).
+  const { InvocationId } = await import('../dist/common/ids.js');
+  const [run, sleep, sleep2, done] = Array.from({ length: 4 }, () => InvocationId.random(0n).text);
   const inv = (id, status, extra = {}) => ({ id, service: 'S', handler: 'h', key: '', service_type: 'Service', handler_type: '', status, epoch: 0, journal_length: 1, created_at_ms: 1, modified_at_ms: 1, retry_count: 0, completion_retention_ms: 0, journal_retention_ms: 0, ...extra });
-  for (const s of [inv('inv_run', 'running'), inv('inv_sleep', 'suspended', { invoked_by_subscription_id: 'sub_1' }), inv('inv_sleep2', 'suspended'), inv('inv_done', 'completed')]) {
-    await db.put(invocationsTable.key(2, s.id), invocationsTable.encode(s));
-    if (s.status !== 'completed') await db.put(liveTable.key(2, s.id), liveTable.value);
+  for (const s of [inv(run, 'running'), inv(sleep, 'suspended', { invoked_by_subscription_id: 'sub_1' }), inv(sleep2, 'suspended'), inv(done, 'completed')]) {
+    await db.put(`p2/s/inv/${s.id}`, invocationsTable.encode(s));
+    if (s.status !== 'completed') await db.put(`p2/s/live/${s.id}`, liveTable.value);
   }
   await db.close();
   fs.writeFileSync(path.join(dir, 'KEEL_STORAGE_VERSION'), '2\n');
   await t.rejects(openWorkerStore(dir), /RT0009|format version '2'/, 'refused without an upgrade');
   db = await openWorkerStore(dir, { upgrade: upgradeWorkerStore });
   t.teardown(() => db.close());
-  t.equal(fs.readFileSync(path.join(dir, 'KEEL_STORAGE_VERSION'), 'utf8').trim(), '4');
+  t.equal(fs.readFileSync(path.join(dir, 'KEEL_STORAGE_VERSION'), 'utf8').trim(), '5');
   t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(0, 'Obj/a'))), [b64('x'), b64('y')]);
   t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(0, 'Obj/b'))), [b64('z')]);
   t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(2, 'Other/c'))), [b64('w')]);
@@ -225,8 +228,137 @@ t.test('a store of format 2 is upgraded at open: the state-keys index is built f
   t.same(JSON.parse(await db.get('p0/s/counters')), { inbox_seq: 0, outbox_seq: 0, timers: 0, outbox: 0, statuses: {}, subscriptions: {} });
   const restarting = [];
   for await (const id of restartTable.scan(db, 2)) restarting.push(id);
-  t.same(restarting, ['inv_run'], 'only the invocation that runs is indexed to restart');
+  t.same(restarting, [run], 'only the invocation that runs is indexed to restart');
+  t.equal(invocationsTable.decode(await db.get(invocationsTable.key(2, done))).status, 'completed', 'statuses under their format 5 keys');
   const state = new PartitionState(0, 1);
   state.loader = (key) => db.getSync(key);
   t.same([...state.stateOf('Obj/a').keys()], [b64('x'), b64('y')], 'read through the index with no cache');
+});
+
+t.test('a store of format 4 is upgraded at open: the tables of invocations keyed uuid first, a partial move finished, format 4 snapshots load as format 5', async (t) => {
+  const fs = await import('node:fs');
+  const os = await import('node:os');
+  const { InvocationId } = await import('../dist/common/ids.js');
+  const { invocationsTable } = await import('../dist/storage/tables/invocations.js');
+  const { journalTable } = await import('../dist/storage/tables/journal.js');
+  const { liveTable } = await import('../dist/storage/tables/live.js');
+  const { restartTable } = await import('../dist/storage/tables/restart.js');
+  const { logTable } = await import('../dist/storage/tables/log.js');
+  const { upgradeWorkerStore } = await import('../dist/storage/upgrade.js');
+  const { DirectorySnapshotStore, snapshotPartition, restorePartition } = await import('../dist/storage/snapshots.js');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'keel-upgrade4-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const ids = Array.from({ length: 300 }, (_, i) => InvocationId.random(BigInt(i) * 7919n).text);
+  // What format 4 wrote: every table keyed by the id's text.
+  const format4 = [];
+  for (const [i, id] of ids.entries()) {
+    format4.push([`p3/s/inv/${id}`, Buffer.from(JSON.stringify({ id }))]);
+    format4.push([`p3/s/live/${id}`, Buffer.alloc(0)]);
+    if (i % 3 === 0) format4.push([`p3/s/restart/${id}`, Buffer.alloc(0)]);
+    for (let e = 0; e < 2; e++) format4.push([`p3/s/j/${id}/0000000${e}`, Buffer.from([0, 1, e])]);
+  }
+  format4.push(['p3/s/state/Obj%2Fa/x', Buffer.from('"kept"')], ['p3/s/counters', Buffer.from('{"inbox_seq":0,"outbox_seq":0,"timers":0,"outbox":0,"statuses":{},"subscriptions":{}}')]);
+  let db = await openWorkerStore(path.join(dir, 'w'));
+  for (const [k, v] of format4) await db.put(k, v);
+  // A crash part-way through an earlier upgrade: the first id already moved, its old keys gone.
+  for (const [k, v] of format4.filter(([k]) => k.includes(ids[0]))) {
+    await db.del(k);
+    const format5 = k.startsWith('p3/s/j/') ? journalTable.key(3, ids[0], Number(k.slice(-8))) : k.startsWith('p3/s/inv/') ? invocationsTable.key(3, ids[0]) : k.startsWith('p3/s/live/') ? liveTable.key(3, ids[0]) : restartTable.key(3, ids[0]);
+    await db.put(format5, v);
+  }
+  await db.close();
+  fs.writeFileSync(path.join(dir, 'w', 'KEEL_STORAGE_VERSION'), '4\n');
+  db = await openWorkerStore(path.join(dir, 'w'), { upgrade: upgradeWorkerStore });
+  t.teardown(() => db.close());
+  t.equal(fs.readFileSync(path.join(dir, 'w', 'KEEL_STORAGE_VERSION'), 'utf8').trim(), '5');
+  let keys = 0;
+  let format4Left = 0;
+  for await (const key of db.keys({ gte: 'p3/', lt: 'p3/~' })) {
+    keys += 1;
+    if (key.includes('/inv_1')) format4Left += 1;
+  }
+  t.equal(keys, format4.length, 'as many keys as before');
+  t.equal(format4Left, 0, 'no key of format 4 is left');
+  const statuses = [];
+  for await (const s of invocationsTable.scan(db, 3)) statuses.push(s.id);
+  t.same(statuses.sort(), [...ids].sort(), 'every status read back by its id');
+  const live = [];
+  for await (const id of liveTable.scan(db, 3)) live.push(id);
+  t.same(live.sort(), [...ids].sort(), 'the live index names the same ids');
+  const restarting = [];
+  for await (const id of restartTable.scan(db, 3)) restarting.push(id);
+  t.same(restarting.sort(), ids.filter((_, i) => i % 3 === 0).sort());
+  t.same((await journalTable.read(db, 3, ids[7])).map((e) => e.payload[0]), [0, 1], 'a journal read back in order');
+  t.equal((await db.get('p3/s/state/Obj%2Fa/x')).toString(), '"kept"', 'other tables untouched');
+
+  // A snapshot taken by a node still on format 4 loads into a format 5 store.
+  const snapshots = new DirectorySnapshotStore(path.join(dir, 'snapshots'));
+  const old = await openWorkerStore(path.join(dir, 'old'));
+  t.teardown(() => old.close());
+  for (const [k, v] of format4) await old.put(k, v);
+  await old.put(logTable.cursorKey(3), logTable.encodeCursor({ offset: 10, epoch: 1, position: 9 }));
+  const taken = await snapshotPartition(old, 3, snapshots);
+  const fresh = await openWorkerStore(path.join(dir, 'fresh'));
+  t.teardown(() => fresh.close());
+  await restorePartition(fresh, taken, snapshots);
+  const restored = [];
+  for await (const s of invocationsTable.scan(fresh, 3)) restored.push(s.id);
+  t.same(restored.sort(), [...ids].sort(), 'the restored statuses are under format 5 keys');
+  t.same((await journalTable.read(fresh, 3, ids[7])).map((e) => e.payload[0]), [0, 1]);
+});
+
+t.test('a real server on a store written in format 4: upgraded at start, the sleeping invocation wakes, the completed one is found by its idempotency key', async (t) => {
+  const fs = await import('node:fs');
+  const { idOfKeyText } = await import('../dist/storage/keys.js');
+  const keel = await startKeel(t, { env: { KEEL_WORKER__PARTITIONS: '2' } });
+  const quick = countingGreeter({ name: 'Quick', sleep_ms: 10 });
+  const slow = countingGreeter({ name: 'Slow', sleep_ms: 4000 });
+  await register(keel, await serveServices(t, [quick.service, slow.service]));
+  const first = await ingress(keel, '/Quick/greet', { name: 'once' }, { 'idempotency-key': 'k1' });
+  t.same(first.body, { result: 'You said hi to once!' });
+  t.equal((await ingress(keel, '/Slow/greet/send', { name: 'sleeper' })).status, 202);
+  await eventually(() => slow.count('Notification', 'sleeper') === 1);
+  await sleep(500); // into the sleep
+  const before = await query(keel, 'SELECT id, target_service_name AS service FROM sys_invocation ORDER BY id');
+  await keel.stop();
+
+  // Back to what format 4 wrote: the tables of invocations keyed by the id's text.
+  const worker = path.join(keel.dir, 'data', 'worker');
+  const db = await openWorkerStore(worker);
+  let moved = 0;
+  for await (const [key, value] of db.iterator({ gte: 'p', lt: 'q' })) {
+    const m = /^(p\d+\/s\/(?:inv|live|restart|j)\/)([0-9a-zA-Z]{33})(\/.*)?$/.exec(key);
+    if (m === null) continue;
+    await db.batch().del(key).put(`${m[1]}${idOfKeyText(m[2])}${m[3] ?? ''}`, value).write();
+    moved += 1;
+  }
+  await db.close();
+  t.ok(moved >= 8, `${moved} keys put back as format 4 had them`);
+  fs.writeFileSync(path.join(worker, 'KEEL_STORAGE_VERSION'), '4\n');
+
+  await keel.launch();
+  t.match(keel.logs(), /"from":4,"to":5,"took_ms":\d+,"msg":"worker storage upgraded"/, 'the upgrade is logged');
+  t.same(await query(keel, 'SELECT id, target_service_name AS service FROM sys_invocation ORDER BY id'), before, 'the same invocations');
+  const again = await ingress(keel, '/Quick/greet', { name: 'once' }, { 'idempotency-key': 'k1' });
+  t.same(again.body, first.body, 'the completed invocation answers its idempotency key');
+  t.equal(quick.count('Notification'), 1, 'and did not run again');
+  await eventually(() => slow.count('Reminder', 'sleeper') === 1, { timeout_ms: 20_000 });
+  t.equal(slow.count('Notification', 'sleeper'), 1, 'the sleeper woke where it slept');
+});
+
+t.test('worker.storage_db.write_buffer_size reaches the store: a small buffer writes table files where the default keeps the writes in memory', async (t) => {
+  const fs = await import('node:fs');
+  const tables = async (bufferSize) => {
+    const keel = await startKeel(t, { env: bufferSize === undefined ? {} : { KEEL_WORKER__STORAGE_DB__WRITE_BUFFER_SIZE: bufferSize } });
+    const g = countingGreeter({ name: 'Buffered', sleep_ms: 1 });
+    await register(keel, await serveServices(t, [g.service]));
+    for (let round = 0; round < 4; round++) {
+      const answers = await Promise.all(Array.from({ length: 25 }, (_, i) => ingress(keel, '/Buffered/greet', { name: `n${round}-${i}` })));
+      t.ok(answers.every((a) => a.status === 200), `round ${round} answered`);
+    }
+    await keel.stop();
+    return fs.readdirSync(path.join(keel.dir, 'data', 'worker', 'db')).filter((f) => f.endsWith('.ldb')).length;
+  };
+  t.ok((await tables('64KiB')) > 0, 'with 64 KiB, table files');
+  t.equal(await tables(undefined), 0, 'with the default, none yet');
 });

@@ -87,6 +87,8 @@ export interface Config {
       block_cache_size_bytes: number;
       /** Table files LevelDB keeps open, each with its index and bloom filter in memory (its table cache). */
       max_open_files: number;
+      /** Writes LevelDB gathers in memory before it writes them to a table file (its write buffer; two can be held at once). */
+      write_buffer_size_bytes: number;
     };
     invoker: {
       inactivity_timeout_ms: number;
@@ -178,6 +180,7 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'worker.storage_db.state_cache_size', kind: 'size', dflt: 128 * 1024 * 1024 },
   { path: 'worker.storage_db.block_cache_size', kind: 'size', dflt: 64 * 1024 * 1024 },
   { path: 'worker.storage_db.max_open_files', kind: 'int', dflt: 200 },
+  { path: 'worker.storage_db.write_buffer_size', kind: 'size', dflt: 32 * 1024 * 1024 },
   { path: 'worker.invoker.inactivity_timeout', kind: 'timeout', dflt: 60_000 },
   { path: 'worker.invoker.abort_timeout', kind: 'timeout', dflt: 600_000 },
   { path: 'worker.invoker.message_size_limit', kind: 'size', dflt: 32 * 1024 * 1024 },
@@ -503,6 +506,7 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
         state_cache_size_bytes: v<number>('worker.storage_db.state_cache_size'),
         block_cache_size_bytes: v<number>('worker.storage_db.block_cache_size'),
         max_open_files: v<number>('worker.storage_db.max_open_files'),
+        write_buffer_size_bytes: v<number>('worker.storage_db.write_buffer_size'),
       },
       invoker: {
         inactivity_timeout_ms: v<number>('worker.invoker.inactivity_timeout'),

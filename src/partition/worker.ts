@@ -9,8 +9,7 @@ import { decodeCommand, type Command, type CommandKind } from '../log/commands.j
 import { GroupWriter } from '../storage/group-writer.js';
 import { KafkaLog, type KafkaLogClient } from '../log/kafka-log.js';
 import type { Db, StateWrite } from '../storage/store.js';
-import { tablePrefix } from '../storage/keys.js';
-import { INVOCATIONS_TABLE, invocationsTable } from '../storage/tables/invocations.js';
+import { invocationsTable } from '../storage/tables/invocations.js';
 import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
 import { outboxTable } from '../storage/tables/outbox.js';
 import { liveTable } from '../storage/tables/live.js';
@@ -205,9 +204,11 @@ export class Worker implements Effects {
 
   private observeBatch(partition: number, writes: readonly StateWrite[]): void {
     if (this.invocationListeners.size === 0) return;
-    const prefix = tablePrefix(partition, INVOCATIONS_TABLE);
     const changes: InvocationChanges = [];
-    for (const [key, value] of writes) if (key.startsWith(prefix)) changes.push([key.slice(prefix.length), value]);
+    for (const [key, value] of writes) {
+      const id = invocationsTable.idOf(partition, key);
+      if (id !== undefined) changes.push([id, value]);
+    }
     if (changes.length === 0) return;
     for (const l of this.invocationListeners) l(changes);
   }

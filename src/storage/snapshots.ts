@@ -17,6 +17,7 @@ import { assert } from '../common/assert.js';
 import { pad, partitionPrefix } from './keys.js';
 import { entriesIn, type Db } from './store.js';
 import { logTable, type LogCursor } from './tables/log.js';
+import { format5Key } from './upgrade.js';
 
 /** A stored snapshot: which partition, and the log cursor it covers (the next offset to read, the epoch state there). */
 export interface SnapshotInfo {
@@ -198,7 +199,8 @@ export async function snapshotPartition(db: Db, partition: number, store: Snapsh
  * Replaces every key of the partition with the snapshot's (nothing else may use the partition
  * meanwhile). The applied position and the log cursor are written last, with the final batch:
  * a restore that fails half-way leaves a partition without a cursor, which the next open
- * restores again, never one that looks caught up.
+ * restores again, never one that looks caught up. A snapshot of a format 4 store (a node not yet
+ * upgraded wrote it) loads with its keys as format 5 has them.
  */
 export async function restorePartition(db: Db, snapshot: SnapshotInfo, store: SnapshotStore): Promise<{ keys: number }> {
   const prefix = partitionPrefix(snapshot.partition);
@@ -210,7 +212,7 @@ export async function restorePartition(db: Db, snapshot: SnapshotInfo, store: Sn
   for await (const [key, value] of store.read(snapshot)) {
     assert(key.startsWith(prefix), () => `snapshot ${snapshot.name} of partition ${snapshot.partition} holds the key ${key}`);
     if (last.has(key)) held.push([key, value]);
-    else batch.put(key, value);
+    else batch.put(format5Key(key), value);
     if (++keys % RESTORE_BATCH_KEYS === 0 && batch.length > 0) {
       await batch.write();
       batch = db.batch();

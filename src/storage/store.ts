@@ -5,8 +5,11 @@ import { KeelError } from '../errors/index.js';
 
 export type Db = ClassicLevel<string, Buffer>;
 
-/** 2: the `live` index of invocations that have not completed. 3: the `statekeys` index. */
-export const WORKER_FORMAT_VERSION = 4;
+/**
+ * 2: the `live` index of invocations that have not completed. 3: the `statekeys` index. 4: the
+ * `restart` index and counts. 5: the tables of invocations keyed uuid first (keys.ts's `idKeyText`).
+ */
+export const WORKER_FORMAT_VERSION = 5;
 
 export interface OpenOptions {
   /** LevelDB's block cache (classic-level's default: 8 MiB). */
@@ -17,6 +20,13 @@ export interface OpenOptions {
    * kept ~50 MB more resident with the default than with 200.
    */
   max_open_files?: number;
+  /**
+   * LevelDB's write buffer (classic-level's default: 4 MiB). With 32 MiB, 600,000 calls among
+   * 500,000 retained objects and sleepers compacted 786 MB instead of 1,844 MB (−20% CPU per call
+   * in the store): overwrites and deletes of an invocation's rows meet in memory before they reach
+   * a table. A crash restart replays up to this much of LevelDB's log (~10 ms per MiB).
+   */
+  write_buffer_bytes?: number;
   /** Brings a store of an older format version to this one (storage/upgrade.ts); without it, such a store is refused. */
   upgrade?: (db: Db, from: number) => Promise<void>;
 }
@@ -65,6 +75,7 @@ async function openLevel(path: string, options: OpenOptions): Promise<Db> {
     valueEncoding: 'buffer',
     ...(options.block_cache_bytes !== undefined ? { cacheSize: options.block_cache_bytes } : {}),
     ...(options.max_open_files !== undefined ? { maxOpenFiles: options.max_open_files } : {}),
+    ...(options.write_buffer_bytes !== undefined ? { writeBufferSize: options.write_buffer_bytes } : {}),
   });
   try {
     await db.open();

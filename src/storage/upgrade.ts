@@ -1,6 +1,9 @@
 // Brings a worker store of an older format version to the current one, in place, at open. Each
 // step is idempotent: a crash part-way leaves the old version file, and the next open runs it again.
-import type { Db } from './store.js';
+import { assert } from '../common/assert.js';
+import { idKeyText } from './keys.js';
+import { entriesIn, type Db } from './store.js';
+import { journalTable } from './tables/journal.js';
 import { fsmTable, type Counters } from './tables/fsm.js';
 import { invocationsTable } from './tables/invocations.js';
 import { liveTable } from './tables/live.js';
@@ -11,7 +14,7 @@ import { timersTable } from './tables/timers.js';
 
 /**
  * 2 → 3: each partition's `statekeys` index, built from its state table, and its timer count in
- * the counters.
+ * the counters. 4 → 5 (below): the tables of invocations keyed uuid first.
  */
 export async function upgradeWorkerStore(db: Db, from: number): Promise<void> {
   for await (const p of partitionsIn(db)) {
@@ -21,9 +24,40 @@ export async function upgradeWorkerStore(db: Db, from: number): Promise<void> {
       // Synced: LevelDB writes its log in order, so this puts the index before it on disk too.
       await db.put(fsmTable.key(p), fsmTable.encode({ ...counters, timers: await timersTable.count(db, p) }), { sync: true });
     }
+    // First: countLive reads the `live` index by format 5's keys.
+    if (from <= 4) await rekeyIds(db, p);
     if (from <= 3) await countLive(db, p);
   }
 }
+
+/**
+ * Format 4 keyed the tables of invocations by the id's text (`inv_1` + partition key + uuid);
+ * format 5 by keys.ts's `idKeyText` (uuid first). `key` as format 5 has it: unchanged unless it
+ * is a format 4 key of one of those tables. Snapshots written by format 4 go through it as they load.
+ */
+export function format5Key(key: string): string {
+  const m = FORMAT_4_ID_KEY.exec(key);
+  return m === null ? key : `${m[1]!}${idKeyText(m[2]!)}${m[3] ?? ''}`;
+}
+const FORMAT_4_ID_KEY = /^(p\d+\/s\/(?:inv|live|restart|j)\/)(inv_1[0-9a-zA-Z]{33})(\/.*)?$/s;
+
+/** 4 → 5: every key of the four tables of invocations moved to its format 5 key, a batch at a time (each move one batch: idempotent). */
+async function rekeyIds(db: Db, partition: number): Promise<void> {
+  let batch = db.batch();
+  for (const range of [invocationsTable, liveTable, restartTable, journalTable].map((t) => t.range(partition))) {
+    for await (const [key, value] of entriesIn(db, { gte: `${range.gte}inv_1`, lt: `${range.gte}inv_1~` })) {
+      const moved = format5Key(key);
+      assert(moved !== key, () => `partition ${partition}: ${key} is not a format 4 key`);
+      batch.del(key).put(moved, value);
+      if (batch.length >= UPGRADE_BATCH_OPS) {
+        await batch.write();
+        batch = db.batch();
+      }
+    }
+  }
+  await batch.write({ sync: true });
+}
+const UPGRADE_BATCH_OPS = 2_000;
 
 /**
  * 3 → 4: the `restart` index (invocations that run or back off), the counts of unfinished

@@ -1,6 +1,7 @@
-// Table `inv`: the status of every invocation of a partition, by id (JSON).
+// Table `inv`: the status of every invocation of a partition, by id (JSON), keyed uuid first
+// (keys.ts's `idKeyText`): by creation time for ids made here.
 import { entriesIn, valuesIn, type Db } from '../store.js';
-import { tablePrefix, tableRange } from '../keys.js';
+import { idKeyText, idOfKeyText, tablePrefix, tableRange } from '../keys.js';
 
 export type Status = 'scheduled' | 'inboxed' | 'running' | 'backing-off' | 'suspended' | 'paused' | 'completed';
 
@@ -77,20 +78,25 @@ export interface InvocationStatus {
 }
 
 const TABLE = 'inv';
-/** The table's name in keys (the worker tells its writes apart from others' by it). */
-export const INVOCATIONS_TABLE = TABLE;
 
 export const invocationsTable = {
-  key: (partition: number, id: string): string => `${tablePrefix(partition, TABLE)}${id}`,
+  key: (partition: number, id: string): string => `${tablePrefix(partition, TABLE)}${idKeyText(id)}`,
+
+  range: (partition: number): { gte: string; lt: string } => tableRange(partition, TABLE),
+  /** The id a key of this table is for, or undefined for a key of another table. */
+  idOf(partition: number, key: string): string | undefined {
+    const prefix = tablePrefix(partition, TABLE);
+    return key.startsWith(prefix) ? idOfKeyText(key.slice(prefix.length)) : undefined;
+  },
   encode: (s: InvocationStatus): Buffer => Buffer.from(JSON.stringify(s)),
   decode: (raw: Buffer): InvocationStatus => JSON.parse(raw.toString('utf8')) as InvocationStatus,
 
-  /** Every stored status of the partition, in id order. */
+  /** Every stored status of the partition, in key order. */
   async *scan(db: Db, partition: number): AsyncGenerator<InvocationStatus> {
     for await (const value of valuesIn(db, tableRange(partition, TABLE))) yield invocationsTable.decode(value);
   },
 
-  /** Every stored status of the partition as stored (JSON), undecoded, in id order. */
+  /** Every stored status of the partition as stored (JSON), undecoded, in key order. */
   async *records(db: Db, partition: number): AsyncGenerator<Buffer> {
     yield* valuesIn(db, tableRange(partition, TABLE));
   },
@@ -99,7 +105,7 @@ export const invocationsTable = {
   async *scanExcept(db: Db, partition: number, skip: ReadonlySet<string>): AsyncGenerator<InvocationStatus> {
     const prefix = tablePrefix(partition, TABLE);
     for await (const [key, value] of entriesIn(db, tableRange(partition, TABLE))) {
-      if (!skip.has(key.slice(prefix.length))) yield invocationsTable.decode(value);
+      if (!skip.has(idOfKeyText(key.slice(prefix.length)))) yield invocationsTable.decode(value);
     }
   },
 };

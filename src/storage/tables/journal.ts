@@ -1,6 +1,7 @@
-// Table `j`: journal entries by invocation id and index; value = u16 message type + payload.
+// Table `j`: journal entries by invocation id (keys.ts's `idKeyText`) and index; value = u16
+// message type + payload.
 import { valuesIn, type Db } from '../store.js';
-import { pad, tablePrefix } from '../keys.js';
+import { idKeyText, pad, tablePrefix, tableRange } from '../keys.js';
 
 export interface JournalEntry {
   type: number;
@@ -11,12 +12,14 @@ const TABLE = 'j';
 const INDEX_WIDTH = 8;
 
 function range(partition: number, id: string): { gte: string; lt: string } {
-  const prefix = `${tablePrefix(partition, TABLE)}${id}/`;
+  const prefix = `${tablePrefix(partition, TABLE)}${idKeyText(id)}/`;
   return { gte: prefix, lt: `${prefix}~` };
 }
 
 export const journalTable = {
-  key: (partition: number, id: string, index: number): string => `${tablePrefix(partition, TABLE)}${id}/${pad(index, INDEX_WIDTH)}`,
+  key: (partition: number, id: string, index: number): string => `${tablePrefix(partition, TABLE)}${idKeyText(id)}/${pad(index, INDEX_WIDTH)}`,
+
+  range: (partition: number): { gte: string; lt: string } => tableRange(partition, TABLE),
 
   encode(e: JournalEntry): Buffer {
     const out = Buffer.allocUnsafe(2 + e.payload.length);
