@@ -297,7 +297,15 @@ t.test('a store of format 4 is upgraded at open: the tables of invocations keyed
   t.teardown(() => old.close());
   for (const [k, v] of format4) await old.put(k, v);
   await old.put(logTable.cursorKey(3), logTable.encodeCursor({ offset: 10, epoch: 1, position: 9 }));
-  const taken = await snapshotPartition(old, 3, snapshots);
+  const written = await snapshotPartition(old, 3, snapshots);
+  t.match(written.name, /-f5\.keel-snapshot$/, 'a snapshot is named with its format (which a format 4 node does not take)');
+  // What a node of format 4 wrote: its name has no format.
+  const dirOf = path.join(dir, 'snapshots', 'p3');
+  fs.renameSync(path.join(dirOf, written.name), path.join(dirOf, written.name.replace('-f5', '')));
+  fs.writeFileSync(path.join(dirOf, written.name.replace('-f5', '-f6').replace(/^o0+10-/, 'o00000000000000000011-')), 'a newer Keel wrote this');
+  const [taken, ...others] = await snapshots.list(3);
+  t.equal(taken.format, 4, 'listed as format 4');
+  t.same(others, [], "a newer format's snapshot is not listed");
   const fresh = await openWorkerStore(path.join(dir, 'fresh'));
   t.teardown(() => fresh.close());
   await restorePartition(fresh, taken, snapshots);
@@ -348,17 +356,20 @@ t.test('a real server on a store written in format 4: upgraded at start, the sle
 
 t.test('worker.storage_db.write_buffer_size reaches the store: a small buffer writes table files where the default keeps the writes in memory', async (t) => {
   const fs = await import('node:fs');
+  // 4 MiB is LevelDB's own default: the default must differ from it to be the setting at work.
   const tables = async (bufferSize) => {
     const keel = await startKeel(t, { env: bufferSize === undefined ? {} : { KEEL_WORKER__STORAGE_DB__WRITE_BUFFER_SIZE: bufferSize } });
     const g = countingGreeter({ name: 'Buffered', sleep_ms: 1 });
     await register(keel, await serveServices(t, [g.service]));
+    // ~100 calls of 24 KiB in and out: ~10 MB through the log and the journals.
     for (let round = 0; round < 4; round++) {
-      const answers = await Promise.all(Array.from({ length: 25 }, (_, i) => ingress(keel, '/Buffered/greet', { name: `n${round}-${i}` })));
+      const answers = await Promise.all(Array.from({ length: 25 }, (_, i) => ingress(keel, '/Buffered/greet', { name: `n${round}-${i}-${'x'.repeat(24 * 1024)}` })));
       t.ok(answers.every((a) => a.status === 200), `round ${round} answered`);
     }
     await keel.stop();
     return fs.readdirSync(path.join(keel.dir, 'data', 'worker', 'db')).filter((f) => f.endsWith('.ldb')).length;
   };
   t.ok((await tables('64KiB')) > 0, 'with 64 KiB, table files');
-  t.equal(await tables(undefined), 0, 'with the default, none yet');
+  t.ok((await tables('4MiB')) > 0, "with LevelDB's 4 MiB, table files");
+  t.equal(await tables(undefined), 0, 'with the default (32 MiB), none yet');
 });

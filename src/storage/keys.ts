@@ -72,11 +72,6 @@ export function idOfKeyText(text: string): string {
   return ID_PREFIX + text.slice(UUID_DIGITS) + text.slice(0, UUID_DIGITS);
 }
 
-/** Format 4's key text of an id was the id itself; true for such a key text (format 5 keys hold no `_`). */
-export function isFormat4IdKeyText(text: string): boolean {
-  return text.startsWith(ID_PREFIX);
-}
-
 const ID_PREFIX = 'inv_1';
 const PK_DIGITS = 11;
 const UUID_DIGITS = 22;

@@ -15,7 +15,7 @@ import { Readable } from 'node:stream';
 import { createGunzip, createGzip } from 'node:zlib';
 import { assert } from '../common/assert.js';
 import { pad, partitionPrefix } from './keys.js';
-import { entriesIn, type Db } from './store.js';
+import { entriesIn, WORKER_FORMAT_VERSION, type Db } from './store.js';
 import { logTable, type LogCursor } from './tables/log.js';
 import { format5Key } from './upgrade.js';
 
@@ -24,6 +24,8 @@ export interface SnapshotInfo {
   partition: number;
   cursor: LogCursor;
   bytes: number;
+  /** The worker format its keys are in (storage/store.ts's WORKER_FORMAT_VERSION when it was written). */
+  format: number;
   /** The store's name for it. */
   name: string;
 }
@@ -42,7 +44,10 @@ export interface SnapshotStore {
 
 /** Keys written per batch while a snapshot loads. */
 const RESTORE_BATCH_KEYS = 1_000;
-const NAME = /^o(\d{20})-e(\d{10})-p(\d{16})\.keel-snapshot$/;
+// The format is in the name since format 5, so that a node of format 4 (whose pattern has no `-f`)
+// never takes a snapshot whose keys it cannot read; a name without it is of format 4.
+const NAME = /^o(\d{20})-e(\d{10})-p(\d{16})(?:-f(\d+))?\.keel-snapshot$/;
+const FORMAT_WITHOUT_SUFFIX = 4;
 /** A snapshot being written (its name is known only once it is). */
 const TEMPORARY_PREFIX = '.writing-';
 
@@ -62,8 +67,10 @@ export class DirectorySnapshotStore implements SnapshotStore {
     for (const name of names.sort()) {
       const m = NAME.exec(name);
       if (m === null) continue; // temporary files of writes in progress, or someone else's
+      const format = m[4] === undefined ? FORMAT_WITHOUT_SUFFIX : Number(m[4]);
+      if (format > WORKER_FORMAT_VERSION) continue; // a newer Keel's: keys this one cannot read
       const { size } = await fsp.stat(join(this.dir(partition), name));
-      out.push({ partition, cursor: { offset: Number(m[1]), epoch: Number(m[2]), position: Number(m[3]) }, bytes: size, name });
+      out.push({ partition, cursor: { offset: Number(m[1]), epoch: Number(m[2]), position: Number(m[3]) }, bytes: size, format, name });
     }
     return out;
   }
@@ -77,7 +84,7 @@ export class DirectorySnapshotStore implements SnapshotStore {
     try {
       await pipeline(Readable.from(frames(entries)), createGzip(), createWriteStream(temporary));
       cursor = cursorOf();
-      name = `o${pad(cursor.offset, 20)}-e${pad(cursor.epoch, 10)}-p${pad(cursor.position)}.keel-snapshot`;
+      name = `o${pad(cursor.offset, 20)}-e${pad(cursor.epoch, 10)}-p${pad(cursor.position)}-f${WORKER_FORMAT_VERSION}.keel-snapshot`;
       const file = await fsp.open(temporary, 'r+');
       await file.sync().finally(() => file.close());
       await fsp.rename(temporary, join(dir, name));
@@ -88,7 +95,7 @@ export class DirectorySnapshotStore implements SnapshotStore {
     const directory = await fsp.open(dir, 'r');
     await directory.sync().finally(() => directory.close());
     const { size } = await fsp.stat(join(dir, name));
-    return { partition, cursor, bytes: size, name };
+    return { partition, cursor, bytes: size, format: WORKER_FORMAT_VERSION, name };
   }
 
   async *read(snapshot: SnapshotInfo): AsyncIterable<[string, Buffer]> {
@@ -212,7 +219,7 @@ export async function restorePartition(db: Db, snapshot: SnapshotInfo, store: Sn
   for await (const [key, value] of store.read(snapshot)) {
     assert(key.startsWith(prefix), () => `snapshot ${snapshot.name} of partition ${snapshot.partition} holds the key ${key}`);
     if (last.has(key)) held.push([key, value]);
-    else batch.put(format5Key(key), value);
+    else batch.put(snapshot.format < 5 ? format5Key(key) : key, value);
     if (++keys % RESTORE_BATCH_KEYS === 0 && batch.length > 0) {
       await batch.write();
       batch = db.batch();

@@ -1,5 +1,5 @@
 // Table `inv`: the status of every invocation of a partition, by id (JSON), keyed uuid first
-// (keys.ts's `idKeyText`): by creation time for ids made here.
+// (keys.ts's `idKeyText`): the ids made here in the same minute share their keys' first digits.
 import { entriesIn, valuesIn, type Db } from '../store.js';
 import { idKeyText, idOfKeyText, tablePrefix, tableRange } from '../keys.js';
 
