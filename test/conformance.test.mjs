@@ -76,6 +76,16 @@ for (const [mode, modeEnv] of MODES) {
       t.equal(attempts(`runbody:${tg}`), 2, 'maxRetryAttempts 2: two tries');
     });
 
+    t.test("RunRetry per step: a flaky first step's failures leave the second step its own 3 tries", async (t) => {
+      const tg = tag('twosteps');
+      const r = await ingress(keel, '/Runner/twoSteps', tg);
+      t.equal(r.status, 200, JSON.stringify(r.body));
+      t.equal(attempts(`first:${tg}`), 3, 'the first step ran until it succeeded');
+      t.equal(r.body.terminal, true);
+      t.match(r.body.message, /second fails 3/);
+      t.equal(attempts(`second:${tg}`), 3, 'the second step had its own 3 tries (not 3 less the first step\'s 2 failures)');
+    });
+
     t.test('RunFlush: run results are acknowledged before the handler goes on', async (t) => {
       // Always suspending: the final attempt replays every run without executing any body, every
       // time (repeated: a race between the run ack and the suspension shows up only sometimes).

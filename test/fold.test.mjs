@@ -144,6 +144,27 @@ t.test('retry_attempt: only the epoch that backs off retries', async (t) => {
   t.same(p.apply({ kind: 'retry_attempt', retry_attempt: { invocation_id: id.bytes, epoch: 0 } }), [{ kind: 'start', id: id.text, epoch: 1 }]);
 });
 
+t.test("retries since the last command: a new command starts the count again, a run's completion does not", async (t) => {
+  const p = partition();
+  const id = serviceId();
+  p.apply(invoke(id));
+  const fail = (epoch) => {
+    p.apply(ended(id, epoch, Outcome.FAILED, { error_code: 'RT0007', retry_at_ms: p.now, then: Then.RETRY }));
+    p.apply({ kind: 'retry_attempt', retry_attempt: { invocation_id: id.bytes, epoch } });
+  };
+  p.apply(append(id, 0, MessageType.RunCommand, encode(pb.Run, { result_completion_id: 1, name: 'first' })));
+  t.match(p.status(id), { retries_since_command: 0, command_at_ms: p.now });
+  fail(0);
+  fail(1);
+  t.match(p.status(id), { retry_count: 2, retries_since_command: 2 });
+  p.apply(append(id, 2, MessageType.RunCompletion, encode(pb.Notification, { completion_id: 1, value: { content: Buffer.from('1') } })));
+  t.equal(p.status(id).retries_since_command, 2, 'a completion is not a new command');
+  p.apply(append(id, 2, MessageType.RunCommand, encode(pb.Run, { result_completion_id: 2, name: 'second' })));
+  t.match(p.status(id), { retry_count: 2, retries_since_command: 0 }, 'the next step starts from none; the invocation keeps its total');
+  fail(2);
+  t.match(p.status(id), { retry_count: 3, retries_since_command: 1 });
+});
+
 t.test('call_result: forwarded to the live attempt, journalled as a notification', async (t) => {
   const p = partition();
   const id = serviceId();

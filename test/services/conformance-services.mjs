@@ -62,6 +62,26 @@ export const runner = restate.service({
         return { terminal: e instanceof TerminalError, message: e.message };
       }
     },
+    // Two steps: the first fails twice before it succeeds, the second always fails with 3 tries
+    // of its own. The first step's failures must not count against the second's budget.
+    twoSteps: async (ctx, tag) => {
+      await ctx.run('flaky first', () => {
+        const k = bumpAttempt(`first:${tag}`);
+        if (k < 3) throw new Error(`first fails ${k}`);
+      });
+      try {
+        await ctx.run(
+          'second always fails',
+          () => {
+            throw new Error(`second fails ${bumpAttempt(`second:${tag}`)}`);
+          },
+          { maxRetryAttempts: 3, initialRetryInterval: 10 },
+        );
+        return 'unexpected';
+      } catch (e) {
+        return { terminal: e instanceof TerminalError, message: e.message };
+      }
+    },
     // RunFlush: counts run bodies executed in *this* attempt.
     countSideEffects: async (ctx, n) => {
       let count = 0;

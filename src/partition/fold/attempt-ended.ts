@@ -39,7 +39,10 @@ export function foldAttemptEnded(ctx: FoldContext, cmd: AttemptEnded): void {
       if (cmd.related_entry_type !== undefined) failure.related_entry_type = cmd.related_entry_type;
       s.last_failure = failure;
       // A wait the endpoint asked for (Retry-After) uses none of the retry budget.
-      if (!cmd.free_retry) s.retry_count += 1;
+      if (!cmd.free_retry) {
+        s.retries_since_command = (s.retries_since_command ?? s.retry_count) + 1;
+        s.retry_count += 1;
+      }
       const then = (cmd.then ?? Then.RETRY) as (typeof Then)[keyof typeof Then];
       switch (then) {
         case Then.RETRY:

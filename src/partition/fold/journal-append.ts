@@ -1,6 +1,6 @@
 import { assert } from '../../common/assert.js';
 import type { JournalAppend } from '../../log/commands.js';
-import { MessageType, decode, encode, pb } from '../../protocol/messages.js';
+import { MessageType, decode, encode, isNotification, pb } from '../../protocol/messages.js';
 import type { InvocationResult, InvocationStatus, JournalEntry } from '../state.js';
 import { liveAttemptOf, type FoldContext } from './context.js';
 import { callEntries } from './entries-calls.js';
@@ -36,6 +36,12 @@ export function foldJournalAppend(ctx: FoldContext, cmd: JournalAppend): void {
   }
   const index = ctx.state.appendEntry(s, entry);
   s.modified_at_ms = ctx.now_ms;
+  // A new command is progress (as Restate's invoker counts it): the next step's tries start from
+  // none. A run's completion is a notification: the step that produced it is over, not the next begun.
+  if (!isNotification(cmd.entry_type)) {
+    s.retries_since_command = 0;
+    s.command_at_ms = ctx.now_ms;
+  }
   rule?.apply(ctx, s, entry, cmd, index);
   ctx.state.putStatus(s);
 }

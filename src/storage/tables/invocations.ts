@@ -67,6 +67,14 @@ export interface InvocationStatus {
   protocol_version?: number;
   sdk_version?: string;
   retry_count: number;
+  /**
+   * Failed attempts since the attempt's last new command, and when that was stored (the log's
+   * time): the StartMessage's `retry_count_since_last_stored_entry` and
+   * `duration_since_last_stored_entry`, from which an SDK counts the tries of one `ctx.run`
+   * against its own retry options. Absent in statuses stored before they were kept.
+   */
+  retries_since_command?: number;
+  command_at_ms?: number;
   last_start_at_ms?: number;
   next_retry_at_ms?: number;
   last_failure?: LastFailure;
