@@ -8,6 +8,7 @@ import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startKeel, serveServices, register, ingress, adminCall, query, eventually } from './helpers/keel.mjs';
+import { scopePartitionKey } from '../dist/common/ids.js';
 
 /** Per scope, the invocations whose handler body runs now (by id: a retried attempt is the same one) and the most at once. */
 function gauges() {
@@ -148,11 +149,15 @@ t.test('flow control', async (t) => {
     t.same(await query(keel, `SELECT scope, value_utf8 FROM state WHERE service_name = 'Counter' AND service_key = 'k9'`), [{ scope: 'inner', value_utf8: '1' }]);
 
     // A workflow per scope: its run, its promise, its state.
+    const runsSentAt = Date.now();
     const runA = fetch(`${keel.ingress}/restate/scope/wa/call/Signup/w1/run`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '"ada"' });
     const runB = fetch(`${keel.ingress}/restate/scope/wb/call/Signup/w1/run`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '"bob"' });
     await eventually(async () => (await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE target = 'Signup/w1/run' AND status <> 'pending'`))[0].n === 2);
     const locks = await query(keel, `SELECT scope, lock_name FROM sys_locks WHERE lock_name = 'Signup/w1' ORDER BY scope`);
     t.same(locks, [{ scope: 'wa', lock_name: 'Signup/w1' }, { scope: 'wb', lock_name: 'Signup/w1' }], 'sys_locks: one lock per scope');
+    const held = await query(keel, `SELECT l.scope, CAST(l.partition_key AS VARCHAR) AS partition_key, l.acquired_at, l.acquired_by, i.scope AS holder_scope FROM sys_locks l JOIN sys_invocation i ON i.id = l.acquired_by WHERE l.lock_name = 'Signup/w1' ORDER BY l.scope`);
+    t.same(held.map((l) => [l.scope, l.partition_key, l.holder_scope]), [['wa', String(scopePartitionKey('wa')), 'wa'], ['wb', String(scopePartitionKey('wb')), 'wb']], "each held by its scope's run, on its scope's partition");
+    t.ok(held.every((l) => Date.parse(l.acquired_at) >= runsSentAt - 1000 && Date.parse(l.acquired_at) <= Date.now()), `acquired when the runs were sent (${held.map((l) => l.acquired_at)})`);
     const again = await ingress(keel, '/restate/scope/wa/call/Signup/w1/run', 'ada');
     t.equal(again.status, 409, 'a second run in the same scope: 409');
     await ingress(keel, '/restate/scope/wb/call/Signup/w1/confirm', 'by mail');

@@ -290,6 +290,9 @@ t.test('a store of format 4 is upgraded at open: the tables of invocations keyed
   t.same(restarting.sort(), ids.filter((_, i) => i % 3 === 0).sort());
   t.same((await journalTable.read(db, 3, ids[7])).map((e) => e.payload[0]), [0, 1], 'a journal read back in order');
   t.equal((await db.get('p3/s/state/Obj%2Fa/x')).toString(), '"kept"', 'other tables untouched');
+  const { locksTable } = await import('../dist/storage/tables/locks.js');
+  t.same(locksTable.decode(Buffer.from(ids[0])), { id: ids[0] }, "a lock of format 4 (the holder's id alone) reads as held since no known time");
+  t.same(locksTable.decode(locksTable.encode(ids[0], 1_800_000_000_123)), { id: ids[0], acquired_at_ms: 1_800_000_000_123 });
 
   // A snapshot taken by a node still on format 4 loads into a format 5 store.
   const snapshots = new DirectorySnapshotStore(path.join(dir, 'snapshots'));

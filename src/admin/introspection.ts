@@ -4,7 +4,7 @@
 import type { Registry } from '../metadata/registry.js';
 import type { UserLimitRow } from '../partition/flow-control.js';
 import { vqueueId } from '../common/limit-rules.js';
-import { scopePartitionKey } from '../common/ids.js';
+import { objectPartitionKey, scopePartitionKey } from '../common/ids.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
 
 /** One stored journal entry: its message type and payload, undecoded (the query engine decodes). */
@@ -39,6 +39,15 @@ export type ManageAction = 'cancel' | 'kill' | 'pause' | 'resume' | 'purge' | 'r
 /** Status changes of a durable batch: the status as stored (JSON), or null when purged. */
 export type InvocationChanges = Array<[id: string, status: Uint8Array | null]>;
 
+/** A held lock: the object or workflow key, its holder and since when (absent for locks taken before Keel kept it). */
+export interface LockRow {
+  service: string;
+  key: string;
+  scope?: string;
+  id: string;
+  acquired_at_ms?: number;
+}
+
 export interface IntrospectionSource {
   /**
    * The stored status of every invocation as JSON (what `invocationsTable` stores), one per line,
@@ -63,7 +72,7 @@ export interface IntrospectionSource {
   flowScheduler?(): Iterable<{ scope: string; limit_key: string; waiting: number; head: string; blocked_on: string; blocked: Record<string, unknown>; ready_at_ms?: number }>;
   /** Flow-control counters of every partition (sys_user_limits); absent in sources without partitions. */
   userLimits?(): Iterable<UserLimitRow & { partition_key: bigint }>;
-  locks(): AsyncIterable<{ service: string; key: string; id: string; scope?: string }>;
+  locks(): AsyncIterable<LockRow>;
   promises(): AsyncIterable<{ service: string; key: string; name: string; scope?: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }>;
   manage(id: string, action: ManageAction): Promise<{ status: number; body?: unknown }>;
   /**
@@ -579,7 +588,8 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
   },
   sys_locks: async function* ({ source }) {
     for await (const l of source.locks()) {
-      yield { partition_key: null, scope: l.scope ?? null, lock_name: `${l.service}/${l.key}`, acquired_at: null, acquired_by: l.id };
+      const partition_key = l.scope !== undefined ? scopePartitionKey(l.scope) : objectPartitionKey(l.service, l.key);
+      yield { partition_key: partition_key.toString(), scope: l.scope ?? null, lock_name: `${l.service}/${l.key}`, acquired_at: ts(l.acquired_at_ms), acquired_by: l.id };
     }
   },
   sys_user_limits: function* ({ source }) {

@@ -8,7 +8,7 @@ import { objectKeyOf, splitObjectKey } from '../storage/keys.js';
 import { KeelError } from '../errors/index.js';
 import { splitPromiseKey } from '../storage/tables/promises.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
-import type { FlowEntry, IntrospectionSource, InvocationChanges, ManageAction, PartitionInfo, RawJournalEntry } from './introspection.js';
+import type { FlowEntry, IntrospectionSource, InvocationChanges, LockRow, ManageAction, PartitionInfo, RawJournalEntry } from './introspection.js';
 
 /** The admin API's view of the partitions, through the worker's read interface. */
 export class WorkerIntrospection implements IntrospectionSource {
@@ -77,8 +77,8 @@ export class WorkerIntrospection implements IntrospectionSource {
     }
   }
 
-  async *locks(): AsyncIterable<{ service: string; key: string; id: string; scope?: string }> {
-    for await (const [objectKey, id] of this.worker.storedLocks()) yield { ...splitObjectKey(objectKey), id };
+  async *locks(): AsyncIterable<LockRow> {
+    for await (const [objectKey, holder] of this.worker.storedLocks()) yield { ...splitObjectKey(objectKey), ...holder };
   }
 
   *flowEntries(): Iterable<FlowEntry> {

@@ -351,13 +351,15 @@ export class PartitionState {
   lockOf(objectKey: string): string | undefined {
     let holder = this.locks.get(objectKey);
     if (holder === undefined) {
-      holder = this.read(locksTable.key(this.partition, objectKey))?.toString('utf8') ?? '';
+      const raw = this.read(locksTable.key(this.partition, objectKey));
+      holder = raw === undefined ? '' : locksTable.decode(raw).id;
       this.locks.set(objectKey, holder);
     }
     return holder === '' ? undefined : holder;
   }
 
-  setLock(objectKey: string, id: string | undefined): void {
+  /** Takes the lock for `id` at `at_ms` (the log's time), or releases it (`id` undefined). */
+  setLock(objectKey: string, id: string | undefined, at_ms?: number): void {
     const key = locksTable.key(this.partition, objectKey);
     if (id === undefined) {
       this.locks.set(objectKey, '');
@@ -365,7 +367,8 @@ export class PartitionState {
     } else {
       assert(this.lockOf(objectKey) === undefined, () => `lock of ${objectKey} taken by ${id} while ${this.lockOf(objectKey)} holds it`);
       this.locks.set(objectKey, id);
-      this.writes.set(key, locksTable.encode(id));
+      assert(at_ms !== undefined, () => `lock of ${objectKey} taken by ${id} at no time`);
+      this.writes.set(key, locksTable.encode(id, at_ms));
     }
   }
 

@@ -246,7 +246,7 @@ export class Worker implements Effects {
   }
 
   /** Every lock held, from the store (memory holds only the most recently used keys). */
-  async *storedLocks(): AsyncGenerator<[objectKey: string, id: string]> {
+  async *storedLocks(): AsyncGenerator<[objectKey: string, holder: { id: string; acquired_at_ms?: number }]> {
     for (const p of this.processors) yield* locksTable.scan(this.db!, p.partition);
   }
 

@@ -154,7 +154,7 @@ export function startOrEnqueue(ctx: FoldContext, s: InvocationStatus): void {
       ctx.state.enqueueInbox(key, s.id);
       return;
     }
-    ctx.state.setLock(key, s.id);
+    ctx.state.setLock(key, s.id, ctx.now_ms);
   }
   if (waitsForSlot(ctx, s)) return;
   run(ctx, s);
