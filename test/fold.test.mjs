@@ -163,6 +163,8 @@ t.test("retries since the last command: a new command starts the count again, a 
   t.match(p.status(id), { retry_count: 2, retries_since_command: 0 }, 'the next step starts from none; the invocation keeps its total');
   fail(2);
   t.match(p.status(id), { retry_count: 3, retries_since_command: 1 });
+  p.apply(ended(id, 3, Outcome.FAILED, { error_code: 'RT0011', retry_at_ms: p.now, then: Then.RETRY }));
+  t.match(p.status(id), { retry_count: 4, retries_since_command: 1 }, 'an attempt that never reached the endpoint (RT0011) tried no step');
 });
 
 t.test('call_result: forwarded to the live attempt, journalled as a notification', async (t) => {

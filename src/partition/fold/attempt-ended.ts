@@ -3,6 +3,12 @@ import { Outcome, Then, type AttemptEnded } from '../../log/commands.js';
 import type { LastFailure } from '../state.js';
 import { anyArrived, complete, liveAttemptOf, resume, type FoldContext } from './context.js';
 
+/**
+ * Failures the invoker records before it sends a StartMessage: no deployment for the service or
+ * the one it is pinned to (RT0011), no protocol version in common (RT0013, RT0014).
+ */
+const NOT_INVOKED: ReadonlySet<string> = new Set(['RT0011', 'RT0013', 'RT0014']);
+
 /** The live attempt ended: the invocation completed, suspended, or failed. */
 export function foldAttemptEnded(ctx: FoldContext, cmd: AttemptEnded): void {
   const s = liveAttemptOf(ctx, cmd, 'attempt_ended');
@@ -40,7 +46,8 @@ export function foldAttemptEnded(ctx: FoldContext, cmd: AttemptEnded): void {
       s.last_failure = failure;
       // A wait the endpoint asked for (Retry-After) uses none of the retry budget.
       if (!cmd.free_retry) {
-        s.retries_since_command = (s.retries_since_command ?? s.retry_count) + 1;
+        // An attempt that never reached the endpoint tried no step (Restate does not count it either).
+        if (!NOT_INVOKED.has(failure.error_code)) s.retries_since_command = (s.retries_since_command ?? s.retry_count) + 1;
         s.retry_count += 1;
       }
       const then = (cmd.then ?? Then.RETRY) as (typeof Then)[keyof typeof Then];

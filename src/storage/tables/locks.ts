@@ -1,5 +1,6 @@
 // Table `lock`: which invocation holds the exclusive lock of a virtual object or workflow key, and
-// since when (the log's time; `<id> <ms>`: an id holds no space). Values of format 4 are the id alone.
+// since when (the log's time; `<id> <ms>`: an id holds no space). Values written before Keel kept the
+// time (format 4 and before) are the id alone: read as held since no known time.
 import { entriesIn, type Db } from '../store.js';
 import { tablePrefix, tableRange } from '../keys.js';
 
