@@ -145,3 +145,33 @@ t.test('object state read back from the store (a cache too small for one object)
   t.same(tiny.keys, [Buffer.from('after').toString('base64url')]);
   t.ok(cached.journal.length >= 25);
 });
+
+t.test('cached object state holds its own bytes, not the messages its values were decoded from', async (t) => {
+  // A value decoded from a message is a view of the whole message: cached as it is, 16 bytes of
+  // state would keep 64 KiB alive (~128 MB for these 2,000 objects).
+  const v8 = await import('node:v8');
+  const vm = await import('node:vm');
+  v8.setFlagsFromString('--expose_gc');
+  const gc = vm.runInNewContext('gc');
+  // ArrayBuffers are freed after a collection, not in it.
+  const collected = async () => {
+    for (let i = 0; i < 3; i++) {
+      gc();
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    return process.memoryUsage().arrayBuffers;
+  };
+  const { state, store } = partition();
+  const before = await collected();
+  let wrong = 0;
+  for (let i = 0; i < 2_000; i++) {
+    const message = Buffer.allocUnsafeSlow(64 * 1024).fill(i & 0xff);
+    state.setState(`Obj/k${i}`, 'v', message.subarray(100, 116));
+    if (!state.stateOf(`Obj/k${i}`).get('v')?.equals(Buffer.alloc(16, i & 0xff))) wrong++;
+    for (const [k, v] of state.takeWrites()) v === null ? store.delete(k) : store.set(k, v);
+  }
+  const grownMb = ((await collected()) - before) / 1048576;
+  t.equal(wrong, 0, 'every value reads back');
+  t.equal(state.stateCacheUse().objects, 2_000, 'every object is cached');
+  t.ok(grownMb < 8, `array buffers grew ${grownMb.toFixed(1)} MB for 2,000 cached values of 16 bytes`);
+});

@@ -98,6 +98,23 @@ const byBytes = new Map<number, InvocationId>();
 const byText = new Map<string, InvocationId>();
 const bytesKey = (bytes: Uint8Array): number => bytes[8]! * 2 ** 40 + bytes[9]! * 2 ** 32 + ((bytes[10]! << 24) >>> 0) + (bytes[11]! << 16) + (bytes[12]! << 8) + bytes[13]!;
 
+// An id outlives the request that made it (the memo above, caches, maps of work in flight): a
+// 24-byte slice of Node's shared Buffer pool would keep that pool's whole 8 KiB slab alive, and
+// the memo alone then held hundreds of MB of slabs under load. Ids take slices of their own slabs.
+const ID_SLAB_IDS = 256;
+let idSlab = Buffer.allocUnsafeSlow(INVOCATION_ID_BYTES * ID_SLAB_IDS);
+let idSlabAt = 0;
+
+function idBytes(): Buffer {
+  if (idSlabAt === idSlab.length) {
+    idSlab = Buffer.allocUnsafeSlow(INVOCATION_ID_BYTES * ID_SLAB_IDS);
+    idSlabAt = 0;
+  }
+  const out = idSlab.subarray(idSlabAt, idSlabAt + INVOCATION_ID_BYTES);
+  idSlabAt += INVOCATION_ID_BYTES;
+  return out;
+}
+
 function remember(id: InvocationId): InvocationId {
   if (byText.size >= MEMO_LIMIT) {
     byText.clear();
@@ -114,7 +131,7 @@ export class InvocationId {
 
   static fromParts(partitionKey: bigint, uuid: Uint8Array): InvocationId {
     if (uuid.length !== 16) throw new Error('invocation uuid must be 16 bytes');
-    const bytes = Buffer.allocUnsafe(INVOCATION_ID_BYTES);
+    const bytes = idBytes();
     bytes.writeBigUInt64BE(partitionKey, 0);
     bytes.set(uuid, 8);
     return remember(new InvocationId(bytes, encodeInvocationId(bytes)));
@@ -138,7 +155,8 @@ export class InvocationId {
     if (bytes.length !== INVOCATION_ID_BYTES) return undefined;
     const known = byBytes.get(bytesKey(bytes));
     if (known !== undefined && known.bytes.equals(bytes)) return known;
-    const b = Buffer.from(bytes);
+    const b = idBytes();
+    b.set(bytes);
     return remember(new InvocationId(b, encodeInvocationId(b)));
   }
 
@@ -151,7 +169,9 @@ export class InvocationId {
     const uuid = unbase62(m[2]!, 16);
     if (pk === undefined || uuid === undefined) return undefined;
     // The text holds the byte-swapped values: reversed, they are the original bytes.
-    const bytes = Buffer.concat([pk.reverse(), uuid.reverse()]);
+    const bytes = idBytes();
+    bytes.set(pk.reverse(), 0);
+    bytes.set(uuid.reverse(), 8);
     return remember(new InvocationId(bytes, text));
   }
 

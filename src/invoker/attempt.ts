@@ -10,6 +10,7 @@ import { invocationContentType } from '../protocol/versions.js';
 import type { EndpointClient, InvocationStream } from '../endpoint/client.js';
 import type { ResolvedTarget } from '../metadata/targets.js';
 import type { AttemptOutcome } from '../telemetry/metrics.js';
+import { ownCopy } from '../common/bytes.js';
 
 export interface AttemptDeployment {
   id: string;
@@ -213,7 +214,8 @@ export class Attempt {
   }
 
   private onMessage(type: number, flags: number, payload: Uint8Array): void {
-    const entry = Buffer.from(payload);
+    // Journals stay in memory while their invocation runs or is suspended.
+    const entry = ownCopy(payload);
     if (type === MessageType.CallCommand || type === MessageType.OneWayCallCommand) {
       this.call(type, entry);
       return;
