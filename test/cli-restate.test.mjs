@@ -7,8 +7,9 @@ import { Registry } from '../dist/metadata/registry.js';
 import { createAdminServer } from '../dist/admin/server.js';
 import { silentLogger } from '../dist/common/logger.js';
 import {
-  tempDir, testConfig, serveH2, serveH1, serveSwitchH2, deadPort, greeter, greeterV2, greeterAsObject, counter,
+  tempDir, testConfig, serveH2, serveH1, serveSwitchH2, deadPort, greeter, greeterV2, greeterAsObject, counter, signup,
 } from './services/meta-helpers.mjs';
+import { resolveTarget } from '../dist/metadata/targets.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const CLI = path.join(here, '..', 'node_modules', '.bin', 'restate');
@@ -131,4 +132,47 @@ t.test('restate CLI: errors are rendered with their codes', async (t) => {
   const malformed = await cli('deployments', 'describe', 'dp_doesnotexist');
   t.not(malformed.code, 0);
   t.match(malformed.out, /400/);
+});
+
+t.test('restate CLI: services config view and patch (PATCH /services/{name}); a new deployment resets the options', async (t) => {
+  const { cli, registry, adminUrl } = await startAdmin(t);
+  const config = testConfig(tempDir(t));
+  t.equal((await cli('deployments', 'register', await serveH2(t, [greeter, signup]), '--yes')).code, 0);
+  const patch = await cli('services', 'config', 'patch', 'Greeter', '--public', 'false', '--idempotency-retention', '2d', '--journal-retention', '1h 30m', '--inactivity-timeout', '45s', '--abort-timeout', '2m', '--yes');
+  t.equal(patch.code, 0, patch.out);
+  const s = registry.service('Greeter');
+  t.same(
+    { public: s.public, idem: s.idempotency_retention_ms, journal: s.journal_retention_ms, inactivity: s.inactivity_timeout_ms, abort: s.abort_timeout_ms, revision: s.revision },
+    { public: false, idem: 2 * 86_400_000, journal: 5_400_000, inactivity: 45_000, abort: 120_000, revision: 1 },
+    'the latest revision changed in place',
+  );
+  const greet = s.handlers.find((h) => h.name === 'greet');
+  const resolved = resolveTarget(config, s, greet, '', 'idem-key');
+  t.same({ completion: resolved.completion_retention_ms, journal: resolved.journal_retention_ms }, { completion: 2 * 86_400_000, journal: 5_400_000 }, 'new invocations get the new retentions');
+  const view = await cli('services', 'config', 'view', 'Greeter');
+  t.equal(view.code, 0, view.out);
+  t.match(view.out, /2 days|2d/, view.out);
+
+  const wf = await fetch(`${adminUrl}/services/Signup`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ workflow_completion_retention: 'P3D', public: null }) });
+  t.equal(wf.status, 200);
+  t.equal((await wf.json()).workflow_completion_retention, '3d');
+  t.equal(registry.service('Signup').handlers.find((h) => h.ty === 'Workflow').workflow_completion_retention_ms, 3 * 86_400_000);
+
+  const refused = async (name, body, status, message) => {
+    const r = await fetch(`${adminUrl}/services/${name}`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    const text = await r.text();
+    t.equal(r.status, status, `${JSON.stringify(body)} → ${status}: ${text}`);
+    t.match(text, message);
+  };
+  await refused('Greeter', { workflow_completion_retention: '1d' }, 400, 'modifying retention time for service type Service is unsupported');
+  await refused('Greeter', { idempotency_retention: 'soon' }, 400, /KEEL0002.*idempotency_retention/);
+  await refused('Greeter', { public: 'yes' }, 400, /KEEL0002.*public/);
+  await refused('Greeter', { retention: '1d' }, 400, /KEEL0002.*unknown field 'retention'/);
+  await refused('Nope', { public: true }, 404, /KEEL0004/);
+  const badCli = await cli('services', 'config', 'patch', 'Nope', '--public', 'true', '--yes');
+  t.not(badCli.code, 0, 'the CLI reports the refusal');
+
+  t.equal((await cli('deployments', 'register', await serveH2(t, [greeter]), '--yes')).code, 0);
+  const next = registry.service('Greeter');
+  t.same({ revision: next.revision, public: next.public, idem: next.idempotency_retention_ms }, { revision: 2, public: true, idem: undefined }, 'a new deployment brings the endpoint\'s options, as Restate');
 });

@@ -4,6 +4,7 @@
 import type { Config, KafkaCluster } from '../config/index.js';
 import { isSubscriptionId, newSubscriptionId, validateSubscription } from './subscriptions.js';
 import { formatDuration } from '../common/units.js';
+import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
 import { newDeploymentId } from '../common/ids.js';
 import {
@@ -29,6 +30,7 @@ import type {
   DiscoveredService,
   HandlerSchema,
   RegisterRequest,
+  ServiceChange,
   ServiceInfo,
   ServiceSchema,
   SubscriptionRequest,
@@ -354,6 +356,31 @@ export class Registry {
       await this.commit({ kind: 'deployment_limit_set', id, concurrency });
       this.logger.info({ deployment: id, concurrency }, concurrency === null ? 'deployment concurrency limit removed' : 'deployment concurrency limit set');
       this.notifyDeploymentLimits();
+    });
+  }
+
+  /**
+   * Changes the options of service `name`'s latest revision in place (`PATCH /services/{name}`):
+   * one `deployment_updated` record with the service changed, so every node applies it alike.
+   */
+  modifyService(name: string, change: ServiceChange): Promise<ServiceSchema> {
+    return this.serial(async () => {
+      const s = this.latest.get(name);
+      if (!s) throw keelError('KEEL0004', { what: 'service', name });
+      if (change.workflow_completion_retention_ms !== undefined && s.ty !== 'Workflow') {
+        throw new KeelError('KEEL0002', `modifying retention time for service type ${s.ty} is unsupported`);
+      }
+      const max = this.maxJournalRetentionMs;
+      if (change.journal_retention_ms !== undefined && max !== undefined && change.journal_retention_ms > max) {
+        throw new KeelError('KEEL0002', `the field journal_retention (${formatDuration(change.journal_retention_ms)}) exceeds the configured max_journal_retention (${formatDuration(max)})`);
+      }
+      const next = changedService(s, change);
+      const d = this.byId.get(s.deployment_id);
+      assert(d !== undefined, () => `service ${name}@${s.revision} of unknown deployment ${s.deployment_id}`);
+      const updated: DeploymentSchema = { ...d, services: d.services.map((x) => (x.name === name ? next : x)) };
+      await this.commit({ kind: 'deployment_updated', deployment: updated });
+      this.logger.info({ service: name, revision: s.revision, ...change }, 'service options changed');
+      return this.latest.get(name) ?? next;
     });
   }
 
@@ -689,4 +716,17 @@ export class Registry {
     this.logger.info({ deployment: id, uri }, 'deployment updated in place');
     return updated;
   }
+}
+
+function changedService(s: ServiceSchema, c: ServiceChange): ServiceSchema {
+  const next: ServiceSchema = { ...s };
+  if (c.public !== undefined) next.public = c.public;
+  if (c.idempotency_retention_ms !== undefined) next.idempotency_retention_ms = c.idempotency_retention_ms;
+  if (c.journal_retention_ms !== undefined) next.journal_retention_ms = c.journal_retention_ms;
+  if (c.inactivity_timeout_ms !== undefined) next.inactivity_timeout_ms = c.inactivity_timeout_ms;
+  if (c.abort_timeout_ms !== undefined) next.abort_timeout_ms = c.abort_timeout_ms;
+  const wf = c.workflow_completion_retention_ms;
+  // Keel keeps a workflow's completion retention on its workflow handler (where the manifest puts it).
+  if (wf !== undefined) next.handlers = s.handlers.map((h) => (h.ty === 'Workflow' ? { ...h, workflow_completion_retention_ms: wf } : h));
+  return next;
 }

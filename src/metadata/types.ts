@@ -56,6 +56,20 @@ export interface ServiceSchema {
   info?: ServiceInfo[];
 }
 
+/**
+ * What `PATCH /services/{name}` changes in a service's latest revision (Restate's
+ * ModifyServiceRequest): only the fields given. A later registration of the service replaces
+ * them with what its endpoint declares, as Restate's does.
+ */
+export interface ServiceChange {
+  public?: boolean;
+  idempotency_retention_ms?: number;
+  workflow_completion_retention_ms?: number;
+  journal_retention_ms?: number;
+  inactivity_timeout_ms?: number;
+  abort_timeout_ms?: number;
+}
+
 export interface DeploymentSchema {
   id: string;
   /**

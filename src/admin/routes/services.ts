@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { KeelError, keelError } from '../../errors/index.js';
-import type { ServiceSchema } from '../../metadata/types.js';
+import type { ServiceChange, ServiceSchema } from '../../metadata/types.js';
+import { parseDuration_ms } from '../../common/units.js';
 import type { AdminContext } from '../context.js';
 import { stateVersion } from '../introspection.js';
 import { handlerView, serviceView } from '../views.js';
@@ -46,6 +47,12 @@ export function serviceRoutes(ctx: AdminContext) {
       return handlerView(h);
     });
 
+    r.patch<{ Params: { name: string }; Body: unknown }>('/services/:name', { schema: { params: serviceParams } }, async (req) => {
+      const change = serviceChange(req.body);
+      const s = Object.keys(change).length === 0 ? serviceOr404(req.params.name) : await registry.modifyService(req.params.name, change);
+      return serviceView(s, config);
+    });
+
     r.post<{ Params: { name: string }; Body: StateBody }>('/services/:name/state', { schema: { params: serviceParams, body: stateBody } }, async (req, reply) => {
       const s = serviceOr404(req.params.name);
       if (s.ty === 'Service') throw new KeelError('KEEL0002', 'Cannot modify state for service type Service', 400);
@@ -68,4 +75,33 @@ export function serviceRoutes(ctx: AdminContext) {
       return reply.status(202).send();
     });
   };
+}
+
+const DURATION_FIELDS = ['idempotency_retention', 'workflow_completion_retention', 'journal_retention', 'inactivity_timeout', 'abort_timeout'] as const;
+
+/**
+ * The body of `PATCH /services/{name}` (Restate's ModifyServiceRequest, as `restate services
+ * config patch` sends it): a field absent or null is left as it is; durations as the
+ * configuration writes them ("2d", "1h 30m") or ISO 8601 ("P2D").
+ */
+function serviceChange(body: unknown): ServiceChange {
+  if (body === undefined || body === null) return {};
+  if (typeof body !== 'object' || Array.isArray(body)) throw new KeelError('KEEL0001', 'the body must be a JSON object of the service options to change');
+  const fields = body as Record<string, unknown>;
+  const known = new Set<string>(['public', ...DURATION_FIELDS]);
+  const unknown = Object.keys(fields).filter((k) => !known.has(k));
+  if (unknown.length > 0) throw new KeelError('KEEL0002', `unknown field ${unknown.map((k) => `'${k}'`).join(', ')}: the options a service has are public, ${DURATION_FIELDS.join(', ')}`);
+  const change: ServiceChange = {};
+  if (fields.public !== undefined && fields.public !== null) {
+    if (typeof fields.public !== 'boolean') throw keelError('KEEL0002', { field: 'public', expected: 'true or false' });
+    change.public = fields.public;
+  }
+  for (const f of DURATION_FIELDS) {
+    const v = fields[f];
+    if (v === undefined || v === null) continue;
+    const ms = typeof v === 'string' ? parseDuration_ms(v) : undefined;
+    if (ms === undefined) throw keelError('KEEL0002', { field: f, expected: `a duration such as "2d", "1h 30m" or "P2D" (got ${JSON.stringify(v)})` });
+    change[`${f}_ms`] = ms;
+  }
+  return change;
 }
