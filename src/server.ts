@@ -91,6 +91,10 @@ export class KeelServer {
         if (worker.processors.length === 0) return; // a standby: its partitions get the book when it becomes active
         worker.setLimitRules(book).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006', version: book.version }, 'cannot hand the rule book to the partitions'));
       });
+      known.onServicesChanged(() => {
+        if (worker.processors.length === 0) return; // not open yet, or a standby: the book goes with the opening
+        worker.setStateTtls(known.stateTtls()).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006' }, 'cannot hand the state TTLs to the partitions'));
+      });
       phase('routes_built');
       db = await opening;
       phase('store_opened');
@@ -105,6 +109,7 @@ export class KeelServer {
         // change's commit and its append, or a change made while this node stood by) catches up
         // before anything is served.
         await worker.setLimitRules(known.limitRules());
+        await worker.setStateTtls(known.stateTtls());
       };
       const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, metrics, opened, { ingress, admin }, worker, async (log) => {
         await openPartitions(log);

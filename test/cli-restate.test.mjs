@@ -169,10 +169,17 @@ t.test('restate CLI: services config view and patch (PATCH /services/{name}); a 
   await refused('Greeter', { public: 'yes' }, 400, /KEEL0002.*public/);
   await refused('Greeter', { retention: '1d' }, 400, /KEEL0002.*unknown field 'retention'/);
   await refused('Nope', { public: true }, 404, /KEEL0004/);
+  await refused('Greeter', { state_ttl: '1d' }, 400, /KEEL0002.*a state TTL applies to virtual objects and workflows/);
+  await refused('Signup', { state_ttl_from: 'last_write' }, 400, /KEEL0002.*state_ttl_from needs a state_ttl/);
+  await refused('Signup', { state_ttl: '500ms' }, 400, /KEEL0002.*at least 1s/);
+  const ttl = await fetch(`${adminUrl}/services/Signup`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ state_ttl: '30d' }) });
+  t.same(((j) => [j.state_ttl, j.state_ttl_from])(await ttl.json()), ['30d', 'last_access'], "Keel's own state TTL, counted from the last access unless told");
+  t.same(registry.stateTtls(), [{ service: 'Signup', ttl_ms: 30 * 86_400_000, on_access: true }], 'in the book the partitions fold with');
   const badCli = await cli('services', 'config', 'patch', 'Nope', '--public', 'true', '--yes');
   t.not(badCli.code, 0, 'the CLI reports the refusal');
 
-  t.equal((await cli('deployments', 'register', await serveH2(t, [greeter]), '--yes')).code, 0);
+  t.equal((await cli('deployments', 'register', await serveH2(t, [greeter, signup]), '--yes')).code, 0);
   const next = registry.service('Greeter');
   t.same({ revision: next.revision, public: next.public, idem: next.idempotency_retention_ms }, { revision: 2, public: true, idem: undefined }, 'a new deployment brings the endpoint\'s options, as Restate');
+  t.equal(registry.service('Signup').state_ttl_ms, 30 * 86_400_000, 'but keeps the state TTL, which no endpoint declares');
 });

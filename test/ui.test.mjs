@@ -360,6 +360,16 @@ t.test('admin UI', async (t) => {
     const table = page.locator('#state-table');
     await table.locator('tr[data-key="count"]').waitFor();
     t.match(await table.locator('tr[data-key="count"]').innerText(), /count\s+5/);
+    // Keel's own state TTL: shown with when this key's state goes.
+    t.equal((await adminCall(keel, 'PATCH', '/services/Counter', { state_ttl: '1h' })).status, 200);
+    t.equal((await ingress(keel, '/Counter/c1/add', 0)).body, 5);
+    await page.reload();
+    await page.locator('#state-ttl').waitFor();
+    await page.waitForFunction(() => /expires in/.test(document.querySelector('#state-ttl')?.textContent ?? ''), null, { timeout: 10_000 });
+    t.match(await page.locator('#state-ttl').innerText(), /State TTL of Counter: 1h after the last access\. This key's state expires in (59m|1h)/);
+    t.equal((await adminCall(keel, 'PATCH', '/services/Counter', { state_ttl: '0' })).status, 200);
+    await page.reload();
+    await table.locator('tr[data-key="count"]').waitFor();
     await page.locator('#state-edit').click();
     await page.getByLabel('value of count').fill('42');
     await page.locator('#state-add').click();

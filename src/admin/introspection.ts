@@ -60,7 +60,7 @@ export interface IntrospectionSource {
   journalEntries(id: string): Promise<RawJournalEntry[]>;
   /** How many invocations that have not completed are pinned to the deployment `id`. */
   unfinishedPinnedTo(deploymentId: string): Promise<number>;
-  state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer; scope?: string }>;
+  state(): AsyncIterable<StateEntryRow>;
   inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number; scope?: string }>;
   /** Flow-control queues of every partition (sys_vqueue_meta); absent in sources without partitions. */
   flowQueues?(): Iterable<{ scope: string; limit_key: string; paused: boolean; waiting: number; running: number; last_enqueued_at_ms?: number; created_at_ms?: number }>;
@@ -208,6 +208,8 @@ export const TABLES: Record<string, TableSchema> = {
     ['value_utf8', 'utf8'],
     ['value', 'binary'],
     ['scope', 'utf8'],
+    // Keel's own: when the object's state expires (its service's state TTL); NULL without one.
+    ['expires_at', 'ts'],
   ],
   sys_deployment: [
     ['id', 'utf8'],
@@ -401,7 +403,17 @@ function utf8OrNull(b: Buffer): string | null {
   return Buffer.from(s, 'utf8').equals(b) ? s : null;
 }
 
-export function stateRow(r: { service: string; key: string; state_key: string; value: Buffer; scope?: string }): Row {
+/** One state entry of an object; `expires_at_ms` when its service has a state TTL (Keel's own). */
+export interface StateEntryRow {
+  service: string;
+  key: string;
+  state_key: string;
+  value: Buffer;
+  scope?: string;
+  expires_at_ms?: number;
+}
+
+export function stateRow(r: StateEntryRow): Row {
   return {
     service_name: r.service,
     service_key: r.key,
@@ -409,6 +421,7 @@ export function stateRow(r: { service: string; key: string; state_key: string; v
     value_utf8: utf8OrNull(r.value),
     value: new Uint8Array(r.value),
     scope: r.scope ?? null,
+    expires_at: ts(r.expires_at_ms),
   };
 }
 

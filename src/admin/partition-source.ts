@@ -8,7 +8,7 @@ import { objectKeyOf, splitObjectKey } from '../storage/keys.js';
 import { KeelError } from '../errors/index.js';
 import { splitPromiseKey } from '../storage/tables/promises.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
-import type { FlowEntry, IntrospectionSource, InvocationChanges, LockRow, ManageAction, PartitionInfo, RawJournalEntry } from './introspection.js';
+import type { FlowEntry, IntrospectionSource, InvocationChanges, LockRow, ManageAction, PartitionInfo, RawJournalEntry, StateEntryRow } from './introspection.js';
 
 /** The admin API's view of the partitions, through the worker's read interface. */
 export class WorkerIntrospection implements IntrospectionSource {
@@ -40,10 +40,10 @@ export class WorkerIntrospection implements IntrospectionSource {
     return pinned;
   }
 
-  async *state(): AsyncIterable<{ service: string; key: string; state_key: string; value: Buffer; scope?: string }> {
+  async *state(): AsyncIterable<StateEntryRow> {
     // From the store: memory holds only the most recently used objects.
-    for await (const [objectKey, k, value] of this.worker.storedState()) {
-      yield { ...splitObjectKey(objectKey), state_key: Buffer.from(k, 'base64url').toString('utf8'), value };
+    for await (const [objectKey, k, value, expires_at_ms] of this.worker.storedState()) {
+      yield { ...splitObjectKey(objectKey), state_key: Buffer.from(k, 'base64url').toString('utf8'), value, ...(expires_at_ms !== undefined ? { expires_at_ms } : {}) };
     }
   }
 

@@ -77,6 +77,11 @@ export function serviceView(s: ServiceSchema, config: Config): Record<string, un
   if (s.documentation !== undefined) out.documentation = s.documentation;
   if (s.metadata !== undefined) out.metadata = s.metadata;
   if (s.info !== undefined && s.info.length > 0) out.info = s.info;
+  // Keel's own (PATCH /services/{name}): the restate CLI ignores fields it does not know.
+  if (s.state_ttl_ms !== undefined) {
+    out.state_ttl = formatDuration(s.state_ttl_ms);
+    out.state_ttl_from = s.state_ttl_on_access === false ? 'last_write' : 'last_access';
+  }
   return out;
 }
 

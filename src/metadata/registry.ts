@@ -195,6 +195,7 @@ export class Registry {
   private readonly subscriptionListeners = new Set<(e: SubscriptionEvent) => void>();
   private rules: RuleBook = EMPTY_RULE_BOOK;
   private readonly ruleListeners = new Set<(book: RuleBook) => void>();
+  private readonly serviceListeners = new Set<() => void>();
   /** Keel's own: deployment id → the most attempts it may run at once (PUT /deployments/{id}/limits). */
   private readonly deploymentLimits = new Map<string, number>();
   private readonly deploymentLimitListeners = new Set<(arg: undefined) => void>();
@@ -367,6 +368,12 @@ export class Registry {
     return this.serial(async () => {
       const s = this.latest.get(name);
       if (!s) throw keelError('KEEL0004', { what: 'service', name });
+      if ((change.state_ttl_ms !== undefined || change.state_ttl_on_access !== undefined) && s.ty === 'Service') {
+        throw new KeelError('KEEL0002', `a state TTL applies to virtual objects and workflows: '${name}' is a Service, it keeps no state`);
+      }
+      if (change.state_ttl_on_access !== undefined && change.state_ttl_ms === undefined && s.state_ttl_ms === undefined) {
+        throw new KeelError('KEEL0002', `the field state_ttl_from needs a state_ttl: '${name}' has none`);
+      }
       if (change.workflow_completion_retention_ms !== undefined && s.ty !== 'Workflow') {
         throw new KeelError('KEEL0002', `modifying retention time for service type ${s.ty} is unsupported`);
       }
@@ -382,6 +389,29 @@ export class Registry {
       this.logger.info({ service: name, revision: s.revision, ...change }, 'service options changed');
       return this.latest.get(name) ?? next;
     });
+  }
+
+  /**
+   * What a new revision of service `name` keeps from the latest: its state TTL, which no endpoint
+   * declares (a redeployment must not let every object's state live forever again).
+   */
+  private keptOptions(name: string): Pick<ServiceSchema, 'state_ttl_ms' | 'state_ttl_on_access'> {
+    const prev = this.latest.get(name);
+    return prev?.state_ttl_ms === undefined ? {} : { state_ttl_ms: prev.state_ttl_ms, state_ttl_on_access: prev.state_ttl_on_access ?? true };
+  }
+
+  /** The state TTLs of the services that have one, sorted by service: the book every partition folds with. */
+  stateTtls(): Array<{ service: string; ttl_ms: number; on_access: boolean }> {
+    return [...this.latest.values()]
+      .filter((s) => s.state_ttl_ms !== undefined && s.state_ttl_ms > 0)
+      .map((s) => ({ service: s.name, ttl_ms: s.state_ttl_ms!, on_access: s.state_ttl_on_access ?? true }))
+      .sort((a, b) => (a.service < b.service ? -1 : a.service > b.service ? 1 : 0));
+  }
+
+  /** Calls `listener` whenever a service changes (here or, in a cluster, on another node): a deployment added, replaced, updated or removed. */
+  onServicesChanged(listener: () => void): () => void {
+    this.serviceListeners.add(listener);
+    return () => this.serviceListeners.delete(listener);
   }
 
   /** Calls `listener` whenever a deployment's limit changes (here or, in a cluster, on another node). */
@@ -471,6 +501,7 @@ export class Registry {
     if (rec.kind === 'subscription_added') this.notifySubscription({ kind: 'added', subscription: rec.subscription });
     if (rec.kind === 'subscription_removed') this.notifySubscription({ kind: 'removed', id: rec.id });
     if (rec.kind === 'deployment_limit_set' || rec.kind === 'deployment_removed') this.notifyDeploymentLimits();
+    if (rec.kind.startsWith('deployment_') && rec.kind !== 'deployment_limit_set') this.notify(this.serviceListeners, undefined, 'services');
     this.logger.info({ kind: rec.kind }, 'metadata changed by another node');
     if (rec.kind === 'limit_rules_replaced' && this.rules === rec.book) this.notify(this.ruleListeners, rec.book, 'limit rules');
   }
@@ -480,6 +511,7 @@ export class Registry {
     this.apply(rec);
     this.recompute();
     this.changes++;
+    if (rec.kind.startsWith('deployment_') && rec.kind !== 'deployment_limit_set') this.notify(this.serviceListeners, undefined, 'services');
     if (rec.kind === 'limit_rules_replaced' && this.rules !== rec.book) {
       throw new KeelError('META0018', `another node changed the rule book at the same moment (it is now at version ${this.rules.version}); nothing was changed: retry`);
     }
@@ -618,7 +650,7 @@ export class Registry {
       ...(found.sdk_version ? { sdk_version: found.sdk_version } : {}),
       ...(metadata ? { metadata } : {}),
       created_at_ms: Date.now(),
-      services: found.services.map((s) => ({ ...s, revision: this.nextRevision(s.name), deployment_id: id })),
+      services: found.services.map((s) => ({ ...s, ...this.keptOptions(s.name), revision: this.nextRevision(s.name), deployment_id: id })),
     };
     if (req.dry_run === true) return { created: !replacing, deployment };
     await this.commit(replacing ? { kind: 'deployment_replaced', deployment } : { kind: 'deployment_added', deployment });
@@ -702,7 +734,7 @@ export class Registry {
       max_protocol_version: found.max_protocol_version,
       services: found.services.map((s) => {
         const prev = old.services.find((p) => p.name === s.name);
-        return { ...s, revision: prev ? prev.revision : this.nextRevision(s.name), deployment_id: id };
+        return { ...s, ...this.keptOptions(s.name), revision: prev ? prev.revision : this.nextRevision(s.name), deployment_id: id };
       }),
     };
     if (found.sdk_version) updated.sdk_version = found.sdk_version;
@@ -725,6 +757,16 @@ function changedService(s: ServiceSchema, c: ServiceChange): ServiceSchema {
   if (c.journal_retention_ms !== undefined) next.journal_retention_ms = c.journal_retention_ms;
   if (c.inactivity_timeout_ms !== undefined) next.inactivity_timeout_ms = c.inactivity_timeout_ms;
   if (c.abort_timeout_ms !== undefined) next.abort_timeout_ms = c.abort_timeout_ms;
+  if (c.state_ttl_ms === 0) {
+    delete next.state_ttl_ms;
+    delete next.state_ttl_on_access;
+  } else if (c.state_ttl_ms !== undefined || c.state_ttl_on_access !== undefined) {
+    const ttl = c.state_ttl_ms ?? s.state_ttl_ms;
+    if (ttl !== undefined) {
+      next.state_ttl_ms = ttl;
+      next.state_ttl_on_access = c.state_ttl_on_access ?? s.state_ttl_on_access ?? true;
+    }
+  }
   const wf = c.workflow_completion_retention_ms;
   // Keel keeps a workflow's completion retention on its workflow handler (where the manifest puts it).
   if (wf !== undefined) next.handlers = s.handlers.map((h) => (h.ty === 'Workflow' ? { ...h, workflow_completion_retention_ms: wf } : h));

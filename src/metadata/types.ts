@@ -54,6 +54,12 @@ export interface ServiceSchema {
   metadata?: Record<string, string>;
   /** Notes decided at registration: options ignored or clamped. */
   info?: ServiceInfo[];
+  /**
+   * Keel's own, set by PATCH /services/{name}: objects' state is cleared this long after its
+   * last write (or access, with `state_ttl_on_access`). Kept by new revisions.
+   */
+  state_ttl_ms?: number;
+  state_ttl_on_access?: boolean;
 }
 
 /**
@@ -68,6 +74,10 @@ export interface ServiceChange {
   journal_retention_ms?: number;
   inactivity_timeout_ms?: number;
   abort_timeout_ms?: number;
+  /** Keel's own: the state TTL (0 removes it). */
+  state_ttl_ms?: number;
+  /** Keel's own: whether the state TTL counts from the last access (else from the last write). */
+  state_ttl_on_access?: boolean;
 }
 
 export interface DeploymentSchema {

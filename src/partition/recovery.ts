@@ -4,6 +4,7 @@ import { dedupTable } from '../storage/tables/dedup.js';
 import { fsmTable } from '../storage/tables/fsm.js';
 import { inboxTable } from '../storage/tables/inbox.js';
 import { limitsTable } from '../storage/tables/limits.js';
+import { stateTtlTable } from '../storage/tables/state-ttl.js';
 import { vqueuesTable } from '../storage/tables/vqueues.js';
 import { outboxTable } from '../storage/tables/outbox.js';
 import { restartTable } from '../storage/tables/restart.js';
@@ -33,6 +34,7 @@ export async function loadState(db: Db, partition: number, state_cache_bytes?: n
     state.inboxes.set(objectKey, q);
   }
   state.flow.setRules(await limitsTable.read(db, partition), false);
+  state.ttl.setBook(await stateTtlTable.readBook(db, partition), false);
   for await (const [scope, limitKey, entry] of vqueuesTable.scan(db, partition)) state.flow.load(scope, limitKey, entry);
   state.flow.released.clear();
   for await (const [source, seq] of dedupTable.scan(db, partition)) state.dedup.set(source, seq);

@@ -18,6 +18,7 @@ import { stateKeysTable } from '../storage/tables/state-keys.js';
 import { positionName, subscriptionPositionsTable, type SubscriptionPosition } from '../storage/tables/subscription-positions.js';
 import { timersTable, type Timer } from '../storage/tables/timers.js';
 import { ownCopy } from '../common/bytes.js';
+import { StateTtls } from './state-ttl.js';
 
 export type { InvocationResult, InvocationStatus, LastFailure, Status } from '../storage/tables/invocations.js';
 export type { JournalEntry } from '../storage/tables/journal.js';
@@ -26,7 +27,7 @@ export type { PromiseState } from '../storage/tables/promises.js';
 export type { SubscriptionPosition } from '../storage/tables/subscription-positions.js';
 export { positionName } from '../storage/tables/subscription-positions.js';
 export type { Timer } from '../storage/tables/timers.js';
-export { objectKeyOf } from '../storage/keys.js';
+export { objectKeyOf, splitObjectKey } from '../storage/keys.js';
 export { promiseKeyOf } from '../storage/tables/promises.js';
 
 /** What a fold asks for once its batch is durable. */
@@ -103,6 +104,8 @@ export class PartitionState {
   private countersChanged = false;
   /** Flow control: the rule book, the slots held per scope and limit key, the queues of those waiting for one. */
   readonly flow: FlowControl;
+  /** State TTLs: the partition's book and when each object's state was last written or accessed. */
+  readonly ttl: StateTtls;
   /** Where each (subscription, topic, Kafka partition) consumed here stands (see `positionName`; bounded by the subscriptions registered). */
   readonly subscriptionPositions = new Map<string, SubscriptionPosition>();
   /** Journal entries appended since this state was loaded (for metrics; not part of the state). */
@@ -127,6 +130,7 @@ export class PartitionState {
     this.stateCache = new LRUCache({ maxSize: state_cache_bytes, sizeCalculation: stateBytes });
     this.idle_statuses_limit = limits.idle_statuses ?? IDLE_STATUSES_IN_MEMORY;
     this.locks = new LRUCache<string, string>({ max: limits.locks ?? LOCKS_IN_MEMORY });
+    this.ttl = new StateTtls({ partition, read: (key) => this.read(key), write: (key, value) => this.writes.set(key, value) });
     this.flow = new FlowControl({
       partition,
       write: (key, value) => this.writes.set(key, value),

@@ -19,7 +19,7 @@ import { stateTable } from '../storage/tables/state.js';
 import { standaloneTelemetry, type CompletionOutcome, type Telemetry } from '../telemetry/index.js';
 import { KILLED_FAILURE } from './fold/manage.js';
 import { PartitionProcessor, type AttemptHost, type Effects, type PartitionFailure } from './processor.js';
-import type { Action, InvocationStatus, OutboxEntry, Timer } from './state.js';
+import { splitObjectKey, type Action, type InvocationStatus, type OutboxEntry, type Timer } from './state.js';
 import { Cleaner } from './cleaner.js';
 import { Shuffle } from './shuffle.js';
 import { TimerWindow } from './timers.js';
@@ -168,6 +168,17 @@ export class Worker implements Effects {
     await Promise.all(this.processors.filter((p) => p.state.flow.rules.book.version < book.version).map((p) => p.append({ kind: 'limit_rules', limit_rules })));
   }
 
+  /**
+   * Hands the services' state TTLs to every partition whose book differs (a StateTtls command
+   * each); resolves once all are durable. Called when a service changes and when partitions open.
+   */
+  async setStateTtls(book: ReadonlyArray<{ service: string; ttl_ms: number; on_access: boolean }>): Promise<void> {
+    const want = JSON.stringify(book.map((e) => [e.service, e.ttl_ms, e.on_access]));
+    const differs = (p: PartitionProcessor) => JSON.stringify(p.state.ttl.entries().map((e) => [e.service, e.ttl_ms, e.on_access])) !== want;
+    const state_ttls = { services: book.map((e) => ({ ...e })) };
+    await Promise.all(this.processors.filter(differs).map((p) => p.append({ kind: 'state_ttls', state_ttls })));
+  }
+
   invocation(id: InvocationId): InvocationStatus | undefined {
     return this.processorFor(id).invocation(id.text);
   }
@@ -241,8 +252,14 @@ export class Worker implements Effects {
   }
 
   /** Every object's state as stored (what durable batches wrote), partition by partition. */
-  async *storedState(): AsyncGenerator<[objectKey: string, stateKey: string, value: Buffer]> {
-    for (const p of this.processors) yield* stateTable.scan(this.db!, p.partition);
+  /** Every state entry, from the store, with when its object's state expires (a service with a state TTL). */
+  async *storedState(): AsyncGenerator<[objectKey: string, stateKey: string, value: Buffer, expires_at_ms: number | undefined]> {
+    for (const p of this.processors) {
+      const ttls = p.state.ttl.entries().length > 0;
+      for await (const [objectKey, stateKey, value] of stateTable.scan(this.db!, p.partition)) {
+        yield [objectKey, stateKey, value, ttls ? p.state.ttl.expiresAt(splitObjectKey(objectKey).service, objectKey) : undefined];
+      }
+    }
   }
 
   /** Every lock held, from the store (memory holds only the most recently used keys). */

@@ -163,6 +163,9 @@ export interface Service {
   enable_lazy_state?: boolean;
   retry_policy?: RetryPolicy;
   info?: Array<{ code: string; message: string }>;
+  /** Keel's own: the state TTL and what it counts from. */
+  state_ttl?: string;
+  state_ttl_from?: 'last_write' | 'last_access';
 }
 
 export interface Deployment {

@@ -88,9 +88,9 @@ function serviceChange(body: unknown): ServiceChange {
   if (body === undefined || body === null) return {};
   if (typeof body !== 'object' || Array.isArray(body)) throw new KeelError('KEEL0001', 'the body must be a JSON object of the service options to change');
   const fields = body as Record<string, unknown>;
-  const known = new Set<string>(['public', ...DURATION_FIELDS]);
+  const known = new Set<string>(['public', ...DURATION_FIELDS, 'state_ttl', 'state_ttl_from']);
   const unknown = Object.keys(fields).filter((k) => !known.has(k));
-  if (unknown.length > 0) throw new KeelError('KEEL0002', `unknown field ${unknown.map((k) => `'${k}'`).join(', ')}: the options a service has are public, ${DURATION_FIELDS.join(', ')}`);
+  if (unknown.length > 0) throw new KeelError('KEEL0002', `unknown field ${unknown.map((k) => `'${k}'`).join(', ')}: the options a service has are ${[...known].join(', ')}`);
   const change: ServiceChange = {};
   if (fields.public !== undefined && fields.public !== null) {
     if (typeof fields.public !== 'boolean') throw keelError('KEEL0002', { field: 'public', expected: 'true or false' });
@@ -102,6 +102,18 @@ function serviceChange(body: unknown): ServiceChange {
     const ms = typeof v === 'string' ? parseDuration_ms(v) : undefined;
     if (ms === undefined) throw keelError('KEEL0002', { field: f, expected: `a duration such as "2d", "1h 30m" or "P2D" (got ${JSON.stringify(v)})` });
     change[`${f}_ms`] = ms;
+  }
+  // Keel's own: state TTL of a virtual object or workflow ("0" removes it), counted from the
+  // last write or the last access (the default).
+  if (fields.state_ttl !== undefined && fields.state_ttl !== null) {
+    const ms = typeof fields.state_ttl === 'string' ? parseDuration_ms(fields.state_ttl) : undefined;
+    if (ms === undefined) throw keelError('KEEL0002', { field: 'state_ttl', expected: `a duration such as "30d" or "P30D", or "0" to remove it (got ${JSON.stringify(fields.state_ttl)})` });
+    if (ms > 0 && ms < 1000) throw keelError('KEEL0002', { field: 'state_ttl', expected: `at least 1s, or "0" to remove it (got ${JSON.stringify(fields.state_ttl)})` });
+    change.state_ttl_ms = ms;
+  }
+  if (fields.state_ttl_from !== undefined && fields.state_ttl_from !== null) {
+    if (fields.state_ttl_from !== 'last_write' && fields.state_ttl_from !== 'last_access') throw keelError('KEEL0002', { field: 'state_ttl_from', expected: '"last_write" or "last_access"' });
+    change.state_ttl_on_access = fields.state_ttl_from === 'last_access';
   }
   return change;
 }

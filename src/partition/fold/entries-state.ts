@@ -28,7 +28,9 @@ export const stateEntries: Array<[number, EntryRule]> = [
       check: write,
       apply(ctx, s, e) {
         const m = decode(pb.SetState, e.payload);
-        ctx.state.setState(objectKeyOf(s.service, s.key, s.scope), b64(m.key), m.value?.content ?? Buffer.alloc(0));
+        const objectKey = objectKeyOf(s.service, s.key, s.scope);
+        ctx.state.setState(objectKey, b64(m.key), m.value?.content ?? Buffer.alloc(0));
+        ctx.state.ttl.touch(s.service, objectKey, ctx.now_ms, 'write');
       },
     },
   ],
@@ -37,11 +39,23 @@ export const stateEntries: Array<[number, EntryRule]> = [
     {
       check: write,
       apply(ctx, s, e) {
-        ctx.state.setState(objectKeyOf(s.service, s.key, s.scope), b64(decode(pb.ClearState, e.payload).key), null);
+        const objectKey = objectKeyOf(s.service, s.key, s.scope);
+        ctx.state.setState(objectKey, b64(decode(pb.ClearState, e.payload).key), null);
+        ctx.state.ttl.touch(s.service, objectKey, ctx.now_ms, 'write');
       },
     },
   ],
-  [MessageType.ClearAllStateCommand, { check: write, apply: (ctx, s) => ctx.state.clearState(objectKeyOf(s.service, s.key, s.scope)) }],
+  [
+    MessageType.ClearAllStateCommand,
+    {
+      check: write,
+      apply(ctx, s) {
+        const objectKey = objectKeyOf(s.service, s.key, s.scope);
+        ctx.state.clearState(objectKey);
+        ctx.state.ttl.touch(s.service, objectKey, ctx.now_ms, 'write');
+      },
+    },
+  ],
   [
     MessageType.GetLazyStateCommand,
     {

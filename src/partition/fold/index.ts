@@ -11,6 +11,7 @@ import { foldModifyState } from './modify-state.js';
 import { foldAttach, foldOutboxDelivered, foldPurge } from './misc.js';
 import { foldRetryAttempt } from './retry-attempt.js';
 import { foldSignal } from './signal.js';
+import { foldExpireState, foldStateTtls } from './state-ttl.js';
 import { foldSubscriptionRecords } from './subscription-records.js';
 import { foldTimerFired } from './timer-fired.js';
 
@@ -65,6 +66,10 @@ function foldKind(ctx: FoldContext, cmd: Command): void {
       return foldLimitRules(ctx, cmd.limit_rules);
     case 'flow_queue':
       return foldFlowQueue(ctx, cmd.flow_queue);
+    case 'state_ttls':
+      return foldStateTtls(ctx, cmd.state_ttls);
+    case 'expire_state':
+      return foldExpireState(ctx, cmd.expire_state);
     default:
       return assertNever(cmd, 'log command kind');
   }

@@ -17,4 +17,5 @@ export function foldModifyState(ctx: FoldContext, cmd: ModifyState): void {
   }
   ctx.state.clearState(objectKey);
   for (const e of cmd.entries ?? []) ctx.state.setState(objectKey, (e.key ?? Buffer.alloc(0)).toString('base64url'), e.value ?? Buffer.alloc(0));
+  ctx.state.ttl.touch(cmd.service ?? '', objectKey, ctx.now_ms, 'write');
 }

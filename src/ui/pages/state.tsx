@@ -5,7 +5,7 @@
 
 import { useEffect, useState } from 'preact/hooks';
 import { api, lit, sql, type Service } from '../api';
-import { ErrorBox, Loading, useAsync, useConfirm } from '../components';
+import { ErrorBox, Loading, Time, useAsync, useConfirm } from '../components';
 import { href, Link, navigate } from '../router';
 import { stateVersion } from '../sha256';
 
@@ -141,6 +141,11 @@ function isJson(text: string): boolean {
 export function StatePage({ service, objectKey }: { service: string; objectKey: string }) {
   const svc = useAsync(() => api<Service>('GET', `/services/${encodeURIComponent(service)}`).then((r) => r.data), [service]);
   const state = useAsync(() => loadState(service, objectKey), [service, objectKey]);
+  // Keel's own state TTL: when this key's state goes (NULL without a TTL).
+  const expiry = useAsync(
+    () => sql(`SELECT MAX(expires_at) AS expires_at FROM state WHERE service_name = ${lit(service)} AND service_key = ${lit(objectKey)}`).then((r) => r[0]?.expires_at),
+    [service, objectKey, state.data],
+  );
   const [draft, setDraft] = useState<Draft[] | null>(null);
   const [error, setError] = useState<unknown>(undefined);
   const [note, setNote] = useState<string | null>(null);
@@ -251,6 +256,17 @@ export function StatePage({ service, objectKey }: { service: string; objectKey: 
       </div>
       <ErrorBox error={svc.error} />
       {svc.data && !keyed && <p class="warn-text">{service} is a plain service: only virtual objects and workflows have state.</p>}
+      {svc.data?.state_ttl && (
+        <p class="muted" id="state-ttl">
+          State TTL of {service}: {svc.data.state_ttl} after the {svc.data.state_ttl_from === 'last_write' ? 'last write' : 'last access'}.
+          {expiry.data ? (
+            <>
+              {' '}
+              This key's state expires <Time iso={expiry.data} />.
+            </>
+          ) : null}
+        </p>
+      )}
       <ErrorBox error={state.error} />
       {note && (
         <p class="result ok" id="state-note">
