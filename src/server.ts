@@ -109,7 +109,7 @@ export class KeelServer {
         // change's commit and its append, or a change made while this node stood by) catches up
         // before anything is served.
         await worker.setLimitRules(known.limitRules());
-        await worker.setStateTtls(known.stateTtls());
+        await worker.setStateTtls(known.stateTtls(), { onlyWhereDiffers: true });
       };
       const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, metrics, opened, { ingress, admin }, worker, async (log) => {
         await openPartitions(log);

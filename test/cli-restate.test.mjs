@@ -171,7 +171,9 @@ t.test('restate CLI: services config view and patch (PATCH /services/{name}); a 
   await refused('Nope', { public: true }, 404, /KEEL0004/);
   await refused('Greeter', { state_ttl: '1d' }, 400, /KEEL0002.*a state TTL applies to virtual objects and workflows/);
   await refused('Signup', { state_ttl_from: 'last_write' }, 400, /KEEL0002.*state_ttl_from needs a state_ttl/);
-  await refused('Signup', { state_ttl: '500ms' }, 400, /KEEL0002.*at least 1s/);
+  await refused('Signup', { state_ttl: '500ms' }, 400, /KEEL0002.*from 1s to 100 years/);
+  await refused('Signup', { state_ttl: '0.4ms' }, 400, /KEEL0002.*from 1s to 100 years/);
+  await refused('Signup', { state_ttl: '200000000d' }, 400, /KEEL0002.*from 1s to 100 years/);
   const ttl = await fetch(`${adminUrl}/services/Signup`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ state_ttl: '30d' }) });
   t.same(((j) => [j.state_ttl, j.state_ttl_from])(await ttl.json()), ['30d', 'last_access'], "Keel's own state TTL, counted from the last access unless told");
   t.same(registry.stateTtls(), [{ service: 'Signup', ttl_ms: 30 * 86_400_000, on_access: true }], 'in the book the partitions fold with');

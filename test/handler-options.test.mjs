@@ -26,6 +26,22 @@ const options = restate.service({
         throw new Error(`boom ${tag}`);
       },
     ),
+    // Two steps under a policy of 3 attempts: the first fails twice, then succeeds; the second
+    // always fails. Each step has the 3 attempts to itself (Keel's own; Restate counts them
+    // together, restatedev/restate#4462, and would pause at the second step's first failure).
+    twoSteps: restate.handlers.handler(
+      { retryPolicy: { maxAttempts: 3, onMaxAttempts: 'pause', initialInterval: 10 } },
+      async (ctx, tag) => {
+        await ctx.run('flaky first', () => {
+          if (bump(`first:${tag}`).get(`first:${tag}`) < 3) throw new Error(`first fails`);
+        });
+        await ctx.run('second', () => {
+          bump(`second:${tag}`);
+          throw new Error(`second fails ${tag}`);
+        });
+        return 'unreachable';
+      },
+    ),
     nap: restate.handlers.handler({ inactivityTimeout: 100 }, async (ctx, ms) => {
       await ctx.sleep(ms);
       return 'rested';
@@ -92,6 +108,22 @@ t.test('retry policy from the manifest: pause after maxAttempts', async (t) => {
   t.equal(row.retry_count, 3);
   t.match(row.last_failure, /boom p1/);
   t.equal(attempts.get('pause:p1'), 3);
+});
+
+t.test("retry policy per step: a flaky first step leaves the second its own attempts; the pause names the step", async (t) => {
+  const keel = await setup(t);
+  const id = (await ingress(keel, '/Options/twoSteps/send', 's1')).body.invocationId;
+  const row = await eventually(async () => {
+    const r = (await query(keel, `select status, retry_count, last_failure, last_failure_related_command_name as step from sys_invocation where id = '${id}'`))[0];
+    return r?.status === 'paused' ? r : undefined;
+  });
+  t.equal(attempts.get('first:s1'), 3, 'the first step ran until it succeeded (2 failures)');
+  t.equal(attempts.get('second:s1'), 3, 'the second step had all 3 attempts of the policy');
+  t.equal(row.retry_count, 5, 'five failed attempts in all, more than the policy allows one step');
+  t.match(row.last_failure, /second fails s1/);
+  t.equal(row.step, 'second', 'paused naming the step whose attempts ran out');
+  const steps = await query(keel, `select name, attempts from sys_journal where id = '${id}' and entry_type = 'Command: Run' order by index`);
+  t.same(steps.map((r) => [r.name, Number(r.attempts)]), [['flaky first', 3], ['second', 3]], 'sys_journal shows the attempts of each step');
 });
 
 t.test('inactivity timeout from the manifest: a sleeping handler suspends instead of holding its stream', async (t) => {

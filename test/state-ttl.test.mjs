@@ -72,6 +72,53 @@ t.test('fold: state older than the TTL counts from when the TTL was set; a remov
   t.ok(has(p, 'd'), 'no TTL any more: kept');
 });
 
+t.test('fold: an old object the sweep finds under a held key is indexed, and expired once its holder ends', async (t) => {
+  const p = partition();
+  call(p, 'e', 1_000_000, { value: 'x' });
+  p.apply(book([{ service: 'Obj', ttl_ms: HOUR, on_access: false }]), 2_000_000);
+  const holder = call(p, 'e', 2_000_000 + HOUR, { finish: false });
+  p.apply(expire('Obj/e'), 2_000_000 + HOUR + 10);
+  t.ok(has(p, 'e'), 'held: kept');
+  t.equal(p.state.ttl.touchedAt('Obj/e'), 2_000_000, 'indexed at the TTL\'s start, for the next run to find');
+  p.apply(append(holder, 0, MessageType.OutputCommand, output('ok')), 2_000_000 + HOUR + 20);
+  p.apply(ended(holder, 0, Outcome.END), 2_000_000 + HOUR + 21);
+  p.apply(expire('Obj/e'), 2_000_000 + HOUR + 30);
+  t.notOk(has(p, 'e'), 'then cleared (the holder only read: not a write)');
+  p.apply(book([{ service: 'Obj', ttl_ms: 2 ** 60, on_access: false }]), 2_000_000 + HOUR + 40);
+  t.same(p.state.ttl.entries(), [], 'a TTL past what a number holds changes nothing (and stops nothing)');
+});
+
+t.test('the sweep reads the objects of one service, unscoped and scoped, each once across pages', async (t) => {
+  const { mkdtempSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const path = await import('node:path');
+  const { openWorkerStore } = await import('../dist/storage/store.js');
+  const { stateKeysTable } = await import('../dist/storage/tables/state-keys.js');
+  const { objectKeyOf } = await import('../dist/storage/keys.js');
+  const dir = mkdtempSync(path.join(tmpdir(), 'keel-sttl-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const db = await openWorkerStore(path.join(dir, 'worker'));
+  t.teardown(() => db.close());
+  const want = [];
+  for (let i = 0; i < 7; i++) {
+    for (const [svc, scope] of [['Obj', undefined], ['Obj', 's1'], ['Other', undefined], ['Other', 's1'], ['Obj~x', undefined], ['O', undefined]]) {
+      const objectKey = objectKeyOf(svc, `k${i}`, scope);
+      await db.put(stateKeysTable.key(3, objectKey), stateKeysTable.encode(['v']));
+      if (svc === 'Obj') want.push(objectKey);
+    }
+  }
+  await db.put(stateKeysTable.key(4, objectKeyOf('Obj', 'elsewhere')), stateKeysTable.encode(['v']));
+  const seen = [];
+  let cursor;
+  for (let page = 0; page < 50; page++) {
+    const { objectKeys, next } = await stateKeysTable.objectsOf(db, 3, 'Obj', cursor, 4);
+    seen.push(...objectKeys);
+    if (next === undefined) break;
+    cursor = next;
+  }
+  t.same([...seen].sort(), [...want].sort(), 'every object of Obj in partition 3, once; none of Other, Obj~x, O or partition 4');
+});
+
 t.test('fold: a rebuild from the same commands ends with the same store, with a cache of one byte', async (t) => {
   const commands = [];
   const record = (p) => {

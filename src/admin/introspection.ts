@@ -13,6 +13,16 @@ export interface RawJournalEntry {
   payload: Uint8Array;
 }
 
+/**
+ * Attempts of an invocation's `ctx.run` steps (Keel's own): `done` by the completion id of each
+ * finished step that took more than one, `current` those of the step under way (its failed
+ * attempts and the one running).
+ */
+export interface StepAttempts {
+  done?: Record<string, number>;
+  current?: number;
+}
+
 /** One partition as `GET /partitions` shows it (see partitions.ts). */
 export interface PartitionInfo {
   partition: number;
@@ -58,6 +68,8 @@ export interface IntrospectionSource {
   watchInvocations(listener: (changes: InvocationChanges) => void): () => void;
   /** The stored journal of an invocation, undecoded (empty when there is none). */
   journalEntries(id: string): Promise<RawJournalEntry[]>;
+  /** The attempts of the invocation's `ctx.run` steps, when it is known here. */
+  stepAttempts?(id: string): StepAttempts | undefined;
   /** How many invocations that have not completed are pinned to the deployment `id`. */
   unfinishedPinnedTo(deploymentId: string): Promise<number>;
   state(): AsyncIterable<StateEntryRow>;
@@ -200,6 +212,8 @@ export const TABLES: Record<string, TableSchema> = {
     ['entry_json', 'utf8'],
     ['entry_lite_json', 'utf8'],
     ['appended_at', 'ts'],
+    // Keel's own: the attempts a ctx.run step took (each step has the retry policy to itself).
+    ['attempts', 'uint32'],
   ],
   state: [
     ['service_name', 'utf8'],

@@ -8,7 +8,7 @@ import { objectKeyOf, splitObjectKey } from '../storage/keys.js';
 import { KeelError } from '../errors/index.js';
 import { splitPromiseKey } from '../storage/tables/promises.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
-import type { FlowEntry, IntrospectionSource, InvocationChanges, LockRow, ManageAction, PartitionInfo, RawJournalEntry, StateEntryRow } from './introspection.js';
+import type { FlowEntry, IntrospectionSource, InvocationChanges, LockRow, ManageAction, PartitionInfo, RawJournalEntry, StateEntryRow, StepAttempts } from './introspection.js';
 
 /** The admin API's view of the partitions, through the worker's read interface. */
 export class WorkerIntrospection implements IntrospectionSource {
@@ -32,6 +32,15 @@ export class WorkerIntrospection implements IntrospectionSource {
   async journalEntries(id: string): Promise<RawJournalEntry[]> {
     const parsed = InvocationId.parse(id);
     return parsed === undefined ? [] : this.worker.readJournal(parsed);
+  }
+
+  stepAttempts(id: string): StepAttempts | undefined {
+    const parsed = InvocationId.parse(id);
+    const s = parsed === undefined ? undefined : this.worker.processorFor(parsed).state.peekStatus(id);
+    if (s === undefined) return undefined;
+    // The step under way: its failed attempts, and the one running now.
+    const current = s.status === 'completed' ? 0 : (s.retries_since_command ?? s.retry_count) + (s.status === 'running' ? 1 : 0);
+    return { ...(s.step_attempts ? { done: s.step_attempts } : {}), current };
   }
 
   async unfinishedPinnedTo(deploymentId: string): Promise<number> {

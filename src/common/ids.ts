@@ -101,7 +101,7 @@ const bytesKey = (bytes: Uint8Array): number => bytes[8]! * 2 ** 40 + bytes[9]! 
 // An id outlives the request that made it (the memo above, caches, maps of work in flight): a
 // 24-byte slice of Node's shared Buffer pool would keep that pool's whole 8 KiB slab alive, and
 // the memo alone then held hundreds of MB of slabs under load. Ids take slices of their own slabs.
-const ID_SLAB_IDS = 256;
+const ID_SLAB_IDS = 64;
 let idSlab = Buffer.allocUnsafeSlow(INVOCATION_ID_BYTES * ID_SLAB_IDS);
 let idSlabAt = 0;
 

@@ -10,6 +10,7 @@ import type { HandlerSchema, ServiceSchema } from '../metadata/types.js';
 import { MAX_LIVE_INVOCATIONS_PER_PARTITION, type AppendOptions, type AttemptHost } from '../partition/processor.js';
 import type { Action } from '../partition/state.js';
 import type { AttemptRunner } from '../partition/worker.js';
+import { failedAttempts } from '../partition/fold/attempt-ended.js';
 import { MAX_SERVICE_PROTOCOL_VERSION, MIN_SERVICE_PROTOCOL_VERSION } from '../protocol/versions.js';
 import { standaloneTelemetry, type Telemetry } from '../telemetry/index.js';
 import Queue from 'yocto-queue';
@@ -136,7 +137,7 @@ export class Invoker implements AttemptRunner {
     if (s === undefined) return;
     this.logger.warn({ code: a.error_code, invocation: a.id, entry_index: a.entry_index }, a.message);
     const policy = this.policyFor(s.service, s.handler);
-    const decision = decideRetry(policy, s.retry_count + 1, Date.now());
+    const decision = decideRetry(policy, failedAttempts(s, a.error_code), Date.now());
     if (decision.then === Then.RETRY) this.telemetry.metrics.target(s.service, s.handler).retries.inc();
     void host
       .append({
@@ -200,7 +201,7 @@ export class Invoker implements AttemptRunner {
       const decision = f.behavior === 1 ? { then: Then.PAUSE, retry_at_ms: 0 }
         : f.behavior === 2 ? { then: Then.FAIL, retry_at_ms: 0 }
         : f.retry_after_ms !== undefined ? retryAfter(policy, f.retry_after_ms, Date.now())
-        : decideRetry(policy, (host.invocation(id)?.retry_count ?? 0) + 1, Date.now(), f.next_retry_delay_ms);
+        : decideRetry(policy, failedAttempts(host.invocation(id) ?? { retry_count: 0 }, f.error_code), Date.now(), f.next_retry_delay_ms);
       if (decision.then === Then.RETRY) cells.retries.inc();
       const cmd: AttemptEnded = {
         invocation_id: invocationBytes,

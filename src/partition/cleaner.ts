@@ -5,13 +5,14 @@ import type { Db } from '../storage/store.js';
 import { expiryTable } from '../storage/tables/expiry.js';
 import { stateTtlTable, type StateTtl } from '../storage/tables/state-ttl.js';
 import { stateKeysTable } from '../storage/tables/state-keys.js';
-import { splitObjectKey } from '../storage/keys.js';
 import type { PartitionProcessor } from './processor.js';
 
 /** Retention purges appended per partition per cleanup run; the rest wait for the next run. */
 const MAX_PURGES_PER_PARTITION_RUN = 10_000;
 /** State expiries appended per service and partition per cleanup run; the rest wait for the next run. */
 const MAX_EXPIRIES_PER_SERVICE_RUN = 10_000;
+/** Index or object entries read per service and partition per cleanup run (held or not yet due ones are skipped). */
+const MAX_READ_PER_SERVICE_RUN = 50_000;
 
 /**
  * Retention (Restate's cleaner): completed invocations whose retention is over are purged
@@ -79,38 +80,47 @@ export class Cleaner {
 
   /** Objects of each service with a state TTL whose TTL looks over at `now_ms`: one ExpireState each. */
   private async expireState(p: PartitionProcessor, now_ms: number): Promise<number> {
-    const appends: Promise<void>[] = [];
-    const expire = (objectKey: string) => appends.push(p.append({ kind: 'expire_state', expire_state: { object_key: objectKey } }));
+    let expired = 0;
     const book = p.state.ttl.entries();
     for (const ttl of book) {
-      for (const c of await stateTtlTable.touchedBefore(this.db, p.partition, ttl.service, now_ms - ttl.ttl_ms, MAX_EXPIRIES_PER_SERVICE_RUN)) {
-        // Touched before the TTL was set: it counts from then (the fold would keep it).
-        if (Math.max(c.at_ms, ttl.since_ms) + ttl.ttl_ms > now_ms) continue;
-        expire(c.objectKey);
+      const appends: Promise<void>[] = [];
+      let read = 0;
+      for await (const c of stateTtlTable.touchedBefore(this.db, p.partition, ttl.service, now_ms - ttl.ttl_ms)) {
+        // Read past what is held (a long workflow run) and what counts from the TTL's start, a bounded number.
+        if (++read > MAX_READ_PER_SERVICE_RUN || appends.length >= MAX_EXPIRIES_PER_SERVICE_RUN) break;
+        if (Math.max(c.at_ms, ttl.since_ms) + ttl.ttl_ms > now_ms || p.state.lockOf(c.objectKey) !== undefined) continue;
+        appends.push(p.append({ kind: 'expire_state', expire_state: { object_key: c.objectKey } }));
       }
+      expired += await this.settle(p, appends, 'state expiries');
     }
-    await this.sweepUntouched(p, book, now_ms, expire);
-    return this.settle(p, appends, 'state expiries');
+    return expired + (await this.sweepUntouched(p, book, now_ms));
   }
 
   /**
    * State written before its service got a TTL has no time in the index: once that TTL is over
-   * (counted from when it was set), one sweep of the partition's objects, a bounded number per
-   * run, expires those of the service never written (or accessed) since.
+   * (counted from when it was set), one sweep of the service's objects, a bounded number per
+   * run, expires those never written (or accessed) since; the fold indexes one it keeps (a
+   * held key), so that the index finds it later. The sweep's place is in memory: a restart
+   * sweeps again.
    */
-  private async sweepUntouched(p: PartitionProcessor, book: readonly StateTtl[], now_ms: number, expire: (objectKey: string) => void): Promise<void> {
+  private async sweepUntouched(p: PartitionProcessor, book: readonly StateTtl[], now_ms: number): Promise<number> {
     const due = book.filter((ttl) => ttl.since_ms + ttl.ttl_ms <= now_ms);
     const tags = new Map(due.map((ttl) => [`${p.partition}/${ttl.since_ms}/${ttl.service}`, ttl]));
     for (const tag of this.sweeps.keys()) if (tag.startsWith(`${p.partition}/`) && !tags.has(tag)) this.sweeps.delete(tag);
+    let expired = 0;
     for (const [tag, ttl] of tags) {
       const cursor = this.sweeps.get(tag);
       if (cursor === null) continue;
-      const { objectKeys, next } = await stateKeysTable.objectsAfter(this.db, p.partition, cursor, MAX_EXPIRIES_PER_SERVICE_RUN);
-      for (const objectKey of objectKeys) {
-        if (splitObjectKey(objectKey).service === ttl.service && p.state.ttl.touchedAt(objectKey) === undefined) expire(objectKey);
-      }
-      this.sweeps.set(tag, next ?? null);
+      const { objectKeys, next } = await stateKeysTable.objectsOf(this.db, p.partition, ttl.service, cursor, MAX_READ_PER_SERVICE_RUN);
+      const appends = objectKeys
+        .filter((objectKey) => p.state.ttl.touchedAt(objectKey) === undefined)
+        .map((objectKey) => p.append({ kind: 'expire_state', expire_state: { object_key: objectKey } }));
+      const taken = await this.settle(p, appends, 'state expiries');
+      expired += taken;
+      // Past these only once all were taken: a refused one is asked again at the next run.
+      if (taken === appends.length) this.sweeps.set(tag, next ?? null);
     }
+    return expired;
   }
 
   private async settle(p: PartitionProcessor, appends: Promise<void>[], what: string): Promise<number> {

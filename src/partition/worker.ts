@@ -169,12 +169,14 @@ export class Worker implements Effects {
   }
 
   /**
-   * Hands the services' state TTLs to every partition whose book differs (a StateTtls command
-   * each); resolves once all are durable. Called when a service changes and when partitions open.
+   * Hands the services' state TTLs to the partitions (a StateTtls command each; the same book
+   * again changes nothing); resolves once all are durable. When a service changes: to every
+   * partition, so that of two changes in quick succession the later lands last whatever the
+   * first's append had reached. When partitions open (`onlyWhereDiffers`): where the book differs.
    */
-  async setStateTtls(book: ReadonlyArray<{ service: string; ttl_ms: number; on_access: boolean }>): Promise<void> {
+  async setStateTtls(book: ReadonlyArray<{ service: string; ttl_ms: number; on_access: boolean }>, { onlyWhereDiffers = false } = {}): Promise<void> {
     const want = JSON.stringify(book.map((e) => [e.service, e.ttl_ms, e.on_access]));
-    const differs = (p: PartitionProcessor) => JSON.stringify(p.state.ttl.entries().map((e) => [e.service, e.ttl_ms, e.on_access])) !== want;
+    const differs = (p: PartitionProcessor) => !onlyWhereDiffers || JSON.stringify(p.state.ttl.entries().map((e) => [e.service, e.ttl_ms, e.on_access])) !== want;
     const state_ttls = { services: book.map((e) => ({ ...e })) };
     await Promise.all(this.processors.filter(differs).map((p) => p.append({ kind: 'state_ttls', state_ttls })));
   }
@@ -251,7 +253,6 @@ export class Worker implements Effects {
     return journalTable.read(this.db!, this.processorFor(id).partition, id.text);
   }
 
-  /** Every object's state as stored (what durable batches wrote), partition by partition. */
   /** Every state entry, from the store, with when its object's state expires (a service with a state TTL). */
   async *storedState(): AsyncGenerator<[objectKey: string, stateKey: string, value: Buffer, expires_at_ms: number | undefined]> {
     for (const p of this.processors) {

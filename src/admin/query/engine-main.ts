@@ -9,7 +9,7 @@ import { readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import { join } from 'node:path';
 import { DuckDBInstance, type DuckDBConnection, type DuckDBResult } from '@duckdb/node-api';
-import { PER_QUERY_TABLES, REGISTRY_TABLES, TABLES, rowBytes, type RawJournalEntry, type Row, type TableFilter } from '../introspection.js';
+import { PER_QUERY_TABLES, REGISTRY_TABLES, TABLES, rowBytes, type Row, type TableFilter } from '../introspection.js';
 import { appendRows } from './append.js';
 import { analyze, treeText, type Ast } from './analyze.js';
 import { cell, encoder, kindOf, loadArrow, rechunk, type Cell, type Column } from './encode.js';
@@ -457,7 +457,7 @@ function need(q: Query, table: string, filter: TableFilter): Promise<Row[]> {
   );
 }
 
-function needJournals(q: Query, ids: string[]): Promise<Array<[string, RawJournalEntry[]]>> {
+function needJournals(q: Query, ids: string[]): Promise<Journals> {
   return q.unlessHalted(
     new Promise((resolve) => {
       q.journals = (m) => resolve(m.journals);
@@ -501,13 +501,13 @@ function prefetchedFor(q: Query, filter: TableFilter): Journals | undefined {
 async function loadJournal(q: Query, filter: TableFilter, rows: RowSet, connecting: Promise<DuckDBConnection>): Promise<void> {
   const sent = prefetchedFor(q, filter);
   if (sent !== undefined) {
-    for (const [id, entries] of sent) rows.add(journalRows(id, entries));
+    for (const [id, entries, steps] of sent) rows.add(journalRows(id, entries, steps));
     return;
   }
   const ids = await journalIds(q, filter, connecting);
   for (let i = 0; i < ids.length; i += JOURNALS_PER_REQUEST) {
     q.check();
-    for (const [id, entries] of await needJournals(q, ids.slice(i, i + JOURNALS_PER_REQUEST))) rows.add(journalRows(id, entries));
+    for (const [id, entries, steps] of await needJournals(q, ids.slice(i, i + JOURNALS_PER_REQUEST))) rows.add(journalRows(id, entries, steps));
   }
 }
 

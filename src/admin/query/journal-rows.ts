@@ -2,7 +2,7 @@
 // decoding many journals never costs the event loop that serves ingress and admin.
 
 import { MessageType, commandTypes, decode, entryTypeName, isNotification, pb, type Codec } from '../../protocol/messages.js';
-import { ts, type RawJournalEntry, type Row } from '../introspection.js';
+import { ts, type RawJournalEntry, type Row, type StepAttempts } from '../introspection.js';
 
 /** The fields of journal entries that `sys_journal` shows, whichever command or notification they are. */
 interface EntryView {
@@ -36,7 +36,7 @@ const bytesAsBase64 = (_k: string, v: unknown): unknown => {
 };
 
 /** The rows of one invocation's journal, in index order (commands and notifications). */
-export function journalRows(id: string, entries: readonly RawJournalEntry[]): Row[] {
+export function journalRows(id: string, entries: readonly RawJournalEntry[], steps?: StepAttempts): Row[] {
   const { completed, invoked } = notifications(entries);
   return entries.map((e, index) => {
     const row: Row = { id, index, entry_type: entryTypeName(e.type), version: 2 };
@@ -47,6 +47,11 @@ export function journalRows(id: string, entries: readonly RawJournalEntry[]): Ro
     if (m.entry_name) row.name = m.entry_name;
     const cid = m.result_completion_id;
     if (cid !== undefined) row.completed = completed.has(cid) ? 1 : 0;
+    if (e.type === MessageType.RunCommand && steps !== undefined) {
+      // A finished step took the attempts recorded (1 when none were); the one under way, those so far.
+      const attempts = completed.has(cid ?? 0) ? (steps.done?.[String(cid ?? 0)] ?? 1) : steps.current ?? 0;
+      if (attempts > 0) row.attempts = attempts;
+    }
     if (e.type === MessageType.CallCommand || e.type === MessageType.OneWayCallCommand) {
       const child = invoked.get(m.invocation_id_notification_idx ?? 0);
       if (child) row.invoked_id = child;

@@ -1,7 +1,7 @@
 // Messages between the server and its query engine process (child_process IPC, "advanced"
 // serialization: Uint8Arrays cross as bytes). The server owns the data; the engine owns DuckDB.
 
-import type { RawJournalEntry, Row, TableFilter } from '../introspection.js';
+import type { RawJournalEntry, Row, StepAttempts, TableFilter } from '../introspection.js';
 
 /** How an answer is encoded: `{"rows":[…]}`, an Arrow IPC stream, or PostgreSQL wire messages. */
 export type Format = 'json' | 'arrow' | 'pg';
@@ -29,8 +29,8 @@ export interface QueryError {
 /** How a query whose client went away ends, whichever side stops it first. */
 export const CLIENT_LEFT: QueryError = { code: 'KEEL0024', status: 499, message: 'the query was cancelled: its client went away' };
 
-/** Stored journals by invocation id. */
-export type Journals = Array<[id: string, entries: RawJournalEntry[]]>;
+/** Stored journals by invocation id, with the attempts of their `ctx.run` steps where known. */
+export type Journals = Array<[id: string, entries: RawJournalEntry[], steps?: StepAttempts]>;
 
 export type ToEngine =
   | { t: 'init'; options: EngineOptions }

@@ -77,6 +77,9 @@ export function serviceRoutes(ctx: AdminContext) {
   };
 }
 
+/** A state TTL longer than this is a mistake (and past 2^53 ms not a number the fold can keep). */
+const MAX_STATE_TTL_MS = 100 * 365 * 86_400_000;
+
 const DURATION_FIELDS = ['idempotency_retention', 'workflow_completion_retention', 'journal_retention', 'inactivity_timeout', 'abort_timeout'] as const;
 
 /**
@@ -108,7 +111,8 @@ function serviceChange(body: unknown): ServiceChange {
   if (fields.state_ttl !== undefined && fields.state_ttl !== null) {
     const ms = typeof fields.state_ttl === 'string' ? parseDuration_ms(fields.state_ttl) : undefined;
     if (ms === undefined) throw keelError('KEEL0002', { field: 'state_ttl', expected: `a duration such as "30d" or "P30D", or "0" to remove it (got ${JSON.stringify(fields.state_ttl)})` });
-    if (ms > 0 && ms < 1000) throw keelError('KEEL0002', { field: 'state_ttl', expected: `at least 1s, or "0" to remove it (got ${JSON.stringify(fields.state_ttl)})` });
+    const zero = ms === 0 && String(fields.state_ttl).trim() === '0';
+    if ((ms < 1000 && !zero) || ms > MAX_STATE_TTL_MS) throw keelError('KEEL0002', { field: 'state_ttl', expected: `from 1s to 100 years, or "0" to remove it (got ${JSON.stringify(fields.state_ttl)})` });
     change.state_ttl_ms = ms;
   }
   if (fields.state_ttl_from !== undefined && fields.state_ttl_from !== null) {

@@ -9,6 +9,18 @@ import { anyArrived, complete, liveAttemptOf, resume, type FoldContext } from '.
  */
 const NOT_INVOKED: ReadonlySet<string> = new Set(['RT0011', 'RT0013', 'RT0014']);
 
+/**
+ * The failed attempts a retry decision counts once the attempt of `s` fails with `error_code`
+ * (1 for the first): those since the invocation's last journalled command, so each step (a
+ * `ctx.run`, or whatever the handler does between two commands) has the whole retry policy to
+ * itself and a flaky early step does not use up a later one's (restatedev/restate#4462). An
+ * attempt that never reached the endpoint tried no step: it counts against the invocation's
+ * total, which keeps a service with no usable deployment from retrying forever.
+ */
+export function failedAttempts(s: { retry_count: number; retries_since_command?: number | undefined }, error_code: string): number {
+  return (NOT_INVOKED.has(error_code) ? s.retry_count : (s.retries_since_command ?? s.retry_count)) + 1;
+}
+
 /** The live attempt ended: the invocation completed, suspended, or failed. */
 export function foldAttemptEnded(ctx: FoldContext, cmd: AttemptEnded): void {
   const s = liveAttemptOf(ctx, cmd, 'attempt_ended');

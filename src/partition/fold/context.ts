@@ -250,7 +250,11 @@ export function complete(ctx: FoldContext, s: InvocationStatus, result: Invocati
   ctx.state.forgetJournal(s.id);
   ctx.state.indexExpiry(s);
   // An invocation on a key is an access of its state (for a TTL that counts accesses).
-  if (ctx.state.ttl.of(s.service)?.on_access === true && s.service_type !== 'Service') ctx.state.ttl.touch(s.service, objectKeyOf(s.service, s.key, s.scope), ctx.now_ms, 'access');
+  if (ctx.state.ttl.of(s.service)?.on_access === true && s.service_type !== 'Service') {
+    const objectKey = objectKeyOf(s.service, s.key, s.scope);
+    // A key with no state has nothing to expire: no row for it.
+    if (ctx.state.stateKeys(objectKey).length > 0) ctx.state.ttl.touch(s.service, objectKey, ctx.now_ms, 'access');
+  }
   if (needsLock(s)) releaseLock(ctx, s);
   if (s.caller_id !== undefined) sendResult(ctx, s.caller_id, s.caller_completion_id ?? 0, MessageType.CallCompletion, resultMsg(result));
   for (const a of s.attachers ?? []) sendResult(ctx, a.id, a.completion_id, a.entry_type, resultMsg(result));

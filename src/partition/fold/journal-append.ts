@@ -41,6 +41,10 @@ export function foldJournalAppend(ctx: FoldContext, cmd: JournalAppend): void {
   if (!isNotification(cmd.entry_type)) {
     s.retries_since_command = 0;
     s.command_at_ms = ctx.now_ms;
+  } else if (cmd.entry_type === MessageType.RunCompletion && (s.retries_since_command ?? 0) > 0) {
+    // The step's result: the attempts it took, for sys_journal (one is the rule, not recorded).
+    const completion_id = decode(pb.Notification, entry.payload).completion_id ?? 0;
+    s.step_attempts = { ...s.step_attempts, [completion_id]: s.retries_since_command! + 1 };
   }
   rule?.apply(ctx, s, entry, cmd, index);
   ctx.state.putStatus(s);

@@ -11,9 +11,11 @@ import type { FoldContext } from './context.js';
 export function foldStateTtls(ctx: FoldContext, cmd: StateTtls): void {
   const next: StateTtl[] = [];
   for (const e of cmd.services ?? []) {
-    if (!e.service || !e.ttl_ms) continue;
+    // A TTL the admin API would refuse changes nothing (a bad command must not stop the partition).
+    const ttl_ms = e.ttl_ms ?? 0;
+    if (!e.service || !Number.isSafeInteger(ttl_ms) || ttl_ms <= 0) continue;
     const before = ctx.state.ttl.of(e.service);
-    next.push({ service: e.service, ttl_ms: e.ttl_ms, on_access: e.on_access ?? false, since_ms: before?.since_ms ?? ctx.now_ms });
+    next.push({ service: e.service, ttl_ms, on_access: e.on_access ?? false, since_ms: before?.since_ms ?? ctx.now_ms });
   }
   ctx.state.ttl.setBook(next, true);
 }
@@ -32,7 +34,14 @@ export function foldExpireState(ctx: FoldContext, cmd: ExpireState): void {
     ctx.state.ttl.forget(service, objectKey);
     return;
   }
-  if (due > ctx.now_ms || ctx.state.lockOf(objectKey) !== undefined) return;
+  if (due > ctx.now_ms) return;
+  if (ctx.state.lockOf(objectKey) !== undefined) {
+    // Held: kept. One found by the cleaner's sweep (never touched since the TTL was set) is
+    // indexed now, at the TTL's start, so that a later run finds it again.
+    const ttl = ctx.state.ttl.of(service)!;
+    if (ctx.state.ttl.touchedAt(objectKey) === undefined) ctx.state.ttl.touch(service, objectKey, ttl.since_ms, 'write');
+    return;
+  }
   ctx.state.clearState(objectKey);
   ctx.state.ttl.forget(service, objectKey);
 }

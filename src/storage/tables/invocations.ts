@@ -74,6 +74,11 @@ export interface InvocationStatus {
    * against its own retry options. Absent in statuses stored before they were kept.
    */
   retries_since_command?: number;
+  /**
+   * Keel's own: attempts of each `ctx.run` step that needed more than one, by the completion id
+   * of its result (sys_journal's `attempts`). Bounded by the journal.
+   */
+  step_attempts?: Record<string, number>;
   command_at_ms?: number;
   last_start_at_ms?: number;
   next_retry_at_ms?: number;

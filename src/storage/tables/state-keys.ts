@@ -2,7 +2,7 @@
 // the fold lists, clears or replaces an object's state with one synchronous read, and so never
 // needs the object's state in memory (the store has no synchronous range scan).
 import { keysIn, type Db } from '../store.js';
-import { tablePrefix } from '../keys.js';
+import { objectKeyOf, splitObjectKey, tablePrefix } from '../keys.js';
 import { stateTable } from './state.js';
 
 const TABLE = 'statekeys';
@@ -12,13 +12,34 @@ export const stateKeysTable = {
   encode: (keys: readonly string[]): Buffer => Buffer.from(JSON.stringify(keys)),
   decode: (raw: Buffer): string[] => JSON.parse(raw.toString('utf8')) as string[],
 
-  /** Up to `limit` object keys of the partition in key order, after `after` (from the start without); `next` to go on from, none at the end. */
-  async objectsAfter(db: Db, partition: number, after: string | undefined, limit: number): Promise<{ objectKeys: string[]; next?: string }> {
+  /**
+   * Object keys with state of `service` (the unscoped ones, which share a prefix, then those of
+   * every scope, filtered) in key order after `after` (from the start without): at most `limit`
+   * read. `next` to go on from; none at the end.
+   */
+  async objectsOf(db: Db, partition: number, service: string, after: string | undefined, limit: number): Promise<{ objectKeys: string[]; next?: string }> {
     const prefix = tablePrefix(partition, TABLE);
+    const unscoped = `${prefix}${objectKeyOf(service, '')}`;
+    // Scoped object keys start with ':' (storage/keys.ts objectKeyOf; ';' is the next character).
+    // The two ranges are disjoint; in key order, so that one cursor goes through both.
+    const ranges = [
+      { gte: unscoped, lt: `${unscoped}\uffff`, scoped: false },
+      { gte: `${prefix}:`, lt: `${prefix};`, scoped: true },
+    ].sort((a, b) => (a.gte < b.gte ? -1 : 1));
+    const cursor = after === undefined ? undefined : `${prefix}${after}`;
     const objectKeys: string[] = [];
-    const range = after === undefined ? { gte: prefix, lt: `${prefix}~`, limit } : { gt: `${prefix}${after}`, lt: `${prefix}~`, limit };
-    for await (const key of keysIn(db, range)) objectKeys.push(key.slice(prefix.length));
-    return objectKeys.length < limit ? { objectKeys } : { objectKeys, next: objectKeys[objectKeys.length - 1]! };
+    let read = 0;
+    for (const r of ranges) {
+      if (cursor !== undefined && cursor >= r.lt) continue;
+      const range = cursor !== undefined && cursor >= r.gte ? { gt: cursor, lt: r.lt } : { gte: r.gte, lt: r.lt };
+      for await (const key of keysIn(db, { ...range, limit: limit - read })) {
+        read++;
+        const objectKey = key.slice(prefix.length);
+        if (!r.scoped || splitObjectKey(objectKey).service === service) objectKeys.push(objectKey);
+        if (read === limit) return { objectKeys, next: objectKey };
+      }
+    }
+    return { objectKeys };
   },
 
   /**

@@ -27,16 +27,14 @@ export const stateTtlTable = {
   byTimeKey: (partition: number, service: string, at_ms: number, objectKey: string): string =>
     `${tablePrefix(partition, BY_TIME)}${serviceSegment(service)}${pad(Math.max(0, at_ms))}/${objectKey}`,
 
-  /** Objects of `service` last touched before `before_ms`, oldest first, at most `limit`. */
-  async touchedBefore(db: Db, partition: number, service: string, before_ms: number, limit: number): Promise<Array<{ objectKey: string; at_ms: number }>> {
+  /** Objects of `service` last touched before `before_ms`, oldest first (the caller stops reading when it has enough). */
+  async *touchedBefore(db: Db, partition: number, service: string, before_ms: number): AsyncGenerator<{ objectKey: string; at_ms: number }> {
     const prefix = `${tablePrefix(partition, BY_TIME)}${serviceSegment(service)}`;
-    const out: Array<{ objectKey: string; at_ms: number }> = [];
-    for await (const key of keysIn(db, { gte: prefix, lt: `${prefix}${pad(Math.max(0, before_ms))}`, limit })) {
+    for await (const key of keysIn(db, { gte: prefix, lt: `${prefix}${pad(Math.max(0, before_ms))}` })) {
       const rest = key.slice(prefix.length);
       const cut = rest.indexOf('/');
-      out.push({ at_ms: Number(rest.slice(0, cut)), objectKey: rest.slice(cut + 1) });
+      yield { at_ms: Number(rest.slice(0, cut)), objectKey: rest.slice(cut + 1) };
     }
-    return out;
   },
 
   bookKey: (partition: number): string => `${statePrefix(partition)}state-ttls`,
