@@ -1,6 +1,7 @@
 // Invocation ids: the text form is what Restate makes (the restate CLI decodes it client-side),
 // checked against a reference written with BigInt, for random ids and the edge values.
 import t from 'tap';
+import { collectedArrayBuffers } from './helpers/memory.mjs';
 import { randomBytes } from 'node:crypto';
 import { InvocationId, partitionKeyOfIdBytes, randomPartitionKey, isDeploymentId, newDeploymentId } from '../dist/common/ids.js';
 
@@ -98,25 +99,13 @@ t.test("ids kept alive do not keep Node's shared Buffer pool alive", async (t) =
   // after a 7,000-byte allocation from Node's 8 KiB Buffer pool (the request's other small
   // buffers, all garbage): an id that were a slice of that pool would keep a slab alive each,
   // ~80 MB for these 10,000.
-  const v8 = await import('node:v8');
-  const vm = await import('node:vm');
-  v8.setFlagsFromString('--expose_gc');
-  const gc = vm.runInNewContext('gc');
-  // ArrayBuffers are freed after a collection, not in it.
-  const collected = async () => {
-    for (let i = 0; i < 3; i++) {
-      gc();
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    return process.memoryUsage().arrayBuffers;
-  };
-  const before = await collected();
+  const before = await collectedArrayBuffers();
   const kept = [];
   for (let i = 0; i < 10_000; i++) {
     Buffer.allocUnsafe(7_000);
     const how = i % 3;
     kept.push(how === 0 ? InvocationId.random(randomPartitionKey()) : how === 1 ? InvocationId.fromBytes(randomBytes(24)) : InvocationId.parse(InvocationId.random(1n).text));
   }
-  const grownMb = ((await collected()) - before) / 1048576;
+  const grownMb = ((await collectedArrayBuffers()) - before) / 1048576;
   t.ok(grownMb < 8, `array buffers grew ${grownMb.toFixed(1)} MB for ${kept.length} ids`);
 });

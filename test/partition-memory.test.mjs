@@ -1,6 +1,7 @@
 // Completed invocations leave memory past a bound and are read back from the store on demand;
 // the fold gives the same result either way.
 import t from 'tap';
+import { collectedArrayBuffers } from './helpers/memory.mjs';
 import { IDLE_STATUSES_IN_MEMORY, PartitionState } from '../dist/partition/state.js';
 import { fold } from '../dist/partition/fold/index.js';
 import { Outcome } from '../dist/log/commands.js';
@@ -149,20 +150,8 @@ t.test('object state read back from the store (a cache too small for one object)
 t.test('cached object state holds its own bytes, not the messages its values were decoded from', async (t) => {
   // A value decoded from a message is a view of the whole message: cached as it is, 16 bytes of
   // state would keep 64 KiB alive (~128 MB for these 2,000 objects).
-  const v8 = await import('node:v8');
-  const vm = await import('node:vm');
-  v8.setFlagsFromString('--expose_gc');
-  const gc = vm.runInNewContext('gc');
-  // ArrayBuffers are freed after a collection, not in it.
-  const collected = async () => {
-    for (let i = 0; i < 3; i++) {
-      gc();
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    return process.memoryUsage().arrayBuffers;
-  };
   const { state, store } = partition();
-  const before = await collected();
+  const before = await collectedArrayBuffers();
   let wrong = 0;
   for (let i = 0; i < 2_000; i++) {
     const message = Buffer.allocUnsafeSlow(64 * 1024).fill(i & 0xff);
@@ -170,7 +159,7 @@ t.test('cached object state holds its own bytes, not the messages its values wer
     if (!state.stateOf(`Obj/k${i}`).get('v')?.equals(Buffer.alloc(16, i & 0xff))) wrong++;
     for (const [k, v] of state.takeWrites()) v === null ? store.delete(k) : store.set(k, v);
   }
-  const grownMb = ((await collected()) - before) / 1048576;
+  const grownMb = ((await collectedArrayBuffers()) - before) / 1048576;
   t.equal(wrong, 0, 'every value reads back');
   t.equal(state.stateCacheUse().objects, 2_000, 'every object is cached');
   t.ok(grownMb < 8, `array buffers grew ${grownMb.toFixed(1)} MB for 2,000 cached values of 16 bytes`);
