@@ -1,6 +1,6 @@
 // The report: tables built once from the results, rendered as text (stdout) and markdown (latest.md),
 // the Keel/Restate ratios per cell and the goals check of issue 7.
-import { fmt } from './common.mjs';
+import { fmt, median } from './common.mjs';
 
 // ---------------------------------------------------------------- goals (issue 7, Keel's default mode)
 
@@ -350,7 +350,7 @@ export function retainedTables(res) {
       notes.push(`${r.target} N=${r.n}: ${r.error}`);
       continue;
     }
-    const of = (filled, empty) => (filled != null && empty ? `${fmt(filled, 0)} (${fmt(filled / empty, 2)}x)` : '-');
+    const of = (cell) => (r.filled?.[cell]?.rps != null ? `${fmt(r.filled[cell].rps, 0)} (${fmt(filledRatio(r, cell).ratio, 2)}x)` : '-');
     rows.push([
       r.target,
       `${r.n}${r.scale ? ' (built in-process)' : ''}`,
@@ -358,8 +358,8 @@ export function retainedTables(res) {
       `${r.scale ? '-' : fmt(r.fill?.rssMb, 0)} (${fmt(r.fill?.dataMb, 0)} on disk, ${fmt(r.fill?.wallMs / 1000, 0)} s)`,
       `${fmt(r.emptyRestart?.toFirstAnswerMs, 0)} / ${fmt(r.restart?.toFirstAnswerMs, 0)}`,
       `${fmt(r.emptyRestart?.rssMb, 0)} / ${fmt(r.restart?.rssMb, 0)}; anon ${fmt(r.emptyRestart?.anonMb, 0)} / ${fmt(r.restart?.anonMb, 0)}; settled ${fmt(r.restart?.settled?.rssMb, 0)}, anon ${fmt(r.restart?.settled?.anonMb, 0)} (${fmt(r.restart?.settleMs / 1000, 0)} s)`,
-      of(r.filled?.noop?.rps, (r.emptyPaired ?? r.empty)?.noop?.rps),
-      of(r.filled?.object?.rps, (r.emptyPaired ?? r.empty)?.object?.rps),
+      of('noop'),
+      of('object'),
       `${fmt(r.filled?.noop?.p99, 1)} / ${fmt(r.filled?.object?.p99, 1)}`,
       r.check?.pass ? 'ok' : `WRONG ${JSON.stringify(r.check)}`,
     ]);
@@ -369,9 +369,20 @@ export function retainedTables(res) {
     'N objects with 8 KiB of state each and N invocations sleeping for an hour, on one server: its cells and a SIGKILL and restart empty, then the fill, a SIGKILL and restart, the cells again ' +
       '(built in-process: the same commands folded into the stopped server\'s store, then a start on it). ' +
       'RSS of the server process in MB ("after load": after the c=32 cells, empty / filled; "after restart": 2 s after the first answer, empty / filled, and its anonymous part — what the process owns; the rest is pages of files it maps, which LevelDB does for its tables and the kernel takes back when it needs them); ' +
-      '"first answer": spawn → a call reading a retained object answered, empty / filled; "settled": once the server uses under 10% of a core (what it does after a start is over), when the cells start; throughput at c=32 on the filled server (filled ÷ a second empty server of the same target, started after the fill and measured round by round with the filled one)',
+      '"first answer": spawn → a call reading a retained object answered, empty / filled; "settled": once the server uses under 10% of a core (what it does after a start is over), when the cells start; throughput at c=32 on the filled server (filled ÷ a second empty server of the same target, started after the fill: each round runs a cell on the two back to back, and the ratio is the median of the rounds\' ratios)',
   );
   return [{ title: 'Retained state', columns: ['target', 'N', 'RSS after load', 'RSS filled', 'restart → first answer ms', 'RSS after restart', 'noop/s filled', 'object/s filled', 'p99 noop / object ms', 'check'], rows, notes }];
+}
+
+/**
+ * Filled ÷ empty throughput of a cell: the median of the per-round ratios (each round runs the
+ * filled and the empty server back to back, retained.mjs), with their range; a run without them
+ * (an older results file) divides the medians.
+ */
+export function filledRatio(run, cell) {
+  const rounds = run.pairedRatios?.[cell];
+  if (rounds?.length) return { ratio: median(rounds), spread: `[${rounds.map((v) => v.toFixed(2)).join(' ')}]` };
+  return { ratio: run.filled[cell].rps / (run.emptyPaired ?? run.empty)[cell].rps, spread: '' };
 }
 
 function retainedGoals(res, add) {
@@ -394,9 +405,8 @@ function retainedGoals(res, add) {
     const bound = k.n >= g.firstAnswerAtN ? first <= g.firstAnswerMaxMs : true;
     add(`retained ${k.n}: restart → first answer${k.n >= g.firstAnswerAtN ? ` ≤ ${g.firstAnswerMaxMs} ms and` : ''} ≤ Restate's`, 'keel', ran ? `${fmt(first, 0)} ms${r ? ` vs ${fmt(r.restart.toFirstAnswerMs, 0)} ms` : ' (Restate not run)'}` : '-', ran ? bound && (r ? first <= r.restart.toFirstAnswerMs : true) : null);
     for (const cell of ['noop', 'object']) {
-      // At scale, against an empty server measured in the same rounds (retained.mjs), not minutes before.
-      const f = ran ? k.filled[cell].rps / (k.emptyPaired ?? k.empty)[cell].rps : null;
-      add(`retained ${k.n}: ${cell} throughput filled ≥ ${g.minThroughputOfEmpty}× empty`, 'keel', ran ? `${x(f)}${r ? ` (restate ${x(r.filled[cell].rps / (r.emptyPaired ?? r.empty)[cell].rps)})` : ''}` : '-', ran ? f >= g.minThroughputOfEmpty : null);
+      const f = ran ? filledRatio(k, cell) : null;
+      add(`retained ${k.n}: ${cell} throughput filled ≥ ${g.minThroughputOfEmpty}× empty`, 'keel', ran ? `${x(f.ratio)} ${f.spread}${r ? ` (restate ${x(filledRatio(r, cell).ratio)} ${filledRatio(r, cell).spread})` : ''}` : '-', ran ? f.ratio >= g.minThroughputOfEmpty : null);
     }
   }
 }

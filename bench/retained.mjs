@@ -78,12 +78,14 @@ const cellSpec = (s, service, opts) => ({
 });
 const hardLimitMs = (opts) => 1000 + opts.retainedDurationMs + 2 * opts.requestTimeoutMs + 15000;
 
-/** One round of the two cells on `s`: noop, then object. */
-async function cellRound(node, s, service, opts, tag, round) {
+/** One cell (noop or object) on `s`, one round. */
+async function cell(node, kind, s, service, opts, tag, round) {
   const spec = cellSpec(s, service, opts);
-  const noop = await runLoad(node, { ...spec, url: s.ingress + SCENARIOS.noop.path, body: SCENARIOS.noop.body, expect: SCENARIOS.noop.expect }, hardLimitMs(opts));
-  const object = await runLoad(node, { ...spec, url: s.ingress + COUNTER.path, body: COUNTER.body, keys: CELL_KEYS, keyPrefix: `${tag}-` }, hardLimitMs(opts));
-  return { noop: { ...noop, round }, object: { ...object, round } };
+  const load =
+    kind === 'noop'
+      ? { ...spec, url: s.ingress + SCENARIOS.noop.path, body: SCENARIOS.noop.body, expect: SCENARIOS.noop.expect }
+      : { ...spec, url: s.ingress + COUNTER.path, body: COUNTER.body, keys: CELL_KEYS, keyPrefix: `${tag}-` };
+  return { ...(await runLoad(node, load, hardLimitMs(opts))), round };
 }
 
 const pick = (r) =>
@@ -92,22 +94,36 @@ const pick = (r) =>
     : { rps: r.rps, p50: r.latencyMs?.p50, p99: r.latencyMs?.p99, errors: r.errors, cpuMsPerInvocation: r.cpuMsPerInvocation?.server, ...(r.rounds ? { roundsRps: r.rounds.map((x) => x.rps) } : {}) };
 
 /**
- * The cells on each of `servers` ({s, tag}) --rounds times, the servers in turn within a round and in
- * the other order the next round; the median of each figure. Each cell --rounds times: one 5 s run of
- * the same empty cell measured 1,584 and 1,948 noop/s here, more than the 10% being judged — and
- * alternating the servers puts the machine's drift between rounds on both alike.
+ * The cells on each of `servers` ({s, tag}) --rounds times: within a round, each cell on every
+ * server back to back (the servers in turn, in the other order the next round), so the two runs
+ * a ratio compares are seconds apart; the median of each figure. Each cell --rounds times: one
+ * 5 s run of the same empty cell measured 1,584 and 1,948 noop/s here, more than the 10% being
+ * judged, and the same filled cell 1,264 and 1,719 in two rounds a minute apart.
  */
 async function cells(node, servers, service, opts) {
-  const rows = servers.map(() => ({ noops: [], objects: [] }));
+  const rows = servers.map(() => ({ noop: [], object: [] }));
   for (let round = 1; round <= Math.max(1, opts.rounds); round++) {
     const order = servers.map((_, i) => (round % 2 === 1 ? i : servers.length - 1 - i));
-    for (const i of order) {
-      const r = await cellRound(node, servers[i].s, service, opts, servers[i].tag, round);
-      rows[i].noops.push(r.noop);
-      rows[i].objects.push(r.object);
+    for (const kind of ['noop', 'object']) {
+      for (const i of order) rows[i][kind].push(await cell(node, kind, servers[i].s, service, opts, servers[i].tag, round));
     }
   }
-  return rows.map((r) => ({ noop: pick(combineRows(r.noops)), object: pick(combineRows(r.objects)) }));
+  return rows.map((r) => ({ noop: pick(combineRows(r.noop)), object: pick(combineRows(r.object)) }));
+}
+
+/**
+ * Filled ÷ empty per round (the two runs of a round are back to back), for each cell: the
+ * median of these is what the goal judges, since the machine's drift between rounds (±20%)
+ * cancels within a pair but not between the medians of two columns.
+ */
+export function pairedRatios(filled, empty) {
+  const out = {};
+  for (const kind of ['noop', 'object']) {
+    const f = filled[kind].roundsRps ?? [filled[kind].rps];
+    const e = empty[kind].roundsRps ?? [empty[kind].rps];
+    out[kind] = f.map((x, i) => (x != null && e[i] ? x / e[i] : null)).filter((x) => x != null);
+  }
+  return out;
 }
 
 /**
@@ -123,6 +139,7 @@ async function pairedCells(node, s, service, opts, logName, out) {
     const [filled, empty] = await cells(node, [{ s, tag: 'filled' }, { s: e, tag: 'empty2' }], service, opts);
     out.filled = { ...filled, ...memory(s) };
     out.emptyPaired = empty;
+    out.pairedRatios = pairedRatios(filled, empty);
   } finally {
     await stopGroup(e.child);
     rmSync(e.dataDir, { recursive: true, force: true });
