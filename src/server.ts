@@ -18,6 +18,7 @@ import { GroupWriter } from './storage/group-writer.js';
 import { forwardWhenStandby, routePgQueries } from './forwarding.js';
 import { KafkaLog, type KafkaLogClient } from './log/kafka-log.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
+import { ConfiguredSchedules } from './admin/schedules.js';
 import { upgradeWorkerStore } from './storage/upgrade.js';
 import { openWorkerStore, WORKER_FORMAT_VERSION, type Db } from './storage/store.js';
 import { logTable } from './storage/tables/log.js';
@@ -91,9 +92,13 @@ export class KeelServer {
         if (worker.processors.length === 0) return; // a standby: its partitions get the book when it becomes active
         worker.setLimitRules(book).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006', version: book.version }, 'cannot hand the rule book to the partitions'));
       });
+      const configured = new ConfiguredSchedules({ config, registry }, logger.child({ component: 'schedules' }));
+      const applySchedules = () => configured.apply(introspection).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006' }, 'cannot apply the schedules of the configuration'));
       known.onServicesChanged(() => {
         if (worker.processors.length === 0) return; // not open yet, or a standby: the book goes with the opening
         worker.setStateTtls(known.stateTtls()).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006' }, 'cannot hand the state TTLs to the partitions'));
+        // A declared schedule whose service was not registered yet applies now.
+        void applySchedules();
       });
       phase('routes_built');
       db = await opening;
@@ -110,6 +115,7 @@ export class KeelServer {
         // before anything is served.
         await worker.setLimitRules(known.limitRules());
         await worker.setStateTtls(known.stateTtls(), { onlyWhereDiffers: true });
+        await applySchedules();
       };
       const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, metrics, opened, { ingress, admin }, worker, async (log) => {
         await openPartitions(log);

@@ -386,6 +386,35 @@ t.test('state get and set', async (t) => {
   t.same(await query(keel, `SELECT key FROM state WHERE service_key = 'c1' ORDER BY key`), [{ key: 'count' }, { key: 'extra' }, { key: 'label' }]);
 });
 
+t.test('schedules set, ls, describe, trigger, pause, delete', async (t) => {
+  const keel = await startKeel(t);
+  const admin = keel.admin;
+  await keelCli(['dp', 'register', await serveServices(t, [counter]), '-y'], { admin });
+  const set = await keelCli(['schedules', 'set', 'nightly', 'Counter/s1/add', '--cron', '0 2 * * *', '--timezone', 'Europe/Berlin', '--input', '3', '--json'], { admin });
+  t.equal(set.code, 0, set.err);
+  t.same({ target: set.json.target, cron: set.json.cron, timezone: set.json.timezone, overlap: set.json.overlap, catchup: set.json.catchup }, { target: 'Counter/s1/add', cron: '0 2 * * *', timezone: 'Europe/Berlin', overlap: 'skip', catchup: 'one' });
+  t.match(set.json.next_fire_at, /T0[01]:00:00\.000Z$/, '02:00 in Berlin is 00:00 or 01:00 UTC');
+  const bad = await keelCli(['schedules', 'set', 'bad', 'Counter/s1/add', '--every', '5ms'], { admin });
+  t.equal(bad.code, 1);
+  t.match(bad.err, /KEEL1001[\s\S]*every must be an interval/);
+  const ls = await keelCli(['sched', 'ls'], { admin });
+  t.match(ls.out, /NAME\s+TARGET\s+WHEN[\s\S]*nightly\s+Counter\/s1\/add\s+cron 0 2 \* \* \* \(Europe\/Berlin\)/);
+  const fired = await keelCli(['schedules', 'trigger', 'nightly', '--json'], { admin });
+  t.same({ fired: fired.json.fired, triggered: fired.json.triggered }, { fired: 1, triggered: true });
+  await eventually(async () => (await keelCli(['state', 'get', 'Counter', 's1', 'count'], { admin })).out === '3\n');
+  // The firing's end reaches the schedule just after the handler's state is written.
+  const desc = await eventually(async () => {
+    const d = await keelCli(['schedules', 'describe', 'nightly'], { admin });
+    return /Last outcome/.test(d.out) ? d : undefined;
+  });
+  t.match(desc.out, /Last outcome:\s+succeeded/);
+  t.equal((await keelCli(['schedules', 'pause', 'nightly', '--json'], { admin })).json.paused, true);
+  t.equal((await keelCli(['schedules', 'describe', 'nope'], { admin })).code, 3, 'not found');
+  t.equal((await keelCli(['schedules', 'delete', 'nightly'], { admin })).code, 5, 'asks first');
+  t.equal((await keelCli(['schedules', 'rm', 'nightly', '-y'], { admin })).code, 0);
+  t.match((await keelCli(['schedules', 'ls'], { admin })).out, /No schedules/);
+});
+
 t.test('admin URL, unreachable server, usage errors', async (t) => {
   const keel = await startKeel(t);
   const port = await freePort();

@@ -450,6 +450,26 @@ t.test('admin UI', async (t) => {
     t.same((await adminCall(keel, 'GET', '/subscriptions')).json.subscriptions, [], 'deleted');
   });
 
+  await t.test('schedules: next firing, last outcome, fire now, pause, delete', async (t) => {
+    const put = await adminCall(keel, 'PUT', '/schedules/ui-tick', { target: 'Counter/sched/add', every: '1h', input: 5 });
+    t.equal(put.status, 201, put.text);
+    await page.goto(ui('/schedules'));
+    const row = page.locator('#schedules tr[data-name="ui-tick"]');
+    await row.waitFor();
+    t.match(await row.innerText(), /ui-tick\s+Counter\/sched\/add\s+every 1h[\s\S]*in (1h|60m|59m)/, 'the next firing, an hour from now');
+    await row.getByRole('button', { name: 'fire now' }).click();
+    await eventually(async () => /succeeded/.test(await row.innerText()), { timeout_ms: 10_000 });
+    t.equal((await ingress(keel, '/Counter/sched/get', null)).body, 5, 'the firing ran with its input');
+    await shot(page, 'schedules');
+    await row.getByRole('button', { name: 'pause' }).click();
+    await eventually(async () => /paused/.test(await row.innerText()));
+    t.equal((await adminCall(keel, 'GET', '/schedules/ui-tick')).json.paused, true, 'paused through the API');
+    await row.getByRole('button', { name: 'delete' }).click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Delete' }).click();
+    await page.getByText('No schedules').waitFor();
+    t.equal((await adminCall(keel, 'GET', '/schedules/ui-tick')).status, 404, 'deleted');
+  });
+
   await t.test('SQL console: table and CSV export', async (t) => {
     await page.goto(ui('/sql'));
     await page.locator('textarea[name=query]').fill("SELECT target_handler_name AS handler, COUNT(*) AS n FROM sys_invocation WHERE target_service_name = 'Flow' GROUP BY target_handler_name ORDER BY handler");

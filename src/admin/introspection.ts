@@ -5,6 +5,8 @@ import type { Registry } from '../metadata/registry.js';
 import type { UserLimitRow } from '../partition/flow-control.js';
 import { vqueueId } from '../common/limit-rules.js';
 import { objectPartitionKey, scopePartitionKey } from '../common/ids.js';
+import type { Schedule } from '../log/commands.js';
+import type { ScheduleRecord } from '../storage/tables/schedules.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
 
 /** One stored journal entry: its message type and payload, undecoded (the query engine decodes). */
@@ -97,6 +99,12 @@ export interface IntrospectionSource {
   partitions?(): PartitionInfo[];
   /** Kafka subscriptions' consumers: state, and position and lag per topic partition (all, or the one with `id`). */
   subscriptions?(id?: string): Promise<SubscriptionStatus[]>;
+  /** Every schedule, from the store (`/schedules`, sys_schedule); absent in sources without partitions. */
+  schedules?(): AsyncIterable<ScheduleRecord>;
+  /** One schedule as its partition has it now. */
+  schedule?(name: string): ScheduleRecord | undefined;
+  /** Appends a schedule command to the schedule's partition; resolves once it is durable. */
+  applySchedule?(command: Schedule): Promise<void>;
 }
 
 /** A source with nothing in it: `/query` still answers for the registry's tables. */
@@ -367,6 +375,29 @@ export const TABLES: Record<string, TableSchema> = {
     ['available', 'uint32'],
     ['num_waiters', 'uint64'],
   ],
+  // Keel's own schedules (/schedules): when each fires next, what its last firing did.
+  sys_schedule: [
+    ['name', 'utf8'],
+    ['target', 'utf8'],
+    ['cron', 'utf8'],
+    ['timezone', 'utf8'],
+    ['every_ms', 'uint64'],
+    ['overlap', 'utf8'],
+    ['catchup', 'utf8'],
+    ['paused', 'bool'],
+    ['next_fire_at', 'ts'],
+    ['last_fire_at', 'ts'],
+    ['last_invocation_id', 'utf8'],
+    ['running_invocation_id', 'utf8'],
+    ['last_outcome', 'utf8'],
+    ['last_failure', 'utf8'],
+    ['last_ended_at', 'ts'],
+    ['fired', 'uint64'],
+    ['skipped', 'uint64'],
+    ['queued', 'uint64'],
+    ['created_at', 'ts'],
+    ['modified_at', 'ts'],
+  ],
   // The rule book (PUT /limits/rules): concurrency NULL is unlimited.
   sys_rules: [
     ['pattern', 'utf8'],
@@ -617,6 +648,21 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
     for await (const l of source.locks()) {
       const partition_key = l.scope !== undefined ? scopePartitionKey(l.scope) : objectPartitionKey(l.service, l.key);
       yield { partition_key: partition_key.toString(), scope: l.scope ?? null, lock_name: `${l.service}/${l.key}`, acquired_at: ts(l.acquired_at_ms), acquired_by: l.id };
+    }
+  },
+  sys_schedule: async function* ({ source }) {
+    for await (const s of source.schedules?.() ?? []) {
+      const o = s.last_outcome;
+      yield {
+        name: s.name, target: s.key ? `${s.service}/${s.key}/${s.handler}` : `${s.service}/${s.handler}`,
+        cron: s.cron ?? null, timezone: s.cron !== undefined ? (s.timezone ?? 'UTC') : null, every_ms: s.every_ms ?? null,
+        overlap: s.overlap, catchup: s.catchup, paused: s.paused ? 1 : 0,
+        next_fire_at: ts(s.next_at_ms), last_fire_at: ts(s.last_fire_ms), last_invocation_id: s.last_invocation_id ?? null,
+        running_invocation_id: s.running?.invocation_id ?? null,
+        last_outcome: o === undefined ? null : o.failure ? 'failed' : 'succeeded',
+        last_failure: o?.failure ? `[${o.failure.code}] ${o.failure.message}` : null, last_ended_at: ts(o?.ended_at_ms),
+        fired: s.fired, skipped: s.skipped, queued: s.queued.length + (s.buffered_ms !== undefined ? 1 : 0), created_at: ts(s.created_at_ms), modified_at: ts(s.modified_at_ms),
+      };
     }
   },
   sys_user_limits: function* ({ source }) {

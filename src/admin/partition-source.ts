@@ -1,6 +1,7 @@
-import { InvocationId, objectPartitionKey, randomPartitionKey, scopePartitionKey } from '../common/ids.js';
+import { InvocationId, objectPartitionKey, randomPartitionKey, scheduleId, scopePartitionKey } from '../common/ids.js';
 import type { UserLimitRow } from '../partition/flow-control.js';
-import { ManageAction as Action, type CommandKind } from '../log/commands.js';
+import { ManageAction as Action, type CommandKind, type Schedule } from '../log/commands.js';
+import type { ScheduleRecord } from '../storage/tables/schedules.js';
 import type { InvocationStatus } from '../partition/state.js';
 import type { Worker } from '../partition/worker.js';
 import { decode, pb } from '../protocol/messages.js';
@@ -78,6 +79,20 @@ export class WorkerIntrospection implements IntrospectionSource {
 
   pauseFlowQueue(scope: string, limitKey: string, paused: boolean): Promise<void> {
     return this.worker.partitionOf(scopePartitionKey(scope)).append({ kind: 'flow_queue', flow_queue: { scope, limit_key: limitKey, paused } });
+  }
+
+  async *schedules(): AsyncIterable<ScheduleRecord> {
+    for await (const s of this.worker.storedSchedules()) if (s.deleted !== true) yield s;
+  }
+
+  schedule(name: string): ScheduleRecord | undefined {
+    const id = scheduleId(name);
+    const s = this.worker.processorFor(id).state.schedule(id.text);
+    return s?.deleted === true ? undefined : s;
+  }
+
+  applySchedule(command: Schedule): Promise<void> {
+    return this.worker.append(scheduleId(command.name ?? ''), { kind: 'schedule', schedule: command });
   }
 
   *userLimits(): Iterable<UserLimitRow & { partition_key: bigint }> {

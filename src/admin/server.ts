@@ -16,6 +16,7 @@ import { emptySource, type IntrospectionSource } from './introspection.js';
 import { deploymentRoutes } from './routes/deployments.js';
 import { invocationRoutes } from './routes/invocations.js';
 import { limitRuleRoutes } from './routes/limits.js';
+import { scheduleRoutes } from './routes/schedules.js';
 import { MAX_ADMIN_API_VERSION, metaRoutes, MIN_ADMIN_API_VERSION } from './routes/meta.js';
 import { queryRoutes } from './routes/query.js';
 import { serviceRoutes } from './routes/services.js';
@@ -126,6 +127,7 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
     await r.register(queryRoutes(ctx));
     await r.register(subscriptionRoutes(ctx));
     await r.register(limitRuleRoutes(ctx));
+    await r.register(scheduleRoutes(ctx));
   };
   await app.register(routes);
   await app.register(partitionRoutes, { source });

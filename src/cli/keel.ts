@@ -9,6 +9,7 @@ import { colorsFor } from './output.js';
 import { deploymentsCommand } from './commands/deployments.js';
 import { explainCommand } from './commands/explain.js';
 import { invocationsCommand } from './commands/invocations.js';
+import { schedulesCommand } from './commands/schedules.js';
 import { servicesCommand } from './commands/services.js';
 import { sqlCommand } from './commands/sql.js';
 import { stateCommand } from './commands/state.js';
@@ -25,7 +26,7 @@ Exit codes:
   0  done
   1  the server answered with an error or refused; some of a bulk action failed
   2  usage: unknown command or option, bad argument
-  3  not found: the deployment, service, invocation or state entry does not exist
+  3  not found: the deployment, service, invocation, state entry or schedule does not exist
   4  the admin API cannot be reached
   5  not confirmed: the prompt was declined, or there was no terminal to ask on (use --yes)
 `;
@@ -46,6 +47,7 @@ export function buildProgram(): Command {
   servicesCommand(program, ctxOf);
   invocationsCommand(program, ctxOf);
   stateCommand(program, ctxOf);
+  schedulesCommand(program, ctxOf);
   sqlCommand(program, ctxOf);
   explainCommand(program);
   return program;

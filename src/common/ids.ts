@@ -266,3 +266,11 @@ export function idempotentInvocationId(service: string, key: string, handler: st
 export function scopePartitionKey(scope: string): bigint {
   return partitionKeyOf(`scope/${scope}/`);
 }
+
+/**
+ * A schedule's id (Keel's own schedules): an invocation id of the partition the schedule lives
+ * in, never one of an invocation. Its timer and the results of its firings are addressed to it.
+ */
+export function scheduleId(name: string): InvocationId {
+  return InvocationId.fromParts(partitionKeyOf(`schedule/${name}`), deterministicUuid('schedule', name));
+}

@@ -22,6 +22,15 @@ export interface KafkaCluster {
   properties: Record<string, string>;
 }
 
+/**
+ * A schedule declared in the configuration (`[[schedules]]`): its fields as PUT /schedules/{name}
+ * takes them, checked against the registered services when it is applied.
+ */
+export interface ConfiguredSchedule {
+  name: string;
+  body: Record<string, unknown>;
+}
+
 /** SQL introspection (`POST /query` and the PostgreSQL wire on 9071), run in a child process. */
 export interface QueryEngineConfig {
   pgsql_bind_address: string;
@@ -63,6 +72,8 @@ export interface HttpLimits {
 
 export interface Config {
   base_dir: string;
+  /** Schedules kept as the configuration declares them (created, changed, and deleted when removed from it). */
+  schedules: ConfiguredSchedule[];
   ingress: {
     bind_address: string;
     kafka_clusters: KafkaCluster[];
@@ -317,9 +328,38 @@ function lineOf(text: string, path: string): number | undefined {
 
 /** Keys that are arrays of tables, read by their own parser (no environment override). */
 const KAFKA_CLUSTERS = 'ingress.kafka_clusters';
+const SCHEDULES = 'schedules';
+// The fields of PUT /schedules/{name} (admin/schedules.ts checks their values), and the name.
+const SCHEDULE_KEYS = new Set(['name', 'target', 'cron', 'timezone', 'every', 'input', 'overlap', 'catchup', 'late_after', 'paused']);
 
 function knownPaths(): Set<string> {
-  return new Set([...schema.map((s) => s.path), KAFKA_CLUSTERS]);
+  return new Set([...schema.map((s) => s.path), KAFKA_CLUSTERS, SCHEDULES]);
+}
+
+/** Validates the shape of `[[schedules]]` (names, keys); the values are checked when a schedule is applied. */
+function parseSchedules(raw: unknown, file: string | undefined, text: string): ConfiguredSchedule[] {
+  if (raw === undefined) return [];
+  const at = (i: number | undefined, key?: string) => {
+    const line = i === undefined ? undefined : lineOfArrayTable(text, SCHEDULES, i, key);
+    return `${file}${line ? `:${line}` : ''}`;
+  };
+  if (!Array.isArray(raw)) throw new KeelError('RT0002', `${at(undefined)}: key '${SCHEDULES}': expected an array of tables ([[${SCHEDULES}]])`);
+  const out: ConfiguredSchedule[] = [];
+  raw.forEach((c: unknown, i) => {
+    const where = (key?: string) => `${at(i, key)}: key '${SCHEDULES}[${i}]${key ? `.${key}` : ''}'`;
+    if (c === null || typeof c !== 'object' || Array.isArray(c)) throw new KeelError('RT0002', `${where()}: expected a table`);
+    const { name, ...body } = c as Record<string, unknown>;
+    if (typeof name !== 'string' || !/^[A-Za-z0-9_.-]{1,128}$/.test(name)) {
+      throw new KeelError('RT0002', `${where('name')}: expected a schedule name of 1 to 128 letters, digits, '_', '.' or '-', got ${JSON.stringify(name)}`);
+    }
+    if (out.some((o) => o.name === name)) throw new KeelError('RT0002', `${where('name')}: the schedule '${name}' is declared twice`);
+    for (const k of Object.keys(body)) {
+      if (!SCHEDULE_KEYS.has(k)) throw new KeelError('RT0002', `${where(k)}: unknown key (a schedule takes ${[...SCHEDULE_KEYS].join(', ')})`);
+    }
+    // TOML integers arrive as bigint: the input is JSON.
+    out.push({ name, body: JSON.parse(JSON.stringify(body, (_k, v: unknown) => (typeof v === 'bigint' ? Number(v) : v))) as Record<string, unknown> });
+  });
+  return out;
 }
 
 /** Line of the `index`-th `[[table]]` header, and of `key` inside that table when given. */
@@ -425,7 +465,7 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
     }
     const known = knownPaths();
     for (const p of flatten(fileValues)) {
-      if (!known.has(p) && !p.startsWith(`${KAFKA_CLUSTERS}.`)) {
+      if (!known.has(p) && !p.startsWith(`${KAFKA_CLUSTERS}.`) && !p.startsWith(`${SCHEDULES}.`)) {
         const line = lineOf(text, p);
         throw new KeelError('RT0002', `${file}${line ? `:${line}` : ''}: unknown key '${p}'`);
       }
@@ -460,11 +500,13 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
   }
 
   const kafka_clusters = parseKafkaClusters(lookup(fileValues, KAFKA_CLUSTERS), file, text);
+  const schedules = parseSchedules(lookup(fileValues, SCHEDULES), file, text);
   // Every value was coerced to its schema kind above.
   const v = <T>(path: string): T => lookup(raw, path) as T;
   const baseDir = v<string>('base_dir');
   return {
     base_dir: baseDir,
+    schedules,
     ingress: {
       bind_address: v<string>('ingress.bind_address'),
       kafka_clusters,

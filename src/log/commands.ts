@@ -1,6 +1,6 @@
 // Commands of Keel's partition logs, typed by the interfaces generated from proto/keel.proto.
 import protobuf from 'protobufjs';
-import { AttemptEnded_Outcome, AttemptEnded_Then, COMMAND_KINDS, descriptor, Manage_Action, PACKAGE, TimerFired_Kind } from './commands.gen.js';
+import { AttemptEnded_Outcome, AttemptEnded_Then, COMMAND_KINDS, descriptor, Manage_Action, PACKAGE, Schedule_Action, TimerFired_Kind } from './commands.gen.js';
 import type { Command } from './commands.gen.js';
 
 export type * from './commands.gen.js';
@@ -10,6 +10,7 @@ export const Outcome = AttemptEnded_Outcome;
 export const Then = AttemptEnded_Then;
 export const ManageAction = Manage_Action;
 export const TimerKind = TimerFired_Kind;
+export const ScheduleAction = Schedule_Action;
 
 /** A result in the form commands carry it: exactly one of value, failure, void. */
 export type ResultMsg = Pick<import('./commands.gen.js').CallResult, 'value' | 'failure' | 'void'>;

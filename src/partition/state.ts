@@ -16,6 +16,7 @@ import { restartTable } from '../storage/tables/restart.js';
 import { stateTable } from '../storage/tables/state.js';
 import { stateKeysTable } from '../storage/tables/state-keys.js';
 import { positionName, subscriptionPositionsTable, type SubscriptionPosition } from '../storage/tables/subscription-positions.js';
+import { schedulesTable, type ScheduleRecord } from '../storage/tables/schedules.js';
 import { timersTable, type Timer } from '../storage/tables/timers.js';
 import { ownCopy } from '../common/bytes.js';
 import { StateTtls } from './state-ttl.js';
@@ -461,6 +462,20 @@ export class PartitionState {
     for (const k of keys) this.writes.set(stateTable.key(this.partition, objectKey, k), null);
     this.writes.set(stateKeysTable.key(this.partition, objectKey), null);
     this.stateCache.delete(objectKey);
+  }
+
+  /** A schedule of this partition, read from the store (a fresh copy: change it through `putSchedule`). */
+  schedule(id: string): ScheduleRecord | undefined {
+    const raw = this.read(schedulesTable.key(this.partition, id));
+    return raw === undefined ? undefined : schedulesTable.decode(raw);
+  }
+
+  putSchedule(s: ScheduleRecord): void {
+    this.writes.set(schedulesTable.key(this.partition, s.id), schedulesTable.encode(s));
+  }
+
+  deleteSchedule(id: string): void {
+    this.writes.set(schedulesTable.key(this.partition, id), null);
   }
 
   /** A workflow promise, read from the store (a fresh copy: change it through `putPromise`). */

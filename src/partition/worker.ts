@@ -15,6 +15,7 @@ import { outboxTable } from '../storage/tables/outbox.js';
 import { liveTable } from '../storage/tables/live.js';
 import { locksTable } from '../storage/tables/locks.js';
 import { promisesTable, type PromiseState } from '../storage/tables/promises.js';
+import { schedulesTable, type ScheduleRecord } from '../storage/tables/schedules.js';
 import { stateTable } from '../storage/tables/state.js';
 import { standaloneTelemetry, type CompletionOutcome, type Telemetry } from '../telemetry/index.js';
 import { KILLED_FAILURE } from './fold/manage.js';
@@ -266,6 +267,11 @@ export class Worker implements Effects {
   /** Every lock held, from the store (memory holds only the most recently used keys). */
   async *storedLocks(): AsyncGenerator<[objectKey: string, holder: { id: string; acquired_at_ms?: number }]> {
     for (const p of this.processors) yield* locksTable.scan(this.db!, p.partition);
+  }
+
+  /** Every schedule, from the store. */
+  async *storedSchedules(): AsyncGenerator<ScheduleRecord> {
+    for (const p of this.processors) yield* schedulesTable.scan(this.db!, p.partition);
   }
 
   /** Every workflow promise, from the store. */

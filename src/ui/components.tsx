@@ -122,6 +122,7 @@ export function ErrorBox({ error, title }: { error: unknown; title?: string }) {
 const STATUS_CLASS: Record<string, string> = {
   completed: 'ok',
   success: 'ok',
+  succeeded: 'ok',
   ok: 'ok',
   running: 'run',
   pending: 'wait',
@@ -133,6 +134,7 @@ const STATUS_CLASS: Record<string, string> = {
   overloaded: 'warn',
   paused: 'warn',
   failure: 'bad',
+  failed: 'bad',
   stopped: 'bad',
 };
 

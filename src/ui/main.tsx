@@ -9,6 +9,7 @@ import { InvocationsPage } from './pages/invocations';
 import { InvocationPage } from './pages/invocation';
 import { StateIndexPage, StatePage } from './pages/state';
 import { PromisesPage } from './pages/promises';
+import { SchedulesPage } from './pages/schedules';
 import { SubscriptionsPage } from './pages/subscriptions';
 import { SqlPage } from './pages/sql';
 import { ErrorPage, ErrorsIndexPage } from './pages/errors';
@@ -23,6 +24,7 @@ const NAV: Array<[path: string, label: string]> = [
   ['/state', 'State'],
   ['/promises', 'Promises'],
   ['/subscriptions', 'Subscriptions'],
+  ['/schedules', 'Schedules'],
   ['/flow', 'Flow control'],
   ['/sql', 'SQL'],
   ['/errors', 'Errors'],
@@ -39,6 +41,7 @@ function route(path: string, query: URLSearchParams) {
   if ((m = match('/state/:service/:key', path))) return { title: `${m.service}/${m.key}`, page: <StatePage key={`${m.service}/${m.key}`} service={m.service!} objectKey={m.key!} /> };
   if (path === '/promises') return { title: 'Promises', page: <PromisesPage query={query} /> };
   if (path === '/subscriptions') return { title: 'Subscriptions', page: <SubscriptionsPage /> };
+  if (path === '/schedules') return { title: 'Schedules', page: <SchedulesPage /> };
   if (path === '/flow') return { title: 'Flow control', page: <FlowPage /> };
   if (path === '/sql') return { title: 'SQL', page: <SqlPage query={query} /> };
   if (path === '/errors') return { title: 'Errors', page: <ErrorsIndexPage /> };

@@ -61,9 +61,10 @@ const COPY_COLUMNS: Array<[name: string, kind: ColumnKind, expr: string]> = [
   ['idempotency_key', 'utf8', 'idempotency_key'],
   ['scope', 'utf8', 'scope'],
   ['limit_key', 'utf8', 'limit_key'],
-  ['invoked_by', 'utf8', `CASE WHEN invoked_by_subscription_id IS NOT NULL THEN 'subscription' WHEN invoked_by_id IS NOT NULL THEN 'service' ELSE 'ingress' END`],
+  // Keel's own 'schedule': a firing of a schedule (invoked_by_target is schedule/<name>).
+  ['invoked_by', 'utf8', `CASE WHEN invoked_by_subscription_id IS NOT NULL THEN 'subscription' WHEN starts_with(caller_target, 'schedule/') THEN 'schedule' WHEN invoked_by_id IS NOT NULL THEN 'service' ELSE 'ingress' END`],
   ['invoked_by_id', 'utf8', 'invoked_by_id'],
-  ['invoked_by_service_name', 'utf8', `split_part(caller_target, '/', 1)`],
+  ['invoked_by_service_name', 'utf8', `CASE WHEN NOT starts_with(caller_target, 'schedule/') THEN split_part(caller_target, '/', 1) END`],
   ['invoked_by_target', 'utf8', 'caller_target'],
   ['invoked_by_subscription_id', 'utf8', 'invoked_by_subscription_id'],
   ['restarted_from', 'utf8', 'restarted_from'],

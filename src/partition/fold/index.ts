@@ -10,6 +10,7 @@ import { foldManage } from './manage.js';
 import { foldModifyState } from './modify-state.js';
 import { foldAttach, foldOutboxDelivered, foldPurge } from './misc.js';
 import { foldRetryAttempt } from './retry-attempt.js';
+import { foldSchedule } from './schedule.js';
 import { foldSignal } from './signal.js';
 import { foldExpireState, foldStateTtls } from './state-ttl.js';
 import { foldSubscriptionRecords } from './subscription-records.js';
@@ -70,6 +71,8 @@ function foldKind(ctx: FoldContext, cmd: Command): void {
       return foldStateTtls(ctx, cmd.state_ttls);
     case 'expire_state':
       return foldExpireState(ctx, cmd.expire_state);
+    case 'schedule':
+      return foldSchedule(ctx, cmd.schedule);
     default:
       return assertNever(cmd, 'log command kind');
   }

@@ -1,9 +1,11 @@
 import { TimerKind, type TimerFired } from '../../log/commands.js';
 import { MessageType } from '../../protocol/messages.js';
 import { idOf, notification, notify, startOrEnqueue, type FoldContext } from './context.js';
+import { foldScheduleDue } from './schedule.js';
 
 /**
- * A timer is due: a durable sleep completes, or a scheduled invocation starts. Each fires once.
+ * A timer is due: a durable sleep completes, a scheduled invocation starts, or a schedule fires.
+ * Each fires once.
  * A FLOW timer only has to be folded: the waiters whose rate time has come were admitted before
  * any command of that time (admitDue, in `fold`).
  */
@@ -13,6 +15,7 @@ export function foldTimerFired(ctx: FoldContext, cmd: TimerFired): void {
   const completion_id = cmd.completion_id ?? 0;
   if (!ctx.state.deleteTimer({ id, completion_id, wake_up_ms: cmd.wake_up_ms ?? 0, kind })) return;
   if (kind === TimerKind.FLOW) return;
+  if (kind === TimerKind.SCHEDULE) return foldScheduleDue(ctx, id, cmd.wake_up_ms ?? 0);
   const s = ctx.state.status(id);
   if (s === undefined) return;
   if (kind === TimerKind.INVOKE) {
