@@ -81,6 +81,10 @@ export class Attempt {
   private readonly bidi: boolean;
   /** Our side of the stream is closed: the endpoint must finish or suspend on what it has. */
   private inputClosed = false;
+  /** Settles once everything this attempt recorded so far is folded and written (or failed to be). */
+  private recorded: Promise<void> = Promise.resolve();
+  /** Records not settled yet. */
+  private recording = 0;
 
   constructor(private readonly o: AttemptOptions) {
     this.id = o.status.id;
@@ -346,17 +350,33 @@ export class Attempt {
     // A retryable handler error and an endpoint's push-back are expected; the rest are faults.
     const level = f.error_code === 'RT0007' || f.error_code === 'RT0023' ? 'warn' : 'error';
     this.o.logger[level]({ code: f.error_code, invocation: this.id, epoch: this.epoch, failure_code: f.failure_code }, f.message);
-    const cmd = this.o.failed(f);
-    cmd.deployment_id = this.o.deployment.id;
-    cmd.protocol_version = this.o.protocol_version;
-    if (this.sdk_version) cmd.sdk_version = this.sdk_version;
-    this.record({ kind: 'attempt_ended', attempt_ended: cmd });
+    const ended = (): void => {
+      const cmd = this.o.failed(f);
+      cmd.deployment_id = this.o.deployment.id;
+      cmd.protocol_version = this.o.protocol_version;
+      if (this.sdk_version) cmd.sdk_version = this.sdk_version;
+      this.record({ kind: 'attempt_ended', attempt_ended: cmd });
+    };
+    // The retry decision counts the attempts of the step under way from the status: it is made
+    // once what this attempt recorded before (a step's completion, which starts a new count) is
+    // folded, never from a status still behind those appends.
+    if (this.recording === 0) ended();
+    else void this.recorded.then(ended);
     this.close(how, 'failed', f);
   }
 
   /** The partition queues appends in call order, so the log sees the endpoint's messages in order. */
   private record(kind: CommandKind): void {
-    this.o.append(kind).catch((err) => this.o.logger.error({ err, invocation: this.id }, 'cannot record a message of the attempt'));
+    this.recording += 1;
+    this.recorded = this.o.append(kind).then(
+      () => {
+        this.recording -= 1;
+      },
+      (err: unknown) => {
+        this.recording -= 1;
+        this.o.logger.error({ err, invocation: this.id }, 'cannot record a message of the attempt');
+      },
+    );
   }
 
   private close(how: 'finish' | 'abort', outcome: AttemptOutcome, failure?: AttemptFailure): void {
