@@ -398,6 +398,37 @@ t.test('flow control', async (t) => {
     t.same((await adminCall(keel, 'GET', `/deployments/${id}/limits`)).json, { deployment: id, concurrency: null });
   });
 
+  t.test('sys_vqueue_meta counts a queue\'s running, paused and finished invocations, and when one last started, attempted, finished', async (t) => {
+    const row = async () => (await query(keel, `SELECT is_active, num_inbox, num_running, num_suspended, num_paused, num_finished, created_at, last_start_at, last_attempt_at, last_finish_at FROM sys_vqueue_meta WHERE scope = 'meta' AND limit_key = 'lk'`))[0];
+    const before = Date.now();
+    const id = (await ingress(keel, '/restate/scope/meta/send/Signup/w1/run', 'ann', { 'x-restate-limit-key': 'lk' })).body.invocationId;
+    const running = await eventually(async () => {
+      const r = await row();
+      return r?.num_running === 1 ? r : undefined;
+    });
+    t.same({ ...running, created_at: undefined, last_start_at: undefined, last_attempt_at: undefined }, { is_active: true, num_inbox: 0, num_running: 1, num_suspended: 0, num_paused: 0, num_finished: 0, created_at: undefined, last_start_at: undefined, last_attempt_at: undefined }, 'the run waits for its promise; none finished yet (last_finish_at NULL)');
+    t.ok(Date.parse(running.last_start_at) >= before - 5 && running.last_attempt_at === running.last_start_at, 'it started (its first attempt) after it was sent');
+    t.ok((await adminCall(keel, 'PATCH', `/invocations/${id}/pause`)).status < 300);
+    const paused = await eventually(async () => {
+      const r = await row();
+      return r?.num_paused === 1 ? r : undefined;
+    });
+    t.same({ running: paused.num_running, active: paused.is_active }, { running: 0, active: true }, 'paused: counted as paused, not running');
+    t.ok((await adminCall(keel, 'PATCH', `/invocations/${id}/resume`)).status < 300);
+    const resumed = await eventually(async () => {
+      const r = await row();
+      return r?.num_running === 1 && r.num_paused === 0 ? r : undefined;
+    });
+    t.ok(Date.parse(resumed.last_attempt_at) > Date.parse(resumed.last_start_at), 'the resumption is an attempt, not a start');
+    t.equal((await ingress(keel, '/restate/scope/meta/call/Signup/w1/confirm', 'yes', { 'x-restate-limit-key': 'lk' })).status, 200);
+    const done = await eventually(async () => {
+      const r = await row();
+      return r?.num_finished === 2 && r.num_running === 0 ? r : undefined;
+    });
+    t.same({ paused: done.num_paused, active: done.is_active }, { paused: 0, active: false }, 'both finished: the run and the confirm call');
+    t.ok(Date.parse(done.last_finish_at) >= Date.parse(done.last_attempt_at), 'when the last one finished');
+  });
+
   t.test('restart-as-new keeps the scope and limit key', async (t) => {
     const done = await ingress(keel, '/restate/scope/again/call/Work/who', null, { 'x-restate-limit-key': 'ten' });
     const restarted = await adminCall(keel, 'PATCH', `/invocations/${done.headers.get('x-restate-id')}/restart-as-new`);

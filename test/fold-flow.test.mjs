@@ -217,3 +217,21 @@ t.test('a rule change: a counter no longer rate-limited forgets its next start; 
   p.apply(scoped(scopedId('z'), 'z'), at0 + 6);
   t.match(p.state.flow.backlogFull('z', '', at0 + 6), { pattern: 'z', waiting: 0, backlog: 0 }, 'backlog 0 with the slot taken: refused');
 });
+
+t.test('a queue\'s meta (sys_vqueue_meta): suspended, paused and finished counted as statuses change, times from the log', async (t) => {
+  const p = partition();
+  const [a, b] = [scopedId('m1'), scopedId('m1')];
+  p.apply(scoped(a, 'm1', 'lk'), 2_000_000);
+  p.apply(scoped(b, 'm1', 'lk'), 2_000_010);
+  t.match(p.state.queueMeta('m1', 'lk'), { created_at_ms: 2_000_000, suspended: 0, paused: 0, finished: 0, last_start_at_ms: 2_000_010, last_attempt_at_ms: 2_000_010 });
+  p.apply(ended(a, 0, Outcome.SUSPENDED, { waiting_completions: [1] }), 2_000_020);
+  t.match(p.state.queueMeta('m1', 'lk'), { suspended: 1 }, 'a suspended');
+  p.apply({ kind: 'manage', manage: { invocation_id: a.bytes, action: ManageAction.PAUSE } }, 2_000_030);
+  t.match(p.state.queueMeta('m1', 'lk'), { suspended: 0, paused: 1 }, 'then paused');
+  p.apply({ kind: 'manage', manage: { invocation_id: a.bytes, action: ManageAction.RESUME } }, 2_000_040);
+  t.match(p.state.queueMeta('m1', 'lk'), { paused: 0, last_start_at_ms: 2_000_010, last_attempt_at_ms: 2_000_040 }, 'resumed: an attempt, not a start');
+  completeWith(p, b, 'b');
+  t.match(p.state.queueMeta('m1', 'lk'), { finished: 1, last_finish_at_ms: p.now }, 'b finished');
+  t.equal(p.state.queueMeta('m1', ''), undefined, 'another queue of the scope: nothing');
+  t.equal(p.state.queueMeta('other', 'lk'), undefined);
+});

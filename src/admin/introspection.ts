@@ -7,6 +7,7 @@ import { vqueueId } from '../common/limit-rules.js';
 import { objectPartitionKey, scopePartitionKey } from '../common/ids.js';
 import type { Schedule } from '../log/commands.js';
 import type { ScheduleRecord } from '../storage/tables/schedules.js';
+import type { VqueueMeta } from '../storage/tables/vqueue-meta.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
 
 /** One stored journal entry: its message type and payload, undecoded (the query engine decodes). */
@@ -77,7 +78,7 @@ export interface IntrospectionSource {
   state(): AsyncIterable<StateEntryRow>;
   inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number; scope?: string }>;
   /** Flow-control queues of every partition (sys_vqueue_meta); absent in sources without partitions. */
-  flowQueues?(): Iterable<{ scope: string; limit_key: string; paused: boolean; waiting: number; running: number; last_enqueued_at_ms?: number; created_at_ms?: number }>;
+  flowQueues?(): AsyncIterable<FlowQueueRow>;
   /** Pauses or resumes a flow-control queue (POST /vqueues/{id}/pause|resume); resolves once durable. */
   pauseFlowQueue?(scope: string, limitKey: string, paused: boolean): Promise<void>;
   /** Invocations waiting in flow-control queues (sys_vqueues). */
@@ -105,6 +106,18 @@ export interface IntrospectionSource {
   schedule?(name: string): ScheduleRecord | undefined;
   /** Appends a schedule command to the schedule's partition; resolves once it is durable. */
   applySchedule?(command: Schedule): Promise<void>;
+}
+
+/** A flow-control queue as sys_vqueue_meta shows it: what waits and runs now, and its meta (table vqm). */
+export interface FlowQueueRow {
+  scope: string;
+  limit_key: string;
+  paused: boolean;
+  waiting: number;
+  running: number;
+  last_enqueued_at_ms?: number;
+  created_at_ms?: number;
+  meta?: VqueueMeta;
 }
 
 /** A source with nothing in it: `/query` still answers for the registry's tables. */
@@ -618,14 +631,15 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
   sys_deployment: ({ registry }) => deploymentRows(registry),
   sys_service: ({ registry }) => serviceRows(registry),
   sys_rules: ({ registry }) => ruleRows(registry),
-  sys_vqueue_meta: function* ({ source }) {
-    for (const q of source.flowQueues?.() ?? []) {
+  sys_vqueue_meta: async function* ({ source }) {
+    for await (const q of source.flowQueues?.() ?? []) {
+      const m = q.meta;
       yield {
-        id: vqueueId(q.scope, q.limit_key), is_active: q.waiting > 0 || q.running > 0 ? 1 : 0, queue_is_paused: q.paused ? 1 : 0,
+        id: vqueueId(q.scope, q.limit_key), is_active: q.waiting > 0 || q.running > 0 || (m?.suspended ?? 0) > 0 || (m?.paused ?? 0) > 0 ? 1 : 0, queue_is_paused: q.paused ? 1 : 0,
         service_name: null, scope: q.scope, limit_key: q.limit_key === '' ? null : q.limit_key, lock_name: null,
-        created_at: ts(q.created_at_ms), last_enqueued_at: ts(q.last_enqueued_at_ms), num_inbox: q.waiting, num_running: q.running,
-        // Not counted per queue by Keel (the CLI needs numbers): 0, as README's Known limits says.
-        num_suspended: 0, num_paused: 0, num_finished: 0,
+        created_at: ts(m?.created_at_ms ?? q.created_at_ms), last_enqueued_at: ts(q.last_enqueued_at_ms),
+        last_start_at: ts(m?.last_start_at_ms), last_attempt_at: ts(m?.last_attempt_at_ms), last_finish_at: ts(m?.last_finish_at_ms),
+        num_inbox: q.waiting, num_running: q.running, num_suspended: m?.suspended ?? 0, num_paused: m?.paused ?? 0, num_finished: m?.finished ?? 0,
       };
     }
   },

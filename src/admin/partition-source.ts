@@ -9,7 +9,7 @@ import { objectKeyOf, splitObjectKey } from '../storage/keys.js';
 import { KeelError } from '../errors/index.js';
 import { splitPromiseKey } from '../storage/tables/promises.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
-import type { FlowEntry, IntrospectionSource, InvocationChanges, LockRow, ManageAction, PartitionInfo, RawJournalEntry, StateEntryRow, StepAttempts } from './introspection.js';
+import type { FlowEntry, FlowQueueRow, IntrospectionSource, InvocationChanges, LockRow, ManageAction, PartitionInfo, RawJournalEntry, StateEntryRow, StepAttempts } from './introspection.js';
 
 /** The admin API's view of the partitions, through the worker's read interface. */
 export class WorkerIntrospection implements IntrospectionSource {
@@ -68,11 +68,21 @@ export class WorkerIntrospection implements IntrospectionSource {
     }
   }
 
-  *flowQueues(): Iterable<{ scope: string; limit_key: string; paused: boolean; waiting: number; running: number; last_enqueued_at_ms?: number; created_at_ms?: number }> {
+  /** Queues with waiters or paused (memory), and every queue used (table vqm), with their meta. */
+  async *flowQueues(): AsyncIterable<FlowQueueRow> {
     for (const p of this.worker.processors) {
+      const seen = new Set<string>();
       for (const q of p.state.flow.queueRows()) {
         const at = (id: string | undefined) => (id === undefined ? undefined : p.state.peekStatus(id)?.inboxed_at_ms);
-        yield { ...q, created_at_ms: at(q.head), last_enqueued_at_ms: at(q.tail) };
+        seen.add(`${q.scope}:${q.limit_key}`);
+        const meta = p.state.queueMeta(q.scope, q.limit_key);
+        yield { ...q, created_at_ms: at(q.head), last_enqueued_at_ms: at(q.tail), ...(meta ? { meta } : {}) };
+      }
+      for await (const [scope, limit_key] of this.worker.storedQueueMetas(p)) {
+        if (seen.has(`${scope}:${limit_key}`)) continue;
+        // As the partition has it now (the store may not have its latest batch yet).
+        const meta = p.state.queueMeta(scope, limit_key);
+        yield { scope, limit_key, paused: false, waiting: 0, running: p.state.flow.queueUsage(scope, limit_key), ...(meta ? { meta } : {}) };
       }
     }
   }

@@ -53,6 +53,11 @@ export class FlowControl {
     for (const scope of this.queues.keys()) this.released.add(scope);
   }
 
+  /** Invocations of one queue (scope, limit key) that hold a slot: running or backing off. */
+  queueUsage(scope: string, limitKey: string): number {
+    return this.usageOf(ownCounter(scope, limitKey));
+  }
+
   usageOf(counterKey: string): number {
     return this.store.counters().usage[counterKey] ?? 0;
   }

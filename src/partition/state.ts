@@ -18,6 +18,7 @@ import { stateKeysTable } from '../storage/tables/state-keys.js';
 import { positionName, subscriptionPositionsTable, type SubscriptionPosition } from '../storage/tables/subscription-positions.js';
 import { schedulesTable, type ScheduleRecord } from '../storage/tables/schedules.js';
 import { timersTable, type Timer } from '../storage/tables/timers.js';
+import { vqueueMetaTable, type VqueueMeta } from '../storage/tables/vqueue-meta.js';
 import { ownCopy } from '../common/bytes.js';
 import { StateTtls } from './state-ttl.js';
 
@@ -249,7 +250,38 @@ export class PartitionState {
       if (s.scope !== undefined) this.flow.hold(s.scope, s.limit_key ?? '', restarts(after) ? 1 : -1);
     }
     if (before !== undefined && before !== 'completed') assert(statuses[before]! >= 0, () => `partition ${this.partition}: ${statuses[before]} invocations counted as ${before}`);
+    if (s.scope !== undefined) this.countQueue(s, before, after);
     this.countersChanged = true;
+  }
+
+  /** A flow-control queue's meta as this partition has it now (table vqm). */
+  queueMeta(scope: string, limitKey: string): VqueueMeta | undefined {
+    const raw = this.read(vqueueMetaTable.key(this.partition, scope, limitKey));
+    return raw === undefined ? undefined : vqueueMetaTable.decode(raw);
+  }
+
+  /**
+   * A scoped invocation's status changed: its flow-control queue's meta (table vqm) follows. Counts
+   * never go below 0: invocations of a store from before the table (format 5 without it) were not
+   * counted when they suspended or paused.
+   */
+  private countQueue(s: InvocationStatus, before: Status | undefined, after: Status | undefined): void {
+    const key = vqueueMetaTable.key(this.partition, s.scope!, s.limit_key ?? '');
+    const raw = this.read(key);
+    const m: VqueueMeta = raw !== undefined ? vqueueMetaTable.decode(raw) : { created_at_ms: s.created_at_ms, suspended: 0, paused: 0, finished: 0 };
+    const step = (field: 'suspended' | 'paused' | 'finished', status: Status): void => {
+      if (before === status) m[field] = Math.max(0, m[field] - 1);
+      if (after === status) m[field] += 1;
+    };
+    step('suspended', 'suspended');
+    step('paused', 'paused');
+    step('finished', 'completed');
+    if (after === 'running') {
+      m.last_attempt_at_ms = s.modified_at_ms;
+      if (before === undefined || before === 'scheduled' || before === 'inboxed') m.last_start_at_ms = s.modified_at_ms;
+    }
+    if (after === 'completed') m.last_finish_at_ms = s.completed_at_ms ?? s.modified_at_ms;
+    this.writes.set(key, vqueueMetaTable.encode(m));
   }
 
   private countSubscription(subscription_id: string, delta: 1 | -1): void {

@@ -17,6 +17,7 @@ import { locksTable } from '../storage/tables/locks.js';
 import { promisesTable, type PromiseState } from '../storage/tables/promises.js';
 import { schedulesTable, type ScheduleRecord } from '../storage/tables/schedules.js';
 import { stateTable } from '../storage/tables/state.js';
+import { vqueueMetaTable } from '../storage/tables/vqueue-meta.js';
 import { standaloneTelemetry, type CompletionOutcome, type Telemetry } from '../telemetry/index.js';
 import { KILLED_FAILURE } from './fold/manage.js';
 import { PartitionProcessor, type AttemptHost, type Effects, type PartitionFailure } from './processor.js';
@@ -267,6 +268,11 @@ export class Worker implements Effects {
   /** Every lock held, from the store (memory holds only the most recently used keys). */
   async *storedLocks(): AsyncGenerator<[objectKey: string, holder: { id: string; acquired_at_ms?: number }]> {
     for (const p of this.processors) yield* locksTable.scan(this.db!, p.partition);
+  }
+
+  /** The flow-control queues `p` has meta for, from the store (scope, limit key). */
+  async *storedQueueMetas(p: PartitionProcessor): AsyncGenerator<[scope: string, limitKey: string]> {
+    for await (const [scope, limitKey] of vqueueMetaTable.scan(this.db!, p.partition)) yield [scope, limitKey];
   }
 
   /** Every schedule, from the store. */
