@@ -32,7 +32,7 @@ function Listing({ rows, error, id, empty, heads, row }: { rows: Row[] | undefin
 
 export function FlowPage() {
   const rules = useAsync(() => sql('SELECT pattern, concurrency, rate_starts, rate_interval_ms, backlog, description, disabled, version, last_modified FROM sys_rules ORDER BY pattern'), [], 2000);
-  const queues = useAsync(() => sql('SELECT id, scope, limit_key, queue_is_paused, num_inbox, num_running, created_at FROM sys_vqueue_meta ORDER BY num_inbox DESC, scope, limit_key LIMIT 200'), [], 2000);
+  const queues = useAsync(() => sql('SELECT id, scope, limit_key, queue_is_paused, num_inbox, num_running, created_at FROM sys_vqueue_meta WHERE is_active OR queue_is_paused ORDER BY num_inbox DESC, scope, limit_key LIMIT 200'), [], 2000);
   const limits = useAsync(() => sql('SELECT scope, l1, l2, level, usage, concurrency_limit, rule_pattern, available, num_waiters FROM sys_user_limits ORDER BY scope, l1, l2 LIMIT 200'), [], 2000);
   const [error, setError] = useState<unknown>(undefined);
   const toggle = async (q: Row) => {
