@@ -6,7 +6,7 @@ import type { UserLimitRow } from '../partition/flow-control.js';
 import { vqueueId } from '../common/limit-rules.js';
 import { objectPartitionKey, scopePartitionKey } from '../common/ids.js';
 import type { Schedule } from '../log/commands.js';
-import type { ScheduleRecord } from '../storage/tables/schedules.js';
+import { scheduleTarget, type ScheduleRecord } from '../storage/tables/schedules.js';
 import type { VqueueMeta } from '../storage/tables/vqueue-meta.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
 
@@ -668,7 +668,7 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
     for await (const s of source.schedules?.() ?? []) {
       const o = s.last_outcome;
       yield {
-        name: s.name, target: s.key ? `${s.service}/${s.key}/${s.handler}` : `${s.service}/${s.handler}`,
+        name: s.name, target: scheduleTarget(s),
         cron: s.cron ?? null, timezone: s.cron !== undefined ? (s.timezone ?? 'UTC') : null, every_ms: s.every_ms ?? null,
         overlap: s.overlap, catchup: s.catchup, paused: s.paused ? 1 : 0,
         next_fire_at: ts(s.next_at_ms), last_fire_at: ts(s.last_fire_ms), last_invocation_id: s.last_invocation_id ?? null,

@@ -9,7 +9,7 @@ import { KeelError, keelError } from '../errors/index.js';
 import { ScheduleAction, type ScheduleSpec } from '../log/commands.js';
 import type { Registry } from '../metadata/registry.js';
 import { resolveTarget } from '../metadata/targets.js';
-import { CATCH_UPS, OVERLAPS, type ScheduleRecord } from '../storage/tables/schedules.js';
+import { CATCH_UPS, OVERLAPS, scheduleTarget, type ScheduleRecord } from '../storage/tables/schedules.js';
 import type { IntrospectionSource } from './introspection.js';
 
 const NAME = /^[A-Za-z0-9_.-]{1,128}$/;
@@ -106,9 +106,6 @@ export function scheduleSpec(ctx: { config: Config; registry: Registry }, body: 
 
 const at = (ms: number | undefined): string | null => (ms === undefined ? null : new Date(ms).toISOString());
 
-export function scheduleTarget(s: Pick<ScheduleRecord, 'service' | 'key' | 'handler'>): string {
-  return s.key ? `${s.service}/${s.key}/${s.handler}` : `${s.service}/${s.handler}`;
-}
 
 /** A schedule as the API shows it. */
 export function scheduleView(s: ScheduleRecord): Record<string, unknown> {

@@ -5,10 +5,10 @@
 import type { FastifyInstance } from 'fastify';
 import { KeelError, keelError } from '../../errors/index.js';
 import { ScheduleAction, type Schedule } from '../../log/commands.js';
-import type { ScheduleRecord } from '../../storage/tables/schedules.js';
+import { scheduleTarget, type ScheduleRecord } from '../../storage/tables/schedules.js';
 import type { AdminContext } from '../context.js';
 import type { IntrospectionSource } from '../introspection.js';
-import { checkScheduleName, scheduleSpec, scheduleTarget, scheduleView } from '../schedules.js';
+import { checkScheduleName, scheduleSpec, scheduleView } from '../schedules.js';
 
 /** The most schedules a server keeps: GET /schedules answers all of them at once. */
 const MAX_SCHEDULES = 10_000;

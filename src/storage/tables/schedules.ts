@@ -2,7 +2,7 @@
 // the schedule's id (scheduleId(name), an invocation id of the partition: its timer and the
 // results of its firings are addressed to it). One JSON value each: a schedule is read and
 // written whole, by the fold, a few times per firing.
-import { entriesIn, keysIn, type Db } from '../store.js';
+import { entriesIn, type Db } from '../store.js';
 import { tablePrefix, tableRange } from '../keys.js';
 
 export type Overlap = 'skip' | 'buffer_one' | 'allow_all' | 'cancel_other';
@@ -101,10 +101,9 @@ export const schedulesTable = {
   async *scan(db: Db, partition: number): AsyncGenerator<ScheduleRecord> {
     for await (const [, value] of entriesIn(db, tableRange(partition, TABLE))) yield schedulesTable.decode(value);
   },
-
-  async count(db: Db, partition: number): Promise<number> {
-    let n = 0;
-    for await (const _ of keysIn(db, tableRange(partition, TABLE))) n++;
-    return n;
-  },
 };
+
+/** A schedule's target as the API, SQL and the CLI write it: `Service/handler` or `Object/key/handler`. */
+export function scheduleTarget(s: Pick<ScheduleRecord, 'service' | 'key' | 'handler'>): string {
+  return s.key ? `${s.service}/${s.key}/${s.handler}` : `${s.service}/${s.handler}`;
+}
