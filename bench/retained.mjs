@@ -56,16 +56,35 @@ function memory(s) {
  * does after a start (Keel's query engine loading its copy, compactions) is over before cells measure it.
  */
 async function settle(s) {
+  return quiet([s], 1, 120_000);
+}
+
+/**
+ * Waits until each of `servers`' process trees used under 10% of a core in each of the last `seconds`
+ * seconds (at most `maxMs`); returns the ms waited.
+ */
+async function quiet(servers, seconds, maxMs) {
   const t0 = nowMs();
-  let last = sampleCpu({ server: s.pid }).server;
-  while (nowMs() - t0 < 120_000) {
+  const pids = Object.fromEntries(servers.map((s, i) => [i, s.pid]));
+  let last = sampleCpu(pids);
+  let calm = 0;
+  while (nowMs() - t0 < maxMs && calm < seconds) {
     await sleep(1000);
-    const now = sampleCpu({ server: s.pid }).server;
-    if (now != null && last != null && now - last < 100) break;
+    const now = sampleCpu(pids);
+    const busy = Object.keys(pids).some((i) => now[i] == null || last[i] == null || now[i] - last[i] >= 100);
+    calm = busy ? 0 : calm + 1;
     last = now;
   }
   return nowMs() - t0;
 }
+
+/**
+ * Before each cell of a pair: what a server does after a cell (Keel's query engine applies the cell's
+ * changes up to 5 s later, LevelDB and RocksDB compact what it wrote) is over, so that it does not land
+ * in the other server's cell. Longer than Keel's idle flush of changes to its query engine (5 s).
+ */
+const CELL_QUIET_S = 6;
+const CELL_QUIET_MAX_MS = 30_000;
 
 const dirMb = (dir) => Number(execFileSync('du', ['-sk', dir], { encoding: 'utf8' }).split('\t')[0]) / 1024;
 
@@ -105,7 +124,10 @@ async function cells(node, servers, service, opts) {
   for (let round = 1; round <= Math.max(1, opts.rounds); round++) {
     const order = servers.map((_, i) => (round % 2 === 1 ? i : servers.length - 1 - i));
     for (const kind of ['noop', 'object']) {
-      for (const i of order) rows[i][kind].push(await cell(node, kind, servers[i].s, service, opts, servers[i].tag, round));
+      for (const i of order) {
+        if (servers.length > 1) await quiet(servers.map((x) => x.s), CELL_QUIET_S, CELL_QUIET_MAX_MS);
+        rows[i][kind].push(await cell(node, kind, servers[i].s, service, opts, servers[i].tag, round));
+      }
     }
   }
   return rows.map((r) => ({ noop: pick(combineRows(r.noop)), object: pick(combineRows(r.object)) }));
