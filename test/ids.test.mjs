@@ -2,8 +2,8 @@
 // checked against a reference written with BigInt, for random ids and the edge values.
 import t from 'tap';
 import { collectedArrayBuffers } from './helpers/memory.mjs';
-import { randomBytes } from 'node:crypto';
-import { InvocationId, partitionKeyOfIdBytes, randomPartitionKey, isDeploymentId, newDeploymentId } from '../dist/common/ids.js';
+import { createHash, randomBytes } from 'node:crypto';
+import { InvocationId, deterministicUuid, partitionKeyOf, partitionKeyOfIdBytes, randomPartitionKey, isDeploymentId, newDeploymentId, workflowInvocationId } from '../dist/common/ids.js';
 
 const ALPHABET = '0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ';
 function refBase62(value, width) {
@@ -108,4 +108,18 @@ t.test("ids kept alive do not keep Node's shared Buffer pool alive", async (t) =
   }
   const grownMb = ((await collectedArrayBuffers()) - before) / 1048576;
   t.ok(grownMb < 8, `array buffers grew ${grownMb.toFixed(1)} MB for ${kept.length} ids`);
+});
+
+t.test('ids derived from names are the bytes stored ids were made with: sha256 of the parts, each ended by a NUL', async (t) => {
+  const reference = (...parts) => {
+    const h = createHash('sha256');
+    for (const p of parts) h.update(p).update('\0');
+    return h.digest().subarray(0, 16);
+  };
+  const samples = [['workflow', 'Signup', 'alice'], ['idempotent', 'Svc', '', 'run', 'key-1'], ['workflow', 'Ünïcode', '🔑 key'], ['workflow', 'lone', '\ud800'], ['k', '']];
+  for (const parts of samples) t.same(deterministicUuid(...parts), reference(...parts), parts.join('|'));
+  t.equal(partitionKeyOf('Counter/c-1'), createHash('sha256').update('Counter/c-1').digest().readBigUInt64BE(0));
+  const wf = workflowInvocationId('Signup', 'alice');
+  t.equal(wf.partitionKey, createHash('sha256').update('Signup/alice').digest().readBigUInt64BE(0));
+  t.same(Buffer.from(wf.bytes.subarray(8)), reference('workflow', 'Signup', 'alice'));
 });

@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, hash, randomBytes } from 'node:crypto';
 import { assert } from './assert.js';
 
 // Restate-compatible resource ids. An invocation id is a 64-bit partition key plus a 128-bit
@@ -207,7 +207,7 @@ export function isDeploymentId(text: string): boolean {
 
 /** 64-bit partition key of a string (object key, workflow id, idempotency key). */
 export function partitionKeyOf(text: string): bigint {
-  return createHash('sha256').update(text).digest().readBigUInt64BE(0);
+  return sha256(text).readBigUInt64BE(0);
 }
 
 export function randomPartitionKey(): bigint {
@@ -216,9 +216,15 @@ export function randomPartitionKey(): bigint {
 
 /** Deterministic 128-bit uuid from the parts, for workflow and idempotent invocation ids. */
 export function deterministicUuid(...parts: string[]): Buffer {
-  const h = createHash('sha256');
-  for (const p of parts) h.update(p).update('\0');
-  return h.digest().subarray(0, 16);
+  return sha256(parts.map((p) => `${p}\0`).join('')).subarray(0, 16);
+}
+
+/**
+ * crypto.hash (one shot, Node >= 20.12) takes half the time of a Hash object (~2 µs less here),
+ * and an object call hashes its key at the ingress.
+ */
+function sha256(text: string): Buffer {
+  return typeof hash === 'function' ? (hash('sha256', text, 'buffer') as Buffer) : createHash('sha256').update(text).digest();
 }
 
 /**
