@@ -87,7 +87,7 @@ export class KeelServer {
       engine = createQueryEngine(config, registry, () => introspection, logger);
       // The rule book reaches the partitions: with each change made here (the rule routes wait
       // for it), each change another node of a cluster made, and when the partitions open.
-      const admin = await createAdminServer({ config, registry, logger, introspection, engine, failures: () => worker.failures(), metrics, applyLimitRules: (book) => worker.setLimitRules(book) });
+      const admin = await createAdminServer({ config, registry, logger, introspection, engine, failures: () => worker.failures(), metrics, endpoints, applyLimitRules: (book) => worker.setLimitRules(book) });
       registry.onRemoteLimitRules((book) => {
         if (worker.processors.length === 0) return; // a standby: its partitions get the book when it becomes active
         worker.setLimitRules(book).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006', version: book.version }, 'cannot hand the rule book to the partitions'));

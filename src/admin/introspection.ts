@@ -2,6 +2,7 @@
 // the mapping of that live data to the introspection tables (Restate 1.7 `sys_*` schema).
 
 import type { Registry } from '../metadata/registry.js';
+import type { InvocationStatus } from '../partition/state.js';
 import type { UserLimitRow } from '../partition/flow-control.js';
 import { vqueueId } from '../common/limit-rules.js';
 import { objectPartitionKey, scopePartitionKey } from '../common/ids.js';
@@ -75,6 +76,12 @@ export interface IntrospectionSource {
   stepAttempts?(id: string): StepAttempts | undefined;
   /** How many invocations that have not completed are pinned to the deployment `id`. */
   unfinishedPinnedTo(deploymentId: string): Promise<number>;
+  /**
+   * What a replay check replays (admin/replay-check.ts): up to `limit` suspended invocations of
+   * `services` pinned to `deploymentId` (copies, in the store's order), how many of those are
+   * suspended, and the unfinished ones that are not, by status.
+   */
+  replayCandidates?(services: ReadonlySet<string>, deploymentId: string, limit: number): Promise<{ sample: InvocationStatus[]; suspended: number; other: Record<string, number> }>;
   state(): AsyncIterable<StateEntryRow>;
   inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number; scope?: string }>;
   /** Flow-control queues of every partition (sys_vqueue_meta); absent in sources without partitions. */

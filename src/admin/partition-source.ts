@@ -50,6 +50,18 @@ export class WorkerIntrospection implements IntrospectionSource {
     return pinned;
   }
 
+  async replayCandidates(services: ReadonlySet<string>, deploymentId: string, limit: number): Promise<{ sample: InvocationStatus[]; suspended: number; other: Record<string, number> }> {
+    const sample: InvocationStatus[] = [];
+    const other: Record<string, number> = {};
+    let suspended = 0;
+    for await (const s of this.worker.unfinishedInvocations()) {
+      if (!services.has(s.service) || s.deployment_id !== deploymentId) continue;
+      if (s.status !== 'suspended') other[s.status] = (other[s.status] ?? 0) + 1;
+      else if (++suspended <= limit) sample.push({ ...s });
+    }
+    return { sample, suspended, other };
+  }
+
   async *state(): AsyncIterable<StateEntryRow> {
     // From the store: memory holds only the most recently used objects.
     for await (const [objectKey, k, value, expires_at_ms] of this.worker.storedState()) {

@@ -1,6 +1,7 @@
 // Admin API on fastify: Restate 1.7 compatible routes, unprefixed and under /v2, /v3, /v4, one
 // plugin per resource. Errors are {"message", "restate_code"} JSON with a stable code.
 
+import type { EndpointClient } from '../endpoint/client.js';
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { RuleBook } from '../common/limit-rules.js';
 import type { Config } from '../config/index.js';
@@ -42,6 +43,8 @@ export interface AdminServerOptions {
   engine?: QueryEngine;
   /** Served at `GET /metrics` when given. */
   metrics?: KeelMetrics;
+  /** The invoker's endpoint client (its request identity): the replay check talks to endpoints through it. */
+  endpoints?: EndpointClient;
   /**
    * Hands a changed rule book to the partitions (the worker's setLimitRules); the rule routes
    * answer once it resolves. Without one (an admin server with no partitions) the book is only stored.
@@ -92,6 +95,7 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
     engine,
     failures: opts.failures ?? (() => []),
     applyLimitRules: opts.applyLimitRules ?? (async () => {}),
+    ...(opts.endpoints !== undefined ? { endpoints: opts.endpoints } : {}),
   };
   const logger = opts.logger.child({ component: 'admin' });
   const edge = { limits: opts.config.http, errors: ADMIN_ERRORS, logger };

@@ -191,6 +191,37 @@ export interface RegisterResponse {
   sdk_version?: string;
 }
 
+/** A journal entry as the replay check names it. */
+export interface EntryRef {
+  index?: number;
+  command?: number;
+  type?: string;
+  name?: string;
+}
+
+/** POST /deployments/replay-check: suspended invocations replayed against an endpoint. */
+export interface ReplayReport {
+  deployment: { uri: string; services: string[]; replaces?: string };
+  suspended: number;
+  checked: number;
+  compatible: number;
+  mismatched: number;
+  failed: number;
+  not_replayed: Record<string, number>;
+  passed: boolean;
+  invocations: Array<{
+    id: string;
+    target: string;
+    verdict: 'compatible' | 'mismatch' | 'failed';
+    ended?: string;
+    error_code?: string;
+    message?: string;
+    next?: EntryRef;
+    recorded?: EntryRef;
+    new?: EntryRef;
+  }>;
+}
+
 export interface Partition {
   id: number;
   health: string;

@@ -4,6 +4,7 @@ import { KeelError, keelError } from '../../errors/index.js';
 import type { RegisterRequest, UpdateRequest } from '../../metadata/types.js';
 import type { AdminContext } from '../context.js';
 import { deploymentDetailView, deploymentListView, registerView } from '../views.js';
+import { DEFAULT_REPLAY_SAMPLE, MAX_REPLAY_SAMPLE, replayCheck, replayRefusal } from '../replay-check.js';
 import { headerMap, idParam, nullableBoolean, nullableString, stringMap } from './schemas.js';
 
 interface RegisterBody {
@@ -17,6 +18,8 @@ interface RegisterBody {
   dry_run?: boolean | null;
   breaking?: boolean | null;
   overwrite?: boolean | null;
+  /** Keel's own: replay suspended invocations against the endpoint first (admin/replay-check.ts). */
+  replay_check?: { sample?: number | null; refuse_on_mismatch?: boolean | null } | null;
 }
 
 const registerBody = {
@@ -33,6 +36,25 @@ const registerBody = {
     breaking: nullableBoolean,
     overwrite: nullableBoolean,
   },
+} as const;
+
+/** POST /deployments: what PUT/PATCH take, and Keel's replay check. */
+const postBody = {
+  type: 'object',
+  properties: {
+    ...registerBody.properties,
+    replay_check: {
+      type: ['object', 'null'],
+      properties: { sample: { type: ['integer', 'null'], minimum: 1, maximum: MAX_REPLAY_SAMPLE }, refuse_on_mismatch: nullableBoolean },
+      additionalProperties: false,
+    },
+  },
+} as const;
+
+/** POST /deployments/replay-check: a registration body and how many suspended invocations to replay. */
+const replayCheckBody = {
+  type: 'object',
+  properties: { ...registerBody.properties, sample: { type: ['integer', 'null'], minimum: 1, maximum: MAX_REPLAY_SAMPLE } },
 } as const;
 
 /** RFC 9110 field names: a token. */
@@ -94,14 +116,22 @@ function updateRequest(b: RegisterBody): UpdateRequest {
 export function deploymentRoutes(ctx: AdminContext) {
   const { registry, config } = ctx;
   return async (r: FastifyInstance) => {
-    r.post<{ Body: RegisterBody | undefined }>('/deployments', { schema: { body: registerBody } }, async (req, reply) => {
+    r.post<{ Body: RegisterBody | undefined }>('/deployments', { schema: { body: postBody } }, async (req, reply) => {
       checkHeaders(req.body?.additional_headers);
       const request = registerRequest(req.body ?? {});
+      const check = req.body?.replay_check;
+      const replay = check ? await replayCheck(ctx, request, check.sample ?? DEFAULT_REPLAY_SAMPLE) : undefined;
+      if (replay !== undefined && !replay.passed && check?.refuse_on_mismatch === true) throw replayRefusal(replay);
       const { created, deployment } = await registry.register(request);
       return reply
         .status(created ? 201 : 200)
         .header('location', `deployments/${deployment.id}`)
-        .send(registerView(deployment, config));
+        .send({ ...registerView(deployment, config), ...(replay !== undefined ? { replay_check: replay } : {}) });
+    });
+
+    r.post<{ Body: (RegisterBody & { sample?: number | null }) | undefined }>('/deployments/replay-check', { schema: { body: replayCheckBody } }, async (req) => {
+      checkHeaders(req.body?.additional_headers);
+      return replayCheck(ctx, registerRequest(req.body ?? {}), req.body?.sample ?? DEFAULT_REPLAY_SAMPLE);
     });
 
     r.get('/deployments', async () => ({ deployments: registry.deployments().map(deploymentListView) }));

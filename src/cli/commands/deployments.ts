@@ -7,6 +7,8 @@ import { CliError, EXIT, usage } from '../errors.js';
 import { ageOf, fields, out, printJson, table, timeOf } from '../output.js';
 import { lit } from '../sql.js';
 import type { CtxFactory } from './common.js';
+import type { ReplayReport } from '../../admin/replay-check.js';
+import type { EntryRef } from '../../invoker/replay-check.js';
 
 interface Handler {
   name: string;
@@ -111,7 +113,31 @@ function changeText(ch: ServiceChange, ctx: Ctx): string {
   return `${c.yellow('revision')} ${ch.previous_revision} → ${ch.revision}${ty}`;
 }
 
-async function register(ctx: Ctx, target: string, o: Record<string, unknown>): Promise<void> {
+const entryText = (e: EntryRef | undefined): string =>
+  e === undefined ? '' : [e.index !== undefined ? `#${e.index}` : e.command !== undefined ? `command ${e.command}` : '', e.type ?? '', e.name ? `"${e.name}"` : ''].filter(Boolean).join(' ');
+
+/** The report as a table: each invocation's verdict, the recorded and the new entry side by side. */
+function printReplayReport(ctx: Ctx, r: ReplayReport): void {
+  const c = ctx.c;
+  if (r.deployment.replaces === undefined) {
+    out(`No deployment is registered at ${c.bold(r.deployment.uri)}: invocations in flight stay on the deployments they started on, so none would run this code. Nothing to replay.`);
+    return;
+  }
+  const skipped = Object.entries(r.not_replayed).map(([status, n]) => `${n} ${status}`).join(', ');
+  out(`Replayed ${r.checked} of ${r.suspended} suspended invocation(s) of ${r.deployment.services.join(', ') || 'no service'} against ${c.bold(r.deployment.uri)}`);
+  if (skipped) out(c.dim(`Not replayed (a replay could run their side effects again): ${skipped}`));
+  if (r.invocations.length > 0) {
+    const rows = r.invocations.map((v) => {
+      if (v.verdict === 'compatible') return [v.id, v.target, c.green('compatible'), '', '', c.dim(v.ended === 'new-command' ? `then ${entryText(v.next)}` : v.ended)];
+      const [verdict, sides] = v.verdict === 'mismatch' ? [c.red('MISMATCH'), [entryText(v.recorded), entryText(v.new)]] : [c.yellow('failed'), ['', '']];
+      return [v.id, v.target, verdict, ...sides, `[${v.error_code}] ${v.message}`];
+    });
+    out(table(['INVOCATION', 'TARGET', 'VERDICT', 'RECORDED', 'NEW CODE', 'DETAIL'], rows, c));
+  }
+  out(r.passed ? c.green(`All ${r.checked} replayed unchanged.`) : c.red(`${r.mismatched} mismatch(es), ${r.failed} failed replay(s).`));
+}
+
+function destinationBody(target: string, o: Record<string, unknown>): Record<string, unknown> {
   const body: Record<string, unknown> = target.startsWith('arn:') ? { arn: target } : { uri: target };
   if (body.uri !== undefined) {
     try {
@@ -121,19 +147,46 @@ async function register(ctx: Ctx, target: string, o: Record<string, unknown>): P
       throw usage(`'${target}' is not an http(s) URI or a Lambda ARN`);
     }
   }
-  Object.assign(body, {
-    additional_headers: (o.header as Record<string, string> | undefined) ?? null,
-    use_http_11: o.useHttp11 === true,
-    breaking: o.breaking === true,
-    force: o.force === true,
-  });
+  return { ...body, additional_headers: (o.header as Record<string, string> | undefined) ?? null, use_http_11: o.useHttp11 === true };
+}
+
+function sampleOf(o: Record<string, unknown>): number | undefined {
+  if (o.sample === undefined) return undefined;
+  const n = Number(o.sample);
+  if (!Number.isInteger(n) || n < 1 || n > 1000) throw usage(`--sample: expected an integer from 1 to 1000, got '${String(o.sample)}'`);
+  return n;
+}
+
+/** keel deployments check: the replay check alone; exits 1 unless every replay was compatible. */
+async function check(ctx: Ctx, target: string, o: Record<string, unknown>): Promise<void> {
+  const sample = sampleOf(o);
+  const body = { ...destinationBody(target, o), ...(sample !== undefined ? { sample } : {}) };
+  const report = await ctx.spin(
+    `Replaying suspended invocations against ${target}`,
+    async () => {
+      const a = await ctx.admin.request('POST', '/deployments/replay-check', body);
+      if (a.status >= 400) throw adminError('POST', ctx.admin.url('/deployments/replay-check'), a);
+      return a.json as ReplayReport;
+    },
+    (r) => `Replayed ${r.checked} invocation(s)`,
+  );
+  if (ctx.json) printJson(report);
+  else printReplayReport(ctx, report);
+  if (!report.passed) throw new CliError(`the replay check of ${target} did not pass`, EXIT.SERVER, { hint: 'keep the old code serving the invocations in flight (register the new code at a new URI), or let them finish first' });
+}
+
+async function register(ctx: Ctx, target: string, o: Record<string, unknown>): Promise<void> {
+  const body: Record<string, unknown> = { ...destinationBody(target, o), breaking: o.breaking === true, force: o.force === true };
   if (o.metadata) body.metadata = o.metadata;
 
   const hintFor = (err: CliError): CliError => {
     if (err.details.code === 'META0006') err.details.hint = 'register it anyway with --breaking (in-flight invocations of the old revision may fail)';
     if (err.details.code === 'META0004') err.details.hint = 'overwrite the deployment at this URI with --force (in-flight invocations may become unrecoverable)';
+    if (err.details.code === 'KEEL1002') err.details.hint = 'keel deployments check <uri> shows each invocation\'s first differing entry';
     return err;
   };
+  const sample = sampleOf(o);
+  if (o.check === true) body.replay_check = { refuse_on_mismatch: true, ...(sample !== undefined ? { sample } : {}) };
 
   const { preview, current } = await ctx.spin(
     `Discovering ${target}`,
@@ -147,8 +200,12 @@ async function register(ctx: Ctx, target: string, o: Record<string, unknown>): P
   );
   const existing = preview.status === 200;
   const plan = planChanges(preview.body.services, current, existing && o.force !== true);
+  // The dry run refused (KEEL1002) unless every replay passed; the report is shown before asking.
+  const replayed = (preview.body as RegisterAnswer & { replay_check?: ReplayReport }).replay_check;
+  delete body.replay_check;
 
   if (existing && plan.every((p) => p.change === 'unchanged')) {
+    if (replayed !== undefined && !ctx.json) printReplayReport(ctx, replayed);
     if (ctx.json) printJson({ id: preview.body.id, created: false, changed: false, services: plan });
     else out(`Deployment ${ctx.c.bold(preview.body.id)} already serves ${target} with the same services: nothing to change.\n${ctx.c.dim('(--force re-registers it)')}`);
     return;
@@ -159,6 +216,7 @@ async function register(ctx: Ctx, target: string, o: Record<string, unknown>): P
     out(`${existing ? ctx.c.yellow('Overwriting') : 'New'} deployment at ${ctx.c.bold(target)} (${sdk}protocol ${preview.body.min_protocol_version}–${preview.body.max_protocol_version})`);
     out(table(['SERVICE', 'TYPE', 'CHANGE', 'HANDLERS'], plan.map((p) => [p.name, p.ty, changeText(p, ctx), handlerChanges(p, ctx)]), ctx.c));
   }
+  if (replayed !== undefined && !ctx.json) printReplayReport(ctx, replayed);
   await ctx.confirm(`Register ${target}${plan.length ? ` (${plan.length} service${plan.length === 1 ? '' : 's'})` : ''}?`);
 
   const a = await ctx.admin.request('POST', '/deployments', { ...body, dry_run: false });
@@ -291,11 +349,20 @@ export function deploymentsCommand(program: Command, ctxOf: CtxFactory): void {
     .option('--breaking', 'accept incompatible changes to existing services')
     .option('--header <name=value>', 'extra header sent to the endpoint (repeatable)', (v: string, p: Record<string, string> | undefined) => keyValues('--header', v, p))
     .option('--metadata <name=value>', 'metadata stored with the deployment (repeatable)', (v: string, p: Record<string, string> | undefined) => keyValues('--metadata', v, p))
+    .option('--check', 'replay suspended invocations of its services against it first; refuse to register if any does not replay unchanged')
+    .option('--sample <n>', 'with --check: how many suspended invocations to replay (default 20, at most 1000)')
     .action(async (uri: string, o: Record<string, unknown>, cmd: Command) => {
       // commander names `--use-http1.1` useHttp1.1
       const opts = { ...o, useHttp11: o['useHttp1.1'] === true };
       await register(ctxOf(cmd), uri, opts);
     });
+  dp.command('check')
+    .argument('<uri>', 'service endpoint URI (new code, perhaps behind a URI registered already), or a Lambda function ARN')
+    .description('replay the journals of suspended invocations of its services against <uri>, without side effects, and report which replay unchanged')
+    .option('--use-http1.1', 'talk to the endpoint over HTTP/1.1 (request-response)')
+    .option('--header <name=value>', 'extra header sent to the endpoint (repeatable)', (v: string, p: Record<string, string> | undefined) => keyValues('--header', v, p))
+    .option('--sample <n>', 'how many suspended invocations to replay (default 20, at most 1000)')
+    .action(async (uri: string, o: Record<string, unknown>, cmd: Command) => check(ctxOf(cmd), uri, { ...o, useHttp11: o['useHttp1.1'] === true }));
   dp.command('list')
     .alias('ls')
     .description('list deployments')

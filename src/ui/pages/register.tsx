@@ -1,8 +1,10 @@
 // Register a deployment: a dry run first (POST /deployments with dry_run), shown as what would be
-// added or changed against the services registered now; then the real registration.
+// added or changed against the services registered now, and, when asked, the replay check (POST
+// /deployments/replay-check: suspended invocations replayed against the endpoint); then the real
+// registration.
 
 import { useState } from 'preact/hooks';
-import { api, type Deployment, type RegisterResponse, type Service } from '../api';
+import { api, type Deployment, type EntryRef, type RegisterResponse, type ReplayReport, type Service } from '../api';
 import { Badge, ErrorBox } from '../components';
 import { Link } from '../router';
 
@@ -15,6 +17,7 @@ interface Form {
   force: boolean;
   http11: boolean;
   breaking: boolean;
+  replay: boolean;
 }
 
 interface Preview {
@@ -22,6 +25,7 @@ interface Preview {
   status: number;
   result: RegisterResponse;
   before: { services: Service[]; deployments: Deployment[] };
+  replay?: ReplayReport;
 }
 
 function requestBody(f: Form): Record<string, unknown> {
@@ -67,7 +71,7 @@ export function diffServices(before: Service[], after: Service[]): ServiceChange
 }
 
 export function RegisterPage() {
-  const [f, setF] = useState<Form>({ mode: 'uri', uri: '', arn: '', role: '', headers: [], force: false, http11: false, breaking: false });
+  const [f, setF] = useState<Form>({ mode: 'uri', uri: '', arn: '', role: '', headers: [], force: false, http11: false, breaking: false, replay: false });
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<unknown>(undefined);
   const [preview, setPreview] = useState<Preview | null>(null);
@@ -92,7 +96,8 @@ export function RegisterPage() {
         api<{ deployments: Deployment[] }>('GET', '/deployments').then((r) => r.data.deployments),
       ]);
       const r = await api<RegisterResponse>('POST', '/deployments', { ...body, dry_run: true });
-      setPreview({ body, status: r.status, result: r.data, before: { services, deployments } });
+      const replay = f.replay ? (await api<ReplayReport>('POST', '/deployments/replay-check', body)).data : undefined;
+      setPreview({ body, status: r.status, result: r.data, before: { services, deployments }, ...(replay ? { replay } : {}) });
     } catch (err) {
       setError(err);
     } finally {
@@ -185,6 +190,10 @@ export function RegisterPage() {
             <input type="checkbox" name="breaking" checked={f.breaking} onChange={(e) => set({ breaking: e.currentTarget.checked })} /> Allow breaking
             changes
           </label>
+          <label>
+            <input type="checkbox" name="replay_check" checked={f.replay} onChange={(e) => set({ replay: e.currentTarget.checked })} /> Replay check
+            (replay suspended invocations of its services against it first, without side effects)
+          </label>
         </div>
         <div class="actions">
           <button type="submit" class="primary" disabled={busy}>
@@ -268,14 +277,75 @@ function PreviewView({ p, busy, onConfirm, onCancel }: { p: Preview; busy: boole
           </tbody>
         </table>
       </div>
+      {p.replay && <ReplayView r={p.replay} />}
       <div class="actions">
         <button type="button" onClick={onCancel}>
           Back
         </button>
         <button type="button" class="primary" disabled={busy} onClick={onConfirm} id="register-confirm">
-          {busy ? 'Registering…' : nothing ? 'Register anyway' : 'Confirm registration'}
+          {busy ? 'Registering…' : nothing || (p.replay && !p.replay.passed) ? 'Register anyway' : 'Confirm registration'}
         </button>
       </div>
+    </div>
+  );
+}
+
+const entryText = (e: EntryRef | undefined): string =>
+  e === undefined ? '' : [e.index !== undefined ? `#${e.index}` : e.command !== undefined ? `command ${e.command}` : '', e.type ?? '', e.name ? `"${e.name}"` : ''].filter(Boolean).join(' ');
+
+/** The replay check's report: each replayed invocation, the recorded and the new entry side by side. */
+function ReplayView({ r }: { r: ReplayReport }) {
+  const skipped = Object.entries(r.not_replayed).map(([status, n]) => `${n} ${status}`).join(', ');
+  if (r.deployment.replaces === undefined) {
+    return (
+      <div id="replay-report" class="result">
+        <h2>Replay check</h2>
+        <p>
+          No deployment is registered at this endpoint: invocations in flight stay on the deployments they started on, so none would run this code.
+          Nothing to replay.
+        </p>
+      </div>
+    );
+  }
+  return (
+    <div id="replay-report" class={r.passed ? 'result ok' : 'result bad'}>
+      <h2>Replay check</h2>
+      <p>
+        {r.passed ? `All ${r.checked} replayed unchanged` : `${r.mismatched} mismatch(es) and ${r.failed} failed replay(s) among ${r.checked}`} · {r.checked} of{' '}
+        {r.suspended} suspended invocation(s) replayed
+        {skipped && ` · not replayed (a replay could run their side effects again): ${skipped}`}
+      </p>
+      {r.invocations.length > 0 && (
+        <div class="table-wrap">
+          <table class="data">
+            <thead>
+              <tr>
+                <th>invocation</th>
+                <th>verdict</th>
+                <th>recorded</th>
+                <th>new code</th>
+                <th>details</th>
+              </tr>
+            </thead>
+            <tbody>
+              {r.invocations.map((v) => (
+                <tr class={`replay-${v.verdict}`}>
+                  <td>
+                    <Link to={`/invocations/${v.id}`}>{v.id}</Link>
+                    <div class="small">{v.target}</div>
+                  </td>
+                  <td>
+                    <Badge value={v.verdict} kind={v.verdict === 'compatible' ? 'ok' : v.verdict === 'mismatch' ? 'bad' : 'warn'} />
+                  </td>
+                  <td class="mono">{entryText(v.recorded)}</td>
+                  <td class="mono">{entryText(v.new)}</td>
+                  <td class="small">{v.verdict === 'compatible' ? (v.ended === 'new-command' ? `then ${entryText(v.next)}` : v.ended) : `[${v.error_code}] ${v.message}`}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
     </div>
   );
 }
