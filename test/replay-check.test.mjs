@@ -70,7 +70,7 @@ t.test('replay check against real SDK code: compatible, mismatch, missing handle
   await t.test('unchanged code, and a step added after the awaited sleep: every replay compatible', async (t) => {
     for (const [code, name] of [[same, 'same'], [later, 'later']]) {
       endpoint.use(code);
-      const r = await adminCall(keel, 'POST', '/deployments/replay-check', { uri });
+      const r = await adminCall(keel, 'POST', '/deployments/replay-check', { uri, ...(name === 'later' ? { sample: 'all' } : {}) });
       t.equal(r.status, 200, r.text);
       t.match(r.json, { suspended: SUSPENDED, checked: SUSPENDED, compatible: SUSPENDED, mismatched: 0, failed: 0, passed: true }, name);
       t.ok(r.json.invocations.every((v) => v.verdict === 'compatible' && v.ended === 'suspended' && v.target === 'Flow/run'), `${name}: each suspends on the recorded sleep`);
@@ -133,6 +133,7 @@ t.test('replay check against real SDK code: compatible, mismatch, missing handle
     t.match(accepted.json.replay_check, { checked: 1, compatible: 1, passed: true, deployment: { replaces: before[0].id } });
     const bad = await adminCall(keel, 'POST', '/deployments/replay-check', { uri, sample: 0 });
     t.equal(bad.status, 400, 'a sample under 1 is refused');
+    t.equal((await adminCall(keel, 'POST', '/deployments/replay-check', { uri, sample: 'some' })).status, 400, 'a word other than all is refused');
     t.match(bad.json.message, /sample/);
     const elsewhere = await serveServices(t, changed);
     const fresh = await adminCall(keel, 'POST', '/deployments/replay-check', { uri: elsewhere });

@@ -14,7 +14,12 @@ import { replayAll, type ReplayCase, type ReplayVerdict } from '../invoker/repla
 import type { AdminContext } from './context.js';
 
 export const DEFAULT_REPLAY_SAMPLE = 20;
-export const MAX_REPLAY_SAMPLE = 1000;
+/**
+ * The most one check replays ("all" asks for this many): their statuses are copied into memory
+ * first (~1.5 KB each), and replays start within REPLAY_BUDGET_MS; `suspended` in the report
+ * says how many there were.
+ */
+export const MAX_REPLAY_SAMPLE = 10_000;
 /** Replays in flight at once: the endpoint under test serves live traffic too, perhaps. */
 const REPLAY_CONCURRENCY = 4;
 /** A replay answers in milliseconds; one still silent after this long is `failed` (RT0001). */

@@ -19,7 +19,7 @@ interface RegisterBody {
   breaking?: boolean | null;
   overwrite?: boolean | null;
   /** Keel's own: replay suspended invocations against the endpoint first (admin/replay-check.ts). */
-  replay_check?: { sample?: number | null; refuse_on_mismatch?: boolean | null } | null;
+  replay_check?: { sample?: number | 'all' | null; refuse_on_mismatch?: boolean | null } | null;
 }
 
 const registerBody = {
@@ -38,6 +38,10 @@ const registerBody = {
   },
 } as const;
 
+/** How many suspended invocations a replay check replays: 1 to MAX_REPLAY_SAMPLE, or "all" (as many, at most). */
+const sampleSchema = { anyOf: [{ type: 'integer', minimum: 1, maximum: MAX_REPLAY_SAMPLE }, { type: 'string', enum: ['all'] }, { type: 'null' }] } as const;
+const sampleOf = (sample: number | 'all' | null | undefined): number => (sample === 'all' ? MAX_REPLAY_SAMPLE : (sample ?? DEFAULT_REPLAY_SAMPLE));
+
 /** POST /deployments: what PUT/PATCH take, and Keel's replay check. */
 const postBody = {
   type: 'object',
@@ -45,7 +49,7 @@ const postBody = {
     ...registerBody.properties,
     replay_check: {
       type: ['object', 'null'],
-      properties: { sample: { type: ['integer', 'null'], minimum: 1, maximum: MAX_REPLAY_SAMPLE }, refuse_on_mismatch: nullableBoolean },
+      properties: { sample: sampleSchema, refuse_on_mismatch: nullableBoolean },
       additionalProperties: false,
     },
   },
@@ -54,7 +58,7 @@ const postBody = {
 /** POST /deployments/replay-check: a registration body and how many suspended invocations to replay. */
 const replayCheckBody = {
   type: 'object',
-  properties: { ...registerBody.properties, sample: { type: ['integer', 'null'], minimum: 1, maximum: MAX_REPLAY_SAMPLE } },
+  properties: { ...registerBody.properties, sample: sampleSchema },
 } as const;
 
 /** RFC 9110 field names: a token. */
@@ -120,7 +124,7 @@ export function deploymentRoutes(ctx: AdminContext) {
       checkHeaders(req.body?.additional_headers);
       const request = registerRequest(req.body ?? {});
       const check = req.body?.replay_check;
-      const replay = check ? await replayCheck(ctx, request, check.sample ?? DEFAULT_REPLAY_SAMPLE) : undefined;
+      const replay = check ? await replayCheck(ctx, request, sampleOf(check.sample)) : undefined;
       if (replay !== undefined && !replay.passed && check?.refuse_on_mismatch === true) throw replayRefusal(replay);
       const { created, deployment } = await registry.register(request);
       return reply
@@ -129,9 +133,9 @@ export function deploymentRoutes(ctx: AdminContext) {
         .send({ ...registerView(deployment, config), ...(replay !== undefined ? { replay_check: replay } : {}) });
     });
 
-    r.post<{ Body: (RegisterBody & { sample?: number | null }) | undefined }>('/deployments/replay-check', { schema: { body: replayCheckBody } }, async (req) => {
+    r.post<{ Body: (RegisterBody & { sample?: number | 'all' | null }) | undefined }>('/deployments/replay-check', { schema: { body: replayCheckBody } }, async (req) => {
       checkHeaders(req.body?.additional_headers);
-      return replayCheck(ctx, registerRequest(req.body ?? {}), req.body?.sample ?? DEFAULT_REPLAY_SAMPLE);
+      return replayCheck(ctx, registerRequest(req.body ?? {}), sampleOf(req.body?.sample));
     });
 
     r.get('/deployments', async () => ({ deployments: registry.deployments().map(deploymentListView) }));

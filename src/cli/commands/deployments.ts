@@ -150,10 +150,11 @@ function destinationBody(target: string, o: Record<string, unknown>): Record<str
   return { ...body, additional_headers: (o.header as Record<string, string> | undefined) ?? null, use_http_11: o.useHttp11 === true };
 }
 
-function sampleOf(o: Record<string, unknown>): number | undefined {
+function sampleOf(o: Record<string, unknown>): number | 'all' | undefined {
   if (o.sample === undefined) return undefined;
+  if (o.sample === 'all') return 'all';
   const n = Number(o.sample);
-  if (!Number.isInteger(n) || n < 1 || n > 1000) throw usage(`--sample: expected an integer from 1 to 1000, got '${String(o.sample)}'`);
+  if (!Number.isInteger(n) || n < 1 || n > 10_000) throw usage(`--sample: expected 'all' or an integer from 1 to 10000, got '${String(o.sample)}'`);
   return n;
 }
 
@@ -350,7 +351,7 @@ export function deploymentsCommand(program: Command, ctxOf: CtxFactory): void {
     .option('--header <name=value>', 'extra header sent to the endpoint (repeatable)', (v: string, p: Record<string, string> | undefined) => keyValues('--header', v, p))
     .option('--metadata <name=value>', 'metadata stored with the deployment (repeatable)', (v: string, p: Record<string, string> | undefined) => keyValues('--metadata', v, p))
     .option('--check', 'replay suspended invocations of its services against it first; refuse to register if any does not replay unchanged')
-    .option('--sample <n>', 'with --check: how many suspended invocations to replay (default 20, at most 1000)')
+    .option('--sample <n>', 'with --check: how many suspended invocations to replay: 1 to 10000 or all (default 20)')
     .action(async (uri: string, o: Record<string, unknown>, cmd: Command) => {
       // commander names `--use-http1.1` useHttp1.1
       const opts = { ...o, useHttp11: o['useHttp1.1'] === true };
@@ -361,7 +362,7 @@ export function deploymentsCommand(program: Command, ctxOf: CtxFactory): void {
     .description('replay the journals of suspended invocations of its services against <uri>, without side effects, and report which replay unchanged')
     .option('--use-http1.1', 'talk to the endpoint over HTTP/1.1 (request-response)')
     .option('--header <name=value>', 'extra header sent to the endpoint (repeatable)', (v: string, p: Record<string, string> | undefined) => keyValues('--header', v, p))
-    .option('--sample <n>', 'how many suspended invocations to replay (default 20, at most 1000)')
+    .option('--sample <n>', 'how many suspended invocations to replay: 1 to 10000 or all (default 20)')
     .action(async (uri: string, o: Record<string, unknown>, cmd: Command) => check(ctxOf(cmd), uri, { ...o, useHttp11: o['useHttp1.1'] === true }));
   dp.command('list')
     .alias('ls')
