@@ -46,6 +46,10 @@
 //   --retained-scale N        Keel only: N objects and N sleepers built in-process (0: skip) [BENCH_RETAINED_SCALE] (1000000)
 //   --retained-duration S     measured seconds of each noop/object cell, empty and filled [BENCH_RETAINED_DURATION] (5)
 //   --retained-only           only the retained-state scenario                          [BENCH_RETAINED_ONLY=1]
+// Scaling (bench/scaling.mjs; restate and keel): noop and steps at c=32 with the server pinned (taskset) to
+// core 0, then cores 0-1 (BENCH_SCALING_CORES: other CPU sets, `;`-separated), --rounds times each:
+//   --skip-scaling            no scaling cell                                           [BENCH_SKIP_SCALING=1]
+//   --scaling-only            only the scaling cell                                     [BENCH_SCALING_ONLY=1]
 // Other:
 //   --start-timeout S         server start/health/registration timeout                  [BENCH_START_TIMEOUT] (30)
 //   --out FILE                JSON results; the markdown summary goes beside it (.md)   [BENCH_OUT] (bench/results/latest.json)
@@ -102,6 +106,8 @@ const FLAGS = {
   '--sql-only': 'sqlOnly',
   '--skip-sql': 'skipSql',
   '--retained-only': 'retainedOnly',
+  '--skip-scaling': 'skipScaling',
+  '--scaling-only': 'scalingOnly',
 };
 
 function die(msg) {
@@ -147,6 +153,8 @@ export function parseArgs(argv, env = process.env) {
     retainedDuration: env.BENCH_RETAINED_DURATION ?? '5',
     retainedScale: env.BENCH_RETAINED_SCALE ?? '1000000',
     retainedOnly: truthy(env.BENCH_RETAINED_ONLY),
+    skipScaling: truthy(env.BENCH_SKIP_SCALING),
+    scalingOnly: truthy(env.BENCH_SCALING_ONLY),
     kafka: env.BENCH_KAFKA ?? (kafkaAvailable() ? '10000' : '0'),
     kafkaTimeout: env.BENCH_KAFKA_TIMEOUT ?? '120',
     out: env.BENCH_OUT ?? join(RESULTS_DIR, 'latest.json'),
@@ -221,6 +229,7 @@ export function parseArgs(argv, env = process.env) {
     retainedScale: num(o.retainedScale, 'retained-scale'),
     out: resolve(o.out),
     keepDirs: o.keepDirs,
+    scaling: !o.skipScaling,
   };
   if (o.skipLoad) {
     opts.scenarios = [];
@@ -237,12 +246,20 @@ export function parseArgs(argv, env = process.env) {
     opts.retained = [];
     opts.retainedScale = 0;
     opts.micro = true;
+    opts.scaling = false;
   }
   if (o.skipSql) {
     opts.sqlInvocations = 0;
     opts.sqlScale = 0;
   }
-  if (o.sqlOnly || o.retainedOnly) {
+  if (o.sqlOnly || o.retainedOnly || o.scalingOnly) {
+    if (o.scalingOnly) {
+      opts.sqlInvocations = 0;
+      opts.sqlScale = 0;
+      opts.kafkaRecords = 0;
+      opts.retained = [];
+      opts.retainedScale = 0;
+    } else opts.scaling = false;
     if (o.retainedOnly) {
       opts.sqlInvocations = 0;
       opts.sqlScale = 0;

@@ -16,6 +16,8 @@ export const GOALS = {
   // empty server's, restart → first answer ≤ 1 s at N = 1,000,000, throughput on the filled server within 10% of
   // the empty one's, and each figure at least as good as Restate's at the same N
   retained: { rssOverEmptyMaxMb: 100, firstAnswerMaxMs: 1000, firstAnswerAtN: 1000000, minThroughputOfEmpty: 0.9 },
+  // issue 23: with the server on 2 cores, throughput at least 1.7× its 1-core figure (Restate's beside it)
+  scaling: { minRatio: 1.7 },
 };
 
 // ---------------------------------------------------------------- helpers
@@ -190,6 +192,7 @@ export function buildTables(res) {
 
   tables.push(...sqlTables(res));
   tables.push(...retainedTables(res));
+  tables.push(...scalingTables(res));
 
   if (res.micro && !res.micro.error) tables.push(...microTables(res.micro));
   else if (res.micro?.error) tables.push({ title: 'Micro-benchmark', columns: ['error'], rows: [[res.micro.error]], notes: [] });
@@ -316,8 +319,39 @@ export function checkGoals(res) {
     add('zero RT0010 in the whole run', t, l ? `${l.server.rt0010} RT0010, ${l.server.errors} errors` : '-', ran ? l.server.rt0010 === 0 : null);
     if (t === 'keel') sqlGoals(res, add);
     if (t === 'keel') retainedGoals(res, add);
+    if (t === 'keel') scalingGoals(res, add);
   }
   return out;
+}
+
+/** Scaling: each target's throughput per CPU set of its server, and the largest set's ÷ the smallest's. */
+export function scalingTables(res) {
+  const runs = res.scaling ?? [];
+  if (runs.length === 0) return [];
+  const rows = [];
+  for (const r of runs) {
+    if (r.error) rows.push([r.target, '-', r.error, '', '', '', '']);
+    for (const c of r.cpuSets ?? []) {
+      const cell = (sc) => (c[sc]?.error ? c[sc].error : `${fmt(c[sc]?.rps, 0)}/s, p99 ${ms(c[sc]?.p99, 1)} ms, ${ms(c[sc]?.cpuMsPerInvocation, 3)} ms CPU`);
+      rows.push([r.target, r.workers ?? '-', c.cpus, c.cores, cell('noop'), cell('steps'), c === r.cpuSets.at(-1) && r.ratio ? `${x(r.ratio.noop)} / ${x(r.ratio.steps)}` : '']);
+    }
+  }
+  const notes = [
+    'noop and steps at c=32 with the server process pinned (taskset) to each CPU set, on a fresh server each; median of --rounds; "× first set": throughput on the largest set ÷ on the smallest (noop / steps). The SDK service and the load generator are not pinned (on 2 cores they share them with the server).',
+  ];
+  return [{ title: 'Scaling: throughput by the cores the server may use', columns: ['target', 'workers', 'cores', 'n', 'noop', 'steps', '× first set'], rows, notes }];
+}
+
+function scalingGoals(res, add) {
+  const k = (res.scaling ?? []).find((r) => r.target === 'keel');
+  if (k === undefined) return;
+  const r = (res.scaling ?? []).find((x) => x.target === 'restate');
+  const [first, last] = [k.cpuSets?.[0], k.cpuSets?.at(-1)];
+  for (const sc of ['noop', 'steps']) {
+    const v = k.ratio?.[sc];
+    const label = first && last ? `${last.cores} cores ÷ ${first.cores}` : 'cores';
+    add(`scaling ${sc}: throughput on ${label} ≥ ${GOALS.scaling.minRatio}×`, 'keel', v == null ? (k.error ?? '-') : `${x(v)}${r?.ratio?.[sc] != null ? ` (restate ${x(r.ratio[sc])})` : ''}`, v == null ? null : v >= GOALS.scaling.minRatio);
+  }
 }
 
 function sqlGoals(res, add) {

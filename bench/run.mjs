@@ -20,6 +20,7 @@ import { combineBurst, combineRows, orderOf } from './rounds.mjs';
 import { COUNTER, PROBES, SCENARIOS, closedLoopCell, greeterBurst, objectCell, warmup } from './scenarios.mjs';
 import { dataRoot, newServer, probe, register, serverVersion, spawnServer, startService, waitHealthy } from './targets.mjs';
 import { retainedAtScale, retainedRun } from './retained.mjs';
+import { scalingRun } from './scaling.mjs';
 import { sqlAtScale, sqlSideBySide } from './sql.mjs';
 
 const opts = parseArgs(process.argv.slice(2));
@@ -60,6 +61,7 @@ const res = {
   sql: {}, // target → sqlSideBySide result (restate, keel)
   sqlScale: null, // sqlAtScale result (Keel only)
   retained: [], // retainedRun results: { target, n, empty, fill, restart, filled, check } | error
+  scaling: [], // scalingRun results: { target, workers?, cpuSets: [{ cpus, cores, noop, steps }], ratio } | error
   ratios: [],
   goals: [],
 };
@@ -256,6 +258,9 @@ for (const n of opts.retained) {
 }
 if (opts.retainedScale > 0 && services.keel) res.retained.push(await retainedAtScale(node, services.keel, opts));
 
+// Scaling: restate and keel, each pinned to one core, then two (one fresh server each).
+if (opts.scaling) for (const { target, service } of sqlSides) res.scaling.push(await scalingRun(target, node, service, opts));
+
 for (const target of opts.targets) {
   const info = res.targets[target];
   const service = services[target];
@@ -339,7 +344,7 @@ const headline =
   `data dirs in ${meta.dataRoot}; took ${fmt(meta.elapsedS, 0)} s`;
 const targetLines = opts.targets.map((t) => {
   const i = res.targets[t];
-  return `${t}: ${i.status}${i.version ? ` (version ${i.version})` : ''}${i.idleCpuMsPerSec != null ? `, idle server CPU ${fmt(i.idleCpuMsPerSec, 1)} ms/s` : ''}${i.error ? ` — ${i.error}` : ''}`;
+  return `${t}: ${i.status}${i.version ? ` (version ${i.version})` : ''}${t.startsWith('keel') ? ', workers 1 (every partition on one event loop)' : ''}${i.idleCpuMsPerSec != null ? `, idle server CPU ${fmt(i.idleCpuMsPerSec, 1)} ms/s` : ''}${i.error ? ` — ${i.error}` : ''}`;
 });
 const legend = 'Ratios are Keel ÷ Restate for the same cell ("vs R"): throughput > 1 and p50/p99/CPU < 1 mean Keel is better.';
 console.log(`\n${headline}\n${targetLines.join('\n')}\n${legend}${renderText(tables)}\n`);

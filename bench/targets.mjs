@@ -110,8 +110,10 @@ export function spawnServer(s) {
     s.cmd = 'node';
     s.args = s.configFile ? [main, '--config', s.configFile] : [main];
   }
+  // The scaling cell (scaling.mjs) pins the server to a CPU set; taskset execs it, so the pid is the server's.
+  const [file, args] = s.cpuList ? ['taskset', ['-c', s.cpuList, s.cmd, ...s.args]] : [s.cmd, s.args];
   s.spawnedAt = nowMs();
-  s.child = spawnGroup(s.cmd, s.args, { cwd: s.dataDir, logFile: s.logFile, env });
+  s.child = spawnGroup(file, args, { cwd: s.dataDir, logFile: s.logFile, env });
   s.pid = s.child.pid;
   return s;
 }

@@ -1,0 +1,47 @@
+// The benchmark's scaling cell (bench/scaling.mjs, issue 23): the CPU sets a server is pinned to,
+// and how the report and the goal read a run (2-core ÷ 1-core throughput, Restate's beside Keel's).
+import t from 'tap';
+import { parseArgs } from '../bench/options.mjs';
+import { checkGoals, scalingTables } from '../bench/report.mjs';
+import { coresIn, scalingCpuSets } from '../bench/scaling.mjs';
+
+t.test('CPU sets: taskset lists, at least two, counted in cores', async (t) => {
+  t.equal(coresIn('0'), 1);
+  t.equal(coresIn('0-1'), 2);
+  t.equal(coresIn('0-3,6'), 5);
+  t.throws(() => coresIn('3-1'), /not a CPU list/);
+  t.same(scalingCpuSets(), ['0', '0-1'], 'by default core 0, then cores 0-1');
+  process.env.BENCH_SCALING_CORES = '0';
+  t.throws(() => scalingCpuSets(), /at least two/);
+  process.env.BENCH_SCALING_CORES = '0;0-1;0-3';
+  t.same(scalingCpuSets(), ['0', '0-1', '0-3']);
+  delete process.env.BENCH_SCALING_CORES;
+});
+
+t.test('--scaling-only runs the scaling cell alone; --skip-scaling leaves it out', async (t) => {
+  const only = parseArgs(['--scaling-only', '--targets', 'restate,keel']);
+  t.equal(only.scaling, true);
+  t.same([only.retained, only.retainedScale, only.sqlInvocations, only.scenarios, only.startupRuns], [[], 0, 0, [], 0]);
+  t.equal(parseArgs(['--skip-scaling']).scaling, false);
+  t.equal(parseArgs(['--retained-only']).scaling, false);
+});
+
+const cell = (rps) => ({ rps, p99: 20, cpuMsPerInvocation: 0.5, roundsRps: [rps] });
+const run = (target, one, two) => ({
+  target,
+  ...(target === 'keel' ? { workers: 1 } : {}),
+  cpuSets: [{ cpus: '0', cores: 1, noop: cell(one), steps: cell(one / 2) }, { cpus: '0-1', cores: 2, noop: cell(two), steps: cell(two / 2) }],
+  ratio: { noop: two / one, steps: two / one },
+});
+
+t.test('the table and the goal: 2-core ÷ 1-core ≥ 1.7, Restate beside', async (t) => {
+  const res = { meta: { opts: parseArgs(['--scaling-only', '--targets', 'restate,keel']) }, results: [], objects: [], burst: {}, startup: {}, recovery: {}, logs: {}, scaling: [run('restate', 700, 1300), run('keel', 1500, 1800)] };
+  const [table] = scalingTables(res);
+  t.equal(table.rows.length, 4, 'a row per target and CPU set');
+  t.match(table.rows[3], ['keel', 1, '0-1', 2, /1800\/s/, /900\/s/, '1.20x / 1.20x']);
+  const goals = checkGoals(res).filter((g) => g.goal.startsWith('scaling'));
+  t.equal(goals.length, 2);
+  t.match(goals[0], { goal: 'scaling noop: throughput on 2 cores ÷ 1 ≥ 1.7×', target: 'keel', value: '1.20x (restate 1.86x)', pass: false });
+  res.scaling[1] = run('keel', 1000, 1800);
+  t.equal(checkGoals(res).find((g) => g.goal.startsWith('scaling noop')).pass, true);
+});
