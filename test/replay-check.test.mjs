@@ -6,9 +6,8 @@
 // closures: a replay must run none. Invocations that are not suspended (retrying ones here) are
 // counted, never replayed; at a new URI nothing is pinned, so nothing is replayed.
 import t from 'tap';
-import http2 from 'node:http2';
 import * as restate from '@restatedev/restate-sdk';
-import { adminCall, eventually, ingress, query, register, serveServices, startKeel } from './helpers/keel.mjs';
+import { adminCall, eventually, ingress, query, register, serveHandler, serveServices, startKeel } from './helpers/keel.mjs';
 import { keelCli } from './helpers/keel-cli.mjs';
 import { launch, newPage } from './helpers/browser.mjs';
 
@@ -41,15 +40,8 @@ function flow(variant, { before, after } = {}) {
 /** One URI whose code can be swapped, as a redeploy behind the same address does. */
 async function swappableEndpoint(t, services) {
   let handler = restate.createEndpointHandler({ services });
-  const server = http2.createServer((req, res) => handler(req, res));
-  const sessions = new Set();
-  server.on('session', (s) => {
-    sessions.add(s);
-    s.on('close', () => sessions.delete(s));
-  });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  t.teardown(() => new Promise((r) => (sessions.forEach((s) => s.destroy()), server.close(() => r()))));
-  return { uri: `http://127.0.0.1:${server.address().port}/`, use: (next) => (handler = restate.createEndpointHandler({ services: next })) };
+  const uri = await serveHandler(t, (req, res) => handler(req, res));
+  return { uri, use: (next) => (handler = restate.createEndpointHandler({ services: next })) };
 }
 
 t.test('replay check against real SDK code: compatible, mismatch, missing handler, refusal, no side effects', async (t) => {

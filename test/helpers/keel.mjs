@@ -143,27 +143,30 @@ export async function startKeel(t, { env = {}, dir = tempDir(t), nodePath = proc
  */
 export async function serveServices(t, services, { http1 = false, identityKeys } = {}) {
   const handler = restate.createEndpointHandler({ services, ...(identityKeys ? { identityKeys } : {}) });
-  let server;
-  if (http1) {
-    const http = await import('node:http');
-    server = http.createServer(handler);
-  } else {
-    server = http2.createServer(handler);
-    server.sessions = new Set();
-    server.on('session', (s) => {
-      server.sessions.add(s);
-      s.on('close', () => server.sessions.delete(s));
-    });
-  }
+  if (!http1) return serveHandler(t, handler);
+  const http = await import('node:http');
+  const server = http.createServer(handler);
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
   t.teardown(
     () =>
       new Promise((resolve) => {
-        for (const s of server.sessions ?? []) s.destroy();
-        server.closeAllConnections?.();
+        server.closeAllConnections();
         server.close(() => resolve());
       }),
   );
+  return `http://127.0.0.1:${server.address().port}/`;
+}
+
+/** Serves `handler(req, res)` over HTTP/2 cleartext on a free port, its sessions destroyed at teardown; returns the URI. */
+export async function serveHandler(t, handler) {
+  const server = http2.createServer(handler);
+  const sessions = new Set();
+  server.on('session', (s) => {
+    sessions.add(s);
+    s.on('close', () => sessions.delete(s));
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => new Promise((resolve) => (sessions.forEach((s) => s.destroy()), server.close(() => resolve()))));
   return `http://127.0.0.1:${server.address().port}/`;
 }
 
