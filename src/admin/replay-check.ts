@@ -60,7 +60,6 @@ export async function replayCheck(ctx: AdminContext, request: RegisterRequest, s
   const handlers = new Map(deployment.services.map((s) => [s.name, new Set(s.handlers.map((h) => h.name))]));
   const found = replaces === undefined ? { sample: [], suspended: 0, other: {} } : await source.replayCandidates(new Set(handlers.keys()), replaces, sample);
   const verdicts: ReplayVerdict[] = [];
-  const cases: ReplayCase[] = [];
   const byProtocol = new Map<number, ReplayCase[]>();
   for (const status of found.sample) {
     const target = status.service_type === 'Service' ? `${status.service}/${status.handler}` : `${status.service}/${status.key}/${status.handler}`;
@@ -80,8 +79,9 @@ export async function replayCheck(ctx: AdminContext, request: RegisterRequest, s
       continue;
     }
     const c = { status, journal };
-    cases.push(c);
-    byProtocol.set(version, [...(byProtocol.get(version) ?? []), c]);
+    const group = byProtocol.get(version);
+    if (group === undefined) byProtocol.set(version, [c]);
+    else group.push(c);
   }
   const attemptDeployment = {
     id: deployment.id,
