@@ -1,14 +1,17 @@
-// A node of a Keel cluster: one node is active — it leads every partition (its logs in Kafka),
-// runs the invoker, the timers and the subscriptions — and the others stand by, forwarding what
-// they are asked to it (forwarding.ts). Kafka's group membership says which (kafka-membership.ts);
-// when the active node leaves the group (SIGKILL, SIGSTOP past its session), a standby catches
-// the partitions up from the log (from what its own store applied), announces a new epoch on
-// each, and serves.
+// A node of a Keel cluster. Kafka's group membership shares the partitions out
+// (kafka-membership.ts): one node leads them all while the others stand by, or, with
+// `cluster.spread_partitions`, each node leads a share. This node reconciles what it leads with
+// what it is assigned, one change at a time: it hands over what it no longer has (the partition
+// closes: what it appended is written, its attempts stop), takes what it gained (catches the
+// partition up from the log, from what its own store applied, and announces a new epoch), and
+// follows every other partition's log into its store, so that taking one over later reads only
+// the last moments. What runs beside the partitions (the invoker, the cleaner, timers,
+// subscriptions, snapshots) starts the first time it leads any.
 //
-// A node that was active and finds another one chosen was deposed while it could not see it
-// (paused, cut off): the new leader's announcements make its appends void, so it acknowledges
-// nothing more, and it exits rather than trust anything it holds in memory. Its supervisor
-// starts it again, as a standby.
+// A node that was out of the group while it led partitions (paused, cut off past its session)
+// was deposed: the new leaders' announcements make its appends void, so it acknowledges nothing
+// more, and it exits rather than trust anything it holds in memory. Its supervisor starts it
+// again, as a new member.
 import type { Logger } from './common/logger.js';
 import { splitAddress, type ClusterConfig, type Config } from './config/index.js';
 import { KafkaLogClient } from './log/kafka-log.js';
@@ -16,17 +19,35 @@ import { ClusterMembership, type MembershipView, type NodeInfo } from './log/kaf
 import type { Route } from './forwarding.js';
 import { DirectorySnapshotStore } from './storage/snapshots.js';
 
-type Role = 'standby' | 'activating' | 'active';
+/** `active`: leads every partition; `leading`: some; `activating`: taking some over; `standby`: none. */
+type Role = 'standby' | 'activating' | 'active' | 'leading';
 
 /** A partition this node keeps up with while another node leads it (partition/catch-up.ts). */
 export interface Follower {
+  readonly partition: number;
   readonly applied_position: number;
   stop(): Promise<void>;
 }
 
+/** What the node does to its partitions as leadership moves (server.ts wires them to the worker). */
+export interface ClusterHooks {
+  /** Opens partitions to lead them: each catches up from the log and announces a new epoch. */
+  open(log: KafkaLogClient, partitions: number[]): Promise<void>;
+  /** Closes a partition this node leads: another node leads it from now on. */
+  close(partition: number): Promise<void>;
+  /** Starts what runs beside the partitions (once, when this node first leads any); returns what stops it. */
+  startWork(log: KafkaLogClient): Promise<(() => Promise<void>) | undefined>;
+  /** Follows these partitions' logs into this node's store. */
+  follow(log: KafkaLogClient, partitions: number[]): Promise<Follower[]>;
+  /** This node was deposed while it led partitions: it must stop at once. */
+  deposed(reason: string): void;
+  /** The partitions that stopped on this node, and why. */
+  stopped(): Array<{ partition: number; reason: string }>;
+}
+
 /** The longest a step of stopping waits for kafkajs. */
 const STOP_STEP_MS = 3_000;
-/** How often the active node looks for a stopped partition. */
+/** How often a leading node looks for a stopped partition. */
 const PARTITION_WATCH_MS = 500;
 
 function bounded(work: Promise<void>, ms: number): Promise<void> {
@@ -38,37 +59,37 @@ function bounded(work: Promise<void>, ms: number): Promise<void> {
 export interface ClusterStatus {
   node: string;
   role: Role;
+  /** The node that leads every partition, where one does. */
   active_node: string | undefined;
   members: string[];
-  partitions: Array<{ partition: number; leader_epoch: number | undefined; applied_position: number | undefined }>;
+  partitions: Array<{ partition: number; leader: string | undefined; leader_epoch: number | undefined; applied_position: number | undefined }>;
 }
 
 export class ClusterNode {
   readonly log: KafkaLogClient;
   private readonly membership: ClusterMembership;
-  private role: Role = 'standby';
+  /** Partitions open on this node (it leads them), and those it is taking over. */
+  private readonly leading = new Set<number>();
+  private readonly taking = new Set<number>();
+  private readonly followers = new Map<number, Follower>();
+  private view: MembershipView = { member_id: undefined, assigned: [], leaders: [], members: [] };
+  /** One reconciliation at a time, in the order the views came. */
+  private reconciling: Promise<void> = Promise.resolve();
+  private stopping = false;
+  private workStarted = false;
   private watch: NodeJS.Timeout | undefined;
-  /** While standing by: the partitions followed, by partition. */
-  private following: Promise<Follower[]> | undefined;
-  private followers: Follower[] = [];
-  private view: MembershipView = { active: false, leader: undefined, members: [] };
-  /** Stops what activating started beside the partitions. */
+  /** Stops what leading started beside the partitions. */
   private stopActive: (() => Promise<void>) | undefined;
   private lag: LogLag | undefined;
   readonly self: NodeInfo;
+  private readonly partitions: number;
+  private readonly spread: boolean;
 
   constructor(
-    private readonly config: Config,
+    config: Config,
     cluster: ClusterConfig,
     private readonly logger: Logger,
-    /** Opens and starts the partitions, the invoker, timers and subscriptions on this node; returns what stops its background work (snapshots). */
-    private readonly activate: (log: KafkaLogClient) => Promise<(() => Promise<void>) | undefined>,
-    /** This node was deposed while active: it must stop at once. */
-    private readonly deposed: (reason: string) => void,
-    /** Why a partition stopped on this node, if one did. */
-    private readonly stopped: () => string | undefined,
-    /** Starts following every partition's log into this node's store (while it stands by). */
-    private readonly follow: (log: KafkaLogClient) => Promise<Follower[]>,
+    private readonly hooks: ClusterHooks,
   ) {
     const host = cluster.advertised_host.includes(':') ? `[${cluster.advertised_host}]` : cluster.advertised_host;
     this.self = {
@@ -76,6 +97,8 @@ export class ClusterNode {
       ingress: `http://${host}:${splitAddress(config.ingress.bind_address).port}`,
       admin: `http://${host}:${splitAddress(config.admin.bind_address).port}`,
     };
+    this.partitions = config.worker.partitions;
+    this.spread = cluster.spread_partitions;
     this.log = new KafkaLogClient(
       {
         node: cluster.node_name, brokers: cluster.brokers, topic: cluster.log_topic, partitions: config.worker.partitions, replication_factor: cluster.replication_factor, min_insync_replicas: cluster.min_insync_replicas, transactional: cluster.transactional,
@@ -83,7 +106,7 @@ export class ClusterNode {
       },
       logger.child({ component: 'kafka-log' }),
     );
-    this.membership = new ClusterMembership(this.log.kafka, `${cluster.log_topic}-nodes`, `${cluster.log_topic}-meta`, this.self, () => this.log.epochs.get(0) ?? 0, () => this.role !== 'standby', cluster.session_timeout_ms, logger.child({ component: 'membership' }));
+    this.membership = new ClusterMembership(this.log.kafka, `${cluster.log_topic}-nodes`, `${cluster.log_topic}-meta`, this.self, () => this.claims(), this.partitions, cluster.spread_partitions, cluster.session_timeout_ms, logger.child({ component: 'membership' }));
     this.membership.onChange((view) => this.changed(view));
   }
 
@@ -95,12 +118,12 @@ export class ClusterNode {
 
   /** Starts reading how far this node's copies are behind the logs (`appliedOffset`: a partition's cursor in the store). */
   watchLag(appliedOffset: (partition: number) => Promise<number | undefined>): LogLag {
-    this.lag = new LogLag(this.log, appliedOffset, this.config.worker.partitions);
+    this.lag = new LogLag(this.log, appliedOffset, this.partitions);
     this.lag.start();
     return this.lag;
   }
 
-  /** Stops the background work of an active node (before its partitions close). */
+  /** Stops the background work of a leading node (before its partitions close). */
   async stopWork(): Promise<void> {
     const stop = this.stopActive;
     this.stopActive = undefined;
@@ -108,97 +131,159 @@ export class ClusterNode {
   }
 
   /**
-   * Leaves the group (a standby is chosen at once, without waiting out this node's session) and
-   * closes the Kafka clients. Each step is bounded: kafkajs can wait out its request timeouts on
-   * a broker that died and came back, while the work is to be handed over in seconds.
+   * Leaves the group (the partitions go to the others at once, without waiting out this node's
+   * session) and closes the Kafka clients. Each step is bounded: kafkajs can wait out its request
+   * timeouts on a broker that died and came back, while the work is to be handed over in seconds.
    */
   async stop(): Promise<void> {
+    this.stopping = true;
     clearInterval(this.watch);
     this.lag?.stop();
     await this.stopWork();
-    await this.stopFollowing();
+    await this.stopFollowing([...this.followers.keys()]);
     await bounded(this.membership.stop(), STOP_STEP_MS);
     await bounded(this.log.close(), STOP_STEP_MS);
   }
 
-  /** Where a request to the ingress (or admin API) goes now. */
+  /** The node that leads a partition now: this one ('local'), another one, or none known. */
+  leaderOf(partition: number): 'local' | NodeInfo | undefined {
+    if (this.leading.has(partition)) return 'local';
+    if (this.taking.has(partition)) return undefined;
+    const leader = this.view.leaders[partition];
+    return leader === undefined || leader.node === this.self.node ? undefined : leader;
+  }
+
+  /**
+   * Where a request goes when one node leads every partition: here ('local'), that node, or
+   * nowhere yet. (With the partitions spread, requests are routed by partition instead.)
+   */
   route(server: 'ingress' | 'admin'): Route {
     return () => {
-      if (this.role === 'active') return 'local';
-      if (this.role === 'activating') return undefined;
-      const leader = this.view.leader;
-      return leader === undefined || leader.node === this.self.node ? undefined : leader[server];
+      const where = this.leaderOf(0);
+      if (where === 'local') return this.leading.size === this.partitions ? 'local' : undefined;
+      return where?.[server];
     };
   }
 
-  /** What /metrics samples: the role, the members seen, the epochs led. */
+  /** What /metrics samples: whether this node leads every partition, the members seen, the epochs led. */
   sample(): { active: boolean; members: number; epochs: Array<[number, number]>; fetch_requests: number } {
-    return { active: this.role === 'active', members: this.view.members.length, epochs: this.role === 'active' ? [...this.log.epochs] : [], fetch_requests: this.log.reader.fetch_requests };
+    return { active: this.leading.size === this.partitions, members: this.view.members.length, epochs: [...this.log.epochs], fetch_requests: this.log.reader.fetch_requests };
   }
 
   /** `applied`: the last log position each partition applied on this node (while it leads them). */
   status(applied: (partition: number) => number | undefined = () => undefined): ClusterStatus {
+    const leaders = Array.from({ length: this.partitions }, (_, p) => {
+      const where = this.leaderOf(p);
+      return where === 'local' ? this.self.node : where?.node;
+    });
+    const one = leaders[0] !== undefined && leaders.every((l) => l === leaders[0]) ? leaders[0] : undefined;
     return {
       node: this.self.node,
-      role: this.role,
-      active_node: this.role === 'active' ? this.self.node : this.view.leader?.node,
+      role: this.role(),
+      active_node: one,
       members: this.view.members.map((m) => m.node).sort(),
-      partitions: Array.from({ length: this.config.worker.partitions }, (_, p) => ({
+      partitions: leaders.map((leader, p) => ({
         partition: p,
-        leader_epoch: this.role === 'active' ? this.log.epochs.get(p) : undefined,
-        applied_position: this.role === 'active' ? applied(p) : this.followers[p]?.applied_position,
+        leader,
+        leader_epoch: this.leading.has(p) ? this.log.epochs.get(p) : undefined,
+        applied_position: this.leading.has(p) ? applied(p) : this.followers.get(p)?.applied_position,
       })),
     };
   }
 
+  private role(): Role {
+    if (this.taking.size > 0) return 'activating';
+    if (this.leading.size === 0) return 'standby';
+    return this.leading.size === this.partitions ? 'active' : 'leading';
+  }
+
+  /** What this node tells the group it holds: each partition it leads with its epoch, each it is taking with 0. */
+  private claims(): Record<string, number> {
+    const claims: Record<string, number> = {};
+    for (const p of this.taking) claims[String(p)] = 0;
+    for (const p of this.leading) claims[String(p)] = this.log.epochs.get(p) ?? 0;
+    return claims;
+  }
+
   /**
-   * A partition that stops on the active node (a write Kafka refused past its retries, a broken
-   * invariant) would stay stopped until a restart while the node goes on leading it: the node
-   * steps down instead, and a standby rebuilds the partition from the log.
+   * A partition that stops on this node (a write Kafka refused past its retries, a broken
+   * invariant) while it is still assigned here would stay stopped until a restart while the node
+   * goes on leading it: the node steps down instead, and the others rebuild it from the log. One
+   * that stops while it is handed over (its late appends made void) is closing anyway.
    */
   private watchPartitions(): void {
     this.watch = setInterval(() => {
-      const reason = this.stopped();
-      if (reason !== undefined) this.deposed(`a partition stopped: ${reason}`);
+      const failure = this.hooks.stopped().find((f) => this.view.assigned.includes(f.partition) && this.leading.has(f.partition));
+      if (failure !== undefined) this.hooks.deposed(`partition ${failure.partition} stopped: ${failure.reason}`);
     }, PARTITION_WATCH_MS);
     this.watch.unref();
   }
 
   private changed(view: MembershipView): void {
     this.view = view;
-    if (view.active && this.role === 'standby') {
-      this.role = 'activating';
+    // With one node leading everything, the assignment never moves a partition away from the
+    // node that leads it: losing one means another node announced a later epoch meanwhile.
+    const lost = [...this.leading, ...this.taking].filter((p) => !view.assigned.includes(p));
+    if (!this.spread && lost.length > 0) {
+      this.hooks.deposed(`the cluster chose ${view.leaders[lost[0]!]?.node ?? 'another node'} to lead partitions this node ${this.taking.size > 0 ? 'was taking over' : 'led'}`);
+      return;
+    }
+    this.reconciling = this.reconciling
+      .then(() => this.reconcile())
+      .catch((err: unknown) => this.hooks.deposed(`taking the lead failed: ${(err as Error)?.message ?? String(err)}`));
+  }
+
+  /** Brings what this node leads and follows in line with the view it has now. */
+  private async reconcile(): Promise<void> {
+    if (this.stopping) return;
+    const view = this.view;
+    const want = new Set(view.assigned);
+    for (const p of [...this.leading].filter((p) => !want.has(p))) {
       const started = performance.now();
-      this.stopFollowing()
-        .then(() => this.activate(this.log))
-        .then(
-          (stop) => {
-            this.stopActive = stop;
-            this.role = 'active';
-            this.watchPartitions();
-            this.logger.info({ node: this.self.node, took_ms: Math.round(performance.now() - started), epochs: Object.fromEntries(this.log.epochs) }, 'this node is active: it leads every partition');
-          },
-          (err: unknown) => this.deposed(`taking the lead failed: ${(err as Error)?.message ?? String(err)}`),
-        );
-    } else if (!view.active && this.role !== 'standby') {
-      this.deposed(`the cluster chose ${view.leader?.node ?? 'another node'} while this node was ${this.role}`);
-    } else if (!view.active && this.following === undefined) {
-      this.following = this.follow(this.log).then(
-        (followers) => (this.followers = followers),
-        (err: unknown) => {
-          this.logger.warn({ err, code: 'KEEL0801' }, 'cannot follow the partition logs; this node catches up when it takes the lead');
-          return [];
-        },
-      );
+      await this.hooks.close(p);
+      this.leading.delete(p);
+      this.log.epochs.delete(p);
+      // Its next leader's producer fences this one (transactions): taking it back later builds a new one.
+      this.log.forget(p);
+      this.logger.info({ partition: p, to: view.leaders[p]?.node, took_ms: Math.round(performance.now() - started) }, 'partition handed over');
+    }
+    const take = view.assigned.filter((p) => !this.leading.has(p));
+    if (take.length > 0) {
+      const started = performance.now();
+      for (const p of take) this.taking.add(p);
+      await this.stopFollowing(take);
+      try {
+        await this.hooks.open(this.log, take);
+      } finally {
+        for (const p of take) this.taking.delete(p);
+      }
+      for (const p of take) this.leading.add(p);
+      if (!this.workStarted) {
+        this.workStarted = true;
+        this.stopActive = await this.hooks.startWork(this.log);
+        this.watchPartitions();
+      }
+      const epochs = Object.fromEntries(take.map((p) => [p, this.log.epochs.get(p)]));
+      this.logger.info({ node: this.self.node, partitions: take, took_ms: Math.round(performance.now() - started), epochs }, this.leading.size === this.partitions ? 'this node is active: it leads every partition' : `this node leads ${this.leading.size} of ${this.partitions} partitions`);
+    }
+    const follow = Array.from({ length: this.partitions }, (_, p) => p).filter((p) => !this.leading.has(p) && !this.followers.has(p));
+    if (follow.length > 0 && !this.stopping) {
+      const followers = await this.hooks.follow(this.log, follow).catch((err: unknown) => {
+        this.logger.warn({ err, code: 'KEEL0801' }, 'cannot follow the partition logs; this node catches up when it takes the lead');
+        return [];
+      });
+      for (const f of followers) this.followers.set(f.partition, f);
     }
   }
 
-  /** Stops following and waits until what was read is in the store (taking the lead reads on from there). */
-  private async stopFollowing(): Promise<void> {
-    const followers = await this.following;
-    this.following = undefined;
-    this.followers = [];
-    await Promise.all((followers ?? []).map((f) => f.stop()));
+  /** Stops following these partitions and waits until what was read is in the store (taking the lead reads on from there). */
+  private async stopFollowing(partitions: number[]): Promise<void> {
+    const stopping = partitions.flatMap((p) => {
+      const f = this.followers.get(p);
+      this.followers.delete(p);
+      return f === undefined ? [] : [f.stop()];
+    });
+    await Promise.all(stopping);
   }
 }
 

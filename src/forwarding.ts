@@ -1,10 +1,13 @@
-// A standby node of a cluster answers every request by forwarding it to the active node: the
-// request as it came (method, path, headers, body streamed), the answer as it comes back. Only
-// what is about the node itself is answered where it is asked (health, metrics, GET /cluster, the
-// UI's files). A request already forwarded once is not forwarded again (no loops while the nodes
-// disagree about who is active for a moment): it is answered 503 KEEL0803, as when no node is.
+// Requests a node cannot serve itself go to the node that can, and the answer comes back as it
+// is. With one node leading every partition, a standby forwards every request to it as it came
+// (method, path, headers, body streamed); only what is about the node itself is answered where it
+// is asked (health, metrics, GET /cluster, the UI's files). With the partitions spread, each node
+// serves what it can and a request that needs a partition another node leads (its handler threw
+// NotLedHereError before it changed anything) goes to that partition's leader, its parsed body
+// sent again. A request already forwarded once is not forwarded again (no loops while the nodes
+// disagree about who leads what for a moment): it is answered 503, as when no node leads.
 import http from 'node:http';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from './common/logger.js';
 import { catalogue, KeelError, type ErrorCode } from './errors/index.js';
 import type { PgQueries } from './admin/pgwire.js';
@@ -40,11 +43,36 @@ export function forwardWhenStandby(app: FastifyInstance, route: Route, node: str
   });
 }
 
-function forward(req: http.IncomingMessage, res: http.ServerResponse, base: string, node: string, logger: Logger): void {
+/**
+ * With the partitions spread: sends a request whose handler needs `partition`, led elsewhere, to
+ * its leader (`server`: the leader's ingress or admin), with the body as this node parsed it.
+ */
+export function forwardToLeader(req: FastifyRequest, reply: FastifyReply, partition: number, leaders: PartitionLeaders, server: 'ingress' | 'admin', node: string, logger: Logger): void {
+  const leader = leaders.leaderOf(partition);
+  if (leader === undefined || leader === 'local' || req.headers[FORWARDED] !== undefined) {
+    const entry = catalogue.get('KEEL0805')!;
+    const message = `partition ${partition} is led by ${leader === undefined || leader === 'local' ? 'no node yet' : `${leader.node}, which sent the request back`} (asked: ${node}); retry in a moment`;
+    void reply.code(entry.status).header('retry-after', '1').send(server === 'admin' ? { message: `[KEEL0805] ${message}`, restate_code: 'KEEL0805' } : { code: 'KEEL0805', message });
+    return;
+  }
+  const raw = req.body;
+  const body = raw === undefined || raw === null ? Buffer.alloc(0) : Buffer.isBuffer(raw) ? raw : Buffer.from(typeof raw === 'string' ? raw : JSON.stringify(raw));
+  reply.hijack();
+  forward(req.raw, reply.raw, leader[server], node, logger, body, req.url);
+}
+
+/** Who leads each partition (cluster-node.ts). */
+export interface PartitionLeaders {
+  leaderOf(partition: number): 'local' | { node: string; ingress: string; admin: string } | undefined;
+}
+
+/** `body`: the request's body as parsed here (the stream is read), sent instead of the stream. `url`: the path as routed here. */
+function forward(req: http.IncomingMessage, res: http.ServerResponse, base: string, node: string, logger: Logger, body?: Buffer, url = req.url ?? '/'): void {
   const headers: http.OutgoingHttpHeaders = { [FORWARDED]: node };
   // A request that arrived over HTTP/2 goes on over HTTP/1.1: its pseudo-header fields stay behind.
   for (const [name, value] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(name) && !name.startsWith(':')) headers[name] = value;
-  const target = new URL(req.url ?? '/', base);
+  if (body !== undefined) headers['content-length'] = String(body.length);
+  const target = new URL(url, base);
   const upstream = http.request(target, { method: req.method, headers, agent }, (answer) => {
     const out: http.OutgoingHttpHeaders = {};
     for (const [name, value] of Object.entries(answer.headers)) if (!HOP_BY_HOP.has(name)) out[name] = value;
@@ -61,7 +89,8 @@ function forward(req: http.IncomingMessage, res: http.ServerResponse, base: stri
     res.writeHead(503, { 'content-type': 'application/json', 'retry-after': '1' });
     res.end(JSON.stringify({ code: 'KEEL0803', message: `the active node (${target.origin}) cannot be reached from ${node}: ${err.message}; retry in a moment` }));
   });
-  req.pipe(upstream);
+  if (body !== undefined) upstream.end(body);
+  else req.pipe(upstream);
   res.on('close', () => {
     if (!res.writableFinished) upstream.destroy();
   });

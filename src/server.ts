@@ -11,11 +11,13 @@ import { DEFAULT_ENDPOINT_CLIENT_OPTIONS, EndpointClient } from './endpoint/clie
 import { RequestSigner } from './endpoint/identity.js';
 import { Registry } from './metadata/registry.js';
 import { stateCacheBytesPerPartition, Worker } from './partition/worker.js';
-import { ClusterNode, type Follower } from './cluster-node.js';
+import { ClusterNode, type ClusterHooks, type Follower } from './cluster-node.js';
 import { PartitionFollower } from './partition/catch-up.js';
 import { Snapshotter } from './partition/snapshotter.js';
 import { GroupWriter } from './storage/group-writer.js';
-import { forwardWhenStandby, routePgQueries } from './forwarding.js';
+import { RemoteAppender, serveAppends } from './cluster-append.js';
+import { forwardToLeader, forwardWhenStandby, routePgQueries } from './forwarding.js';
+import type { PartitionRouting } from './ingress/edge.js';
 import { KafkaLog, type KafkaLogClient } from './log/kafka-log.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
 import { ConfiguredSchedules } from './admin/schedules.js';
@@ -82,12 +84,14 @@ export class KeelServer {
       registry.onDeploymentLimits(() => invoker.limitsChanged());
       sampleQueues(metrics, config, worker, invoker, endpoints);
       const subscriptions = new SubscriptionManager({ config, registry, worker, logger: logger.child({ component: 'subscriptions' }) });
-      const ingress = await createIngressServer({ config, registry, worker, logger, telemetry });
+      // Filled in by the cluster node when the partitions are spread (requests for partitions led elsewhere go there).
+      const routing: { ingress: PartitionRouting; admin: PartitionRouting } = { ingress: {}, admin: {} };
+      const ingress = await createIngressServer({ config, registry, worker, logger, telemetry, routing: routing.ingress });
       const introspection = new WorkerIntrospection(worker, subscriptions);
       engine = createQueryEngine(config, registry, () => introspection, logger);
       // The rule book reaches the partitions: with each change made here (the rule routes wait
       // for it), each change another node of a cluster made, and when the partitions open.
-      const admin = await createAdminServer({ config, registry, logger, introspection, engine, failures: () => worker.failures(), metrics, endpoints, applyLimitRules: (book) => worker.setLimitRules(book) });
+      const admin = await createAdminServer({ config, registry, logger, introspection, engine, failures: () => worker.failures(), metrics, endpoints, applyLimitRules: (book) => worker.setLimitRules(book), routing: routing.admin });
       registry.onRemoteLimitRules((book) => {
         if (worker.processors.length === 0) return; // a standby: its partitions get the book when it becomes active
         worker.setLimitRules(book).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006', version: book.version }, 'cannot hand the rule book to the partitions'));
@@ -104,8 +108,8 @@ export class KeelServer {
       db = await opening;
       phase('store_opened');
       const opened = db;
-      const openPartitions = async (log?: KafkaLogClient) => {
-        await worker.open(opened, log).catch((err: unknown) => {
+      const openPartitions = async (log?: KafkaLogClient, partitions?: number[]) => {
+        await worker.open(opened, log, partitions).catch((err: unknown) => {
           if (err instanceof KeelError) throw err;
           // A read that fails its checksum, or state that breaks an invariant: never run on it.
           throw new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(err as Error)?.message ?? String(err)}`, 500, { cause: err });
@@ -117,11 +121,14 @@ export class KeelServer {
         await worker.setStateTtls(known.stateTtls(), { onlyWhereDiffers: true });
         await applySchedules();
       };
-      const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, metrics, opened, { ingress, admin }, worker, async (log) => {
-        await openPartitions(log);
-        worker.start(invoker);
-        subscriptions.start();
-        return startSnapshots(config.cluster!, opened, worker, log, logger);
+      const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, metrics, opened, { ingress, admin }, routing, worker, {
+        open: (log, partitions) => openPartitions(log, partitions),
+        close: (partition) => worker.closePartition(partition),
+        startWork: async (log) => {
+          worker.start(invoker);
+          subscriptions.start();
+          return startSnapshots(config.cluster!, opened, worker, log, logger);
+        },
       });
       // In a cluster the partitions open once this node is chosen to lead them (after it listens).
       if (cluster === undefined) await openPartitions();
@@ -207,30 +214,34 @@ export class KeelServer {
 
 /**
  * A cluster node: a standby forwards requests to the active node; `GET /cluster` (admin) says
- * where this node stands. A node deposed while active exits (see cluster-node.ts).
+ * where this node stands. A node deposed while it leads partitions exits (see cluster-node.ts).
  */
-function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, metrics: KeelMetrics, db: Db, servers: { ingress: FastifyInstance; admin: FastifyInstance }, worker: Worker, activate: (log: KafkaLogClient) => Promise<(() => Promise<void>) | undefined>): ClusterNode {
+function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, metrics: KeelMetrics, db: Db, servers: { ingress: FastifyInstance; admin: FastifyInstance }, routing: { ingress: PartitionRouting; admin: PartitionRouting }, worker: Worker, partitions: Pick<ClusterHooks, 'open' | 'close' | 'startWork'>): ClusterNode {
   const deposed = (reason: string): void => {
     logger.fatal({ code: 'KEEL0802', node: cluster.node_name }, `this node stops: ${reason}`);
     process.exit(1);
   };
-  const stopped = (): string | undefined => {
-    const failure = worker.failures()[0];
-    return failure === undefined ? undefined : `partition ${failure.partition}: ${failure.reason}`;
-  };
-  const follow = async (log: KafkaLogClient): Promise<Follower[]> => {
-    const writer = new GroupWriter(db);
+  const stopped = () => worker.failures().map((f) => ({ partition: f.partition, reason: f.reason }));
+  const writer = new GroupWriter(db);
+  const follow = async (log: KafkaLogClient, followed: number[]): Promise<Follower[]> => {
     const cache_bytes = stateCacheBytesPerPartition(config);
     const open = (p: number) => KafkaLog.open(db, p, writer, log);
-    const logs = await Promise.all(Array.from({ length: config.worker.partitions }, (_, p) => open(p)));
+    const logs = await Promise.all(followed.map((p) => open(p)));
     return logs.map((l) => new PartitionFollower(db, l, () => open(l.partition), cache_bytes, logger.child({ component: 'follower' })));
   };
-  const node = new ClusterNode(config, cluster, logger.child({ component: 'cluster' }), activate, deposed, stopped, follow);
-  forwardWhenStandby(servers.ingress, node.route('ingress'), cluster.node_name, logger);
-  forwardWhenStandby(servers.admin, node.route('admin'), cluster.node_name, logger);
+  const node = new ClusterNode(config, cluster, logger.child({ component: 'cluster' }), { ...partitions, follow, deposed, stopped });
+  if (cluster.spread_partitions) {
+    routing.ingress.elsewhere = (partition, req, reply) => forwardToLeader(req, reply, partition, node, 'ingress', cluster.node_name, logger);
+    routing.admin.elsewhere = (partition, req, reply) => forwardToLeader(req, reply, partition, node, 'admin', cluster.node_name, logger);
+    worker.setRemote(new RemoteAppender(node, cluster.node_name, config.admin.auth_tokens[0], logger.child({ component: 'remote-append' })));
+    serveAppends(servers.admin, worker);
+  } else {
+    forwardWhenStandby(servers.ingress, node.route('ingress'), cluster.node_name, logger);
+    forwardWhenStandby(servers.admin, node.route('admin'), cluster.node_name, logger);
+  }
   const lag = node.watchLag(async (p) => (await logTable.readCursor(db, p))?.offset);
   servers.admin.get('/cluster', async () => {
-    const status = node.status((p) => worker.processors[p]?.applied_position);
+    const status = node.status((p) => worker.processor(p)?.applied_position);
     const lags = await lag.refresh().catch(() => lag.current);
     return { ...status, partitions: status.partitions.map((p) => ({ ...p, ...lags[p.partition] })) };
   });

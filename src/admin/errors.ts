@@ -1,6 +1,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { catalogue, KeelError } from '../errors/index.js';
-import { discardOversizedBody, schemaError } from '../ingress/edge.js';
+import { discardOversizedBody, schemaError, type PartitionRouting } from '../ingress/edge.js';
+import { NotLedHereError } from '../partition/worker.js';
 
 /** The admin API's error body, as Restate shapes it. */
 export function errorBody(message: string, code: string | null): { message: string; restate_code: string | null } {
@@ -8,8 +9,9 @@ export function errorBody(message: string, code: string | null): { message: stri
 }
 
 /** One error handler: every error answers with its stable code, and is logged at the level it deserves. */
-export function installErrorHandling(app: FastifyInstance): void {
+export function installErrorHandling(app: FastifyInstance, routing: PartitionRouting = {}): void {
   app.setErrorHandler((raw: unknown, req: FastifyRequest, reply: FastifyReply) => {
+    if (raw instanceof NotLedHereError && routing.elsewhere !== undefined) return routing.elsewhere(raw.partition, req, reply);
     const fe = raw as FastifyError;
     const err = raw instanceof KeelError ? raw : fe.validation ? schemaError(fe) : undefined;
     if (err !== undefined) {

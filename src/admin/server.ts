@@ -11,7 +11,7 @@ import type { Registry } from '../metadata/registry.js';
 import type { KeelMetrics } from '../telemetry/metrics.js';
 import type { AdminContext } from './context.js';
 import { bearerAuth } from '../ingress/auth.js';
-import { edgeServerOptions, hardenServer, type EdgeErrors } from '../ingress/edge.js';
+import { edgeServerOptions, hardenServer, type EdgeErrors, type PartitionRouting } from '../ingress/edge.js';
 import { errorBody, installErrorHandling } from './errors.js';
 import { emptySource, type IntrospectionSource } from './introspection.js';
 import { deploymentRoutes } from './routes/deployments.js';
@@ -50,6 +50,8 @@ export interface AdminServerOptions {
    * answer once it resolves. Without one (an admin server with no partitions) the book is only stored.
    */
   applyLimitRules?: (book: RuleBook) => Promise<void>;
+  /** In a cluster with the partitions spread: where requests for partitions led elsewhere go. */
+  routing?: PartitionRouting;
 }
 
 /** The query engine of a server: `/query` and the PostgreSQL wire protocol share it. */
@@ -112,7 +114,7 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
   hardenServer(app, edge);
   bearerAuth(app, { tokens: opts.config.admin.auth_tokens, realm: 'keel-admin', open: (path) => OPEN_PATH.test(path), errors: ADMIN_ERRORS, logger });
   parseAnyAsJson(app);
-  installErrorHandling(app);
+  installErrorHandling(app, opts.routing);
   if (opts.engine === undefined) app.addHook('onClose', async () => engine.close());
 
   // Restate's words, in the error shape every other refusal has (Restate sends them as plain text).

@@ -146,6 +146,8 @@ export interface ClusterConfig {
   min_insync_replicas: number;
   /** Every append in a Kafka transaction as well as behind the epochs (slower: see README). */
   transactional: boolean;
+  /** The partitions shared out among the nodes (each leads some); false: one node leads them all, the others stand by. */
+  spread_partitions: boolean;
   /** A directory every node shares for snapshots of the partitions; undefined: no snapshots, and the Kafka log is never trimmed. */
   snapshot_path: string | undefined;
   /** A partition's leader snapshots it each time it has applied this many records since the last snapshot. */
@@ -222,6 +224,7 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'cluster.replication_factor', kind: 'int', dflt: 3 },
   { path: 'cluster.min_insync_replicas', kind: 'int', dflt: 2 },
   { path: 'cluster.transactional', kind: 'bool', dflt: false },
+  { path: 'cluster.spread_partitions', kind: 'bool', dflt: false },
   { path: 'cluster.snapshot_path', kind: 'string', dflt: undefined },
   { path: 'cluster.snapshot_interval_records', kind: 'int', dflt: 100_000 },
   { path: 'cluster.snapshots_kept', kind: 'int', dflt: 2 },
@@ -599,7 +602,7 @@ function clusterConfig(v: <T>(path: string) => T): ClusterConfig | undefined {
   if (rf < 1 || isr < 1 || isr > rf) throw new KeelError('RT0002', `keys 'cluster.replication_factor' (${rf}) and 'cluster.min_insync_replicas' (${isr}): both at least 1, and min_insync_replicas at most replication_factor`);
   const bound = splitAddress(v<string>('ingress.bind_address')).host;
   const advertised = v<string | undefined>('cluster.advertised_host') ?? (bound === '0.0.0.0' || bound === '::' ? hostname() : bound);
-  return { node_name: node, advertised_host: advertised, session_timeout_ms: v<number>('cluster.session_timeout'), brokers: list, log_topic: topic, replication_factor: rf, min_insync_replicas: isr, transactional: v<boolean>('cluster.transactional'), ...snapshotConfig(v) };
+  return { node_name: node, advertised_host: advertised, session_timeout_ms: v<number>('cluster.session_timeout'), brokers: list, log_topic: topic, replication_factor: rf, min_insync_replicas: isr, transactional: v<boolean>('cluster.transactional'), spread_partitions: v<boolean>('cluster.spread_partitions'), ...snapshotConfig(v) };
 }
 
 /** A token travels in an HTTP header: visible ASCII only. */

@@ -31,6 +31,15 @@ const DISCARD_MAX_BYTES = 64 * 1024 * 1024;
 const DISCARD_MAX_MS = 30_000;
 
 /** How a server shapes its error bodies (the ingress and the admin API differ). */
+/**
+ * Where a request goes whose handler needs a partition another node of a cluster leads (it threw
+ * NotLedHereError before it changed anything). Set once the cluster node exists; unset on a
+ * single node, where the error is answered as any other.
+ */
+export interface PartitionRouting {
+  elsewhere?: (partition: number, req: FastifyRequest, reply: FastifyReply) => void;
+}
+
 export interface EdgeErrors {
   body(code: ErrorCode, message: string, status: number): unknown;
   headers?: Record<string, string>;

@@ -110,7 +110,7 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   if (idempotencyKey !== undefined && idempotencyKey.length > MAX_IDEMPOTENCY_KEY_CHARS) {
     return ingressError(reply, 'KEEL0012', `the idempotency-key header is ${idempotencyKey.length} characters long, more than ${MAX_IDEMPOTENCY_KEY_CHARS}`);
   }
-  const target = resolveTarget(deps.config, service, handler, key, idempotencyKey, flow.scope);
+  const target = resolveTarget(deps.config, service, handler, key, idempotencyKey, flow.scope, () => worker.localPartitionKey());
   if (target.workflow_run && idempotencyKey) return ingressError(reply, 'KEEL0012', 'the idempotency key is not supported for workflow run handlers');
 
   void reply.header('x-restate-id', target.id.text);

@@ -2,10 +2,10 @@ import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, ty
 import type { Config } from '../config/index.js';
 import { KeelError } from '../errors/index.js';
 import type { Logger } from '../common/logger.js';
-import type { Worker } from '../partition/worker.js';
+import { NotLedHereError, type Worker } from '../partition/worker.js';
 import type { Telemetry } from '../telemetry/index.js';
 import { bearerAuth } from './auth.js';
-import { discardOversizedBody, edgeServerOptions, hardenServer, schemaError, type EdgeErrors } from './edge.js';
+import { discardOversizedBody, edgeServerOptions, hardenServer, schemaError, type EdgeErrors, type PartitionRouting } from './edge.js';
 import { invoke, type IngressRegistry } from './invoke.js';
 import { pathSegments } from './paths.js';
 import { compileSchemasLazily } from './validation.js';
@@ -25,7 +25,7 @@ const INGRESS_ERRORS: EdgeErrors = {
 const FASTIFY_CODES: Record<number, 'KEEL0413' | 'KEEL0414' | 'KEEL0431'> = { 413: 'KEEL0413', 414: 'KEEL0414', 431: 'KEEL0431' };
 
 /** The ingress on port 8080: calls, sends, attach/output, awakeables, as Restate 1.7 serves them. */
-export async function createIngressServer(opts: { config: Config; registry: IngressRegistry; worker: Worker; logger: Logger; telemetry: Telemetry }): Promise<FastifyInstance> {
+export async function createIngressServer(opts: { config: Config; registry: IngressRegistry; worker: Worker; logger: Logger; telemetry: Telemetry; routing?: PartitionRouting }): Promise<FastifyInstance> {
   const deps = { config: opts.config, registry: opts.registry, worker: opts.worker, logger: opts.logger.child({ component: 'ingress' }), telemetry: opts.telemetry };
   const edge = { limits: opts.config.http, errors: INGRESS_ERRORS, logger: deps.logger };
   const app = Fastify({
@@ -41,6 +41,7 @@ export async function createIngressServer(opts: { config: Config; registry: Ingr
 
   app.setErrorHandler((raw: unknown, req, reply) => {
     const err = (raw as FastifyError).validation ? schemaError(raw as FastifyError) : raw;
+    if (err instanceof NotLedHereError && opts.routing?.elsewhere !== undefined) return opts.routing.elsewhere(err.partition, req, reply);
     if (err instanceof KeelError) {
       // Back-pressure (KEEL0501) and a stopped partition (KEEL0503) are the server's answers, not faults.
       deps.logger[err.status >= 500 && err.code !== 'KEEL0501' ? 'error' : 'warn']({ code: err.code, url: req.url, err: err.message }, 'ingress request refused');

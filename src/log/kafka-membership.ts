@@ -1,18 +1,21 @@
-// Which node of a cluster is active: a Kafka consumer group of all nodes.
+// Who leads which partition of a cluster: a Kafka consumer group of all nodes.
 //
-// The nodes join one group (`<log_topic>-nodes`, subscribed to the one-partition metadata topic),
-// and the group's assignor gives that partition to the node that is to be active; the others
-// stand by and forward what they are asked to it. Kafka does the failure detection: a node that
-// stops heartbeating (SIGKILL, SIGSTOP, a partition of the network) leaves the group after
-// `session_timeout_ms`, the group rebalances, and a standby is assigned the partition.
+// The nodes join one group (`<log_topic>-nodes`, subscribed to the one-partition metadata topic,
+// of which no partition is ever assigned), and the group's assignor shares Keel's partitions out
+// among them in the assignment's user data (`assignPartitions`): all to one node, the others
+// standing by, or spread evenly (`cluster.spread_partitions`). Kafka does the failure detection: a
+// node that stops heartbeating (SIGKILL, SIGSTOP, a partition of the network) leaves the group
+// after `session_timeout_ms`, the group rebalances, and its partitions go to the others.
 //
-// The choice is sticky: each member's join carries the leader epoch it holds (of Keel
-// partition 0, announced in the log), and the assignor keeps the member with the highest one, so
-// a node joining does not move the work, and a deposed node coming back (whose epoch is older)
-// does not win it back. An active node that finds itself unassigned has been deposed already:
-// another node announced a later epoch, and its own appends are void (kafka-log.ts).
+// The choice is sticky: each member's join carries the partitions it leads and the epoch it holds
+// in each (announced in the log), and a partition stays with the member holding its highest
+// epoch, so a node joining moves only what evens the load out, and a deposed node coming back
+// (whose epochs are older) wins nothing back. A node that finds a partition it led assigned
+// elsewhere has been deposed from it, or is handing it over: the new leader's announcement makes
+// its later appends void (kafka-log.ts).
 import type { Consumer, Kafka } from 'kafkajs';
 import { loadKafkajs } from './kafkajs.js';
+import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
 
 /** What a node tells the others about itself. */
@@ -24,38 +27,92 @@ export interface NodeInfo {
 }
 
 export interface MembershipView {
-  /** Whether this node is the one assigned the work. */
-  active: boolean;
-  /** The active node, as far as this node knows (undefined between rebalances or when none is). */
-  leader: NodeInfo | undefined;
+  /** This node's id in the group (a new one after it was out of the group). */
+  member_id: string | undefined;
+  /** The partitions this node is to lead, in order. */
+  assigned: number[];
+  /** Who leads each partition, by partition, as far as this node knows (undefined between rebalances, or none). */
+  leaders: Array<NodeInfo | undefined>;
   members: NodeInfo[];
 }
 
 interface MemberData extends NodeInfo {
-  epoch: number;
-  /** Whether the node is active or taking over (its epoch is announced only once it has). */
-  active: boolean;
+  /**
+   * The partitions the node leads or is taking over, with the epoch it holds in each (0 while
+   * taking over: its announcement is not read back yet).
+   */
+  claims: Record<string, number>;
 }
 
-const ASSIGNOR = 'keel-active-node';
+export interface Member {
+  memberId: string;
+  data: MemberData;
+}
+
+const ASSIGNOR = 'keel-partitions';
 /** How long a start waits to be in the group before it says it is ready anyway (as a standby). */
 const FIRST_JOIN_WAIT_MS = 30_000;
+/** Tries, and the wait between them, to read the group's assignment after a rebalance. */
+const DESCRIBE_TRIES = 5;
+const DESCRIBE_RETRY_MS = 200;
 
 /**
- * The member to be active: one that is active or taking over, then the highest epoch held, then the
- * first name. (A node restarting holds no epoch yet: without the first rule it could take the work
- * back from one still taking over, which then steps down.)
+ * Which member leads which partitions. Sticky: a partition stays with the member that claims it
+ * with the highest epoch (a deposed node coming back claims an older one and does not win it
+ * back; ties go to the first name). `spread`: the partitions are shared out evenly, moving as few
+ * as it takes when members join or leave; otherwise one member leads them all — the one that
+ * claims any (a node restarting claims none, so it cannot take them from one still taking over),
+ * then the one with the highest epoch, then the first name.
  */
-export function chooseActive(members: ReadonlyArray<{ memberId: string; data: MemberData }>): string | undefined {
-  const before = (a: MemberData, b: MemberData): boolean => (a.active !== b.active ? a.active : a.epoch !== b.epoch ? a.epoch > b.epoch : a.node < b.node);
-  let best: { memberId: string; data: MemberData } | undefined;
-  for (const m of members) if (best === undefined || before(m.data, best.data)) best = m;
-  return best?.memberId;
+export function assignPartitions(members: readonly Member[], partitions: number, spread: boolean): Map<string, number[]> {
+  const out = new Map<string, number[]>(members.map((m) => [m.memberId, []]));
+  if (members.length === 0) return out;
+  const byName = [...members].sort((a, b) => (a.data.node < b.data.node ? -1 : a.data.node > b.data.node ? 1 : a.memberId < b.memberId ? -1 : 1));
+  const epochOf = (m: Member, p: number): number | undefined => m.data.claims[String(p)];
+  if (!spread) {
+    const strongest = (m: Member): [number, number] => {
+      const epochs = Object.values(m.data.claims);
+      return [epochs.length > 0 ? 1 : 0, epochs.length > 0 ? Math.max(...epochs) : -1];
+    };
+    let best = byName[0]!;
+    for (const m of byName) {
+      const [a, b] = [strongest(m), strongest(best)];
+      if (a[0] > b[0] || (a[0] === b[0] && a[1] > b[1])) best = m;
+    }
+    out.set(best.memberId, Array.from({ length: partitions }, (_, p) => p));
+    return out;
+  }
+  const pool: number[] = [];
+  for (let p = 0; p < partitions; p++) {
+    let holder: Member | undefined;
+    for (const m of byName) {
+      const e = epochOf(m, p);
+      if (e !== undefined && (holder === undefined || e > epochOf(holder, p)!)) holder = m;
+    }
+    if (holder === undefined) pool.push(p);
+    else out.get(holder.memberId)!.push(p);
+  }
+  // The members holding most get the shares one larger (as many as do not divide evenly).
+  const base = Math.floor(partitions / members.length);
+  const larger = new Set([...byName].sort((a, b) => out.get(b.memberId)!.length - out.get(a.memberId)!.length).slice(0, partitions % members.length).map((m) => m.memberId));
+  const quota = (m: Member): number => base + (larger.has(m.memberId) ? 1 : 0);
+  for (const m of byName) {
+    const mine = out.get(m.memberId)!.sort((a, b) => a - b);
+    while (mine.length > quota(m)) pool.push(mine.pop()!);
+  }
+  pool.sort((a, b) => a - b);
+  for (const m of byName) {
+    const mine = out.get(m.memberId)!;
+    while (mine.length < quota(m)) mine.push(pool.shift()!);
+    mine.sort((a, b) => a - b);
+  }
+  assert(pool.length === 0, () => `${pool.length} partitions left unassigned`);
+  return out;
 }
 
 export class ClusterMembership {
   private consumer: Consumer | undefined;
-  private view: MembershipView = { active: false, leader: undefined, members: [] };
+  private view: MembershipView = { member_id: undefined, assigned: [], leaders: [], members: [] };
   private readonly listeners = new Set<(view: MembershipView) => void>();
   /** Joins seen, so the description of an older one does not overwrite a newer view. */
   private joins = 0;
@@ -65,10 +122,11 @@ export class ClusterMembership {
     private readonly group: string,
     private readonly topic: string,
     private readonly self: NodeInfo,
-    /** The leader epoch this node holds now (0: none). */
-    private readonly epoch: () => number,
-    /** Whether this node is active or taking over. */
-    private readonly activeNow: () => boolean,
+    /** The partitions this node leads or is taking over, with the epoch it holds in each (0 while taking over). */
+    private readonly claims: () => Record<string, number>,
+    /** Keel's partitions, and whether they are spread over the members (or all led by one). */
+    private readonly partitions: number,
+    private readonly spread: boolean,
     private readonly session_timeout_ms: number,
     private readonly logger: Logger,
   ) {}
@@ -84,17 +142,19 @@ export class ClusterMembership {
 
   async start(): Promise<void> {
     const { AssignerProtocol } = loadKafkajs();
-    const encode = (): Buffer => AssignerProtocol.MemberMetadata.encode({ version: 1, topics: [this.topic], userData: Buffer.from(JSON.stringify({ ...this.self, epoch: this.epoch(), active: this.activeNow() })) });
+    const encode = (): Buffer => AssignerProtocol.MemberMetadata.encode({ version: 1, topics: [this.topic], userData: Buffer.from(JSON.stringify({ ...this.self, claims: this.claims() })) });
     const assigner = () => ({
       name: ASSIGNOR,
       version: 1,
       protocol: () => ({ name: ASSIGNOR, metadata: encode() }),
       assign: async ({ members }: { members: Array<{ memberId: string; memberMetadata: Buffer }> }) => {
+        // Only members of this kind share the partitions (another kind in the group gets none).
         const decoded = members.map((m) => ({ memberId: m.memberId, data: dataOf(m.memberMetadata) }));
-        const active = chooseActive(decoded);
+        const assigned = assignPartitions(decoded.filter((m) => m.data !== undefined) as Member[], this.partitions, this.spread);
+        // Keel's partitions travel in the assignment's user data: no partition of the topic is consumed.
         return members.map((m) => ({
           memberId: m.memberId,
-          memberAssignment: AssignerProtocol.MemberAssignment.encode({ version: 1, assignment: m.memberId === active ? { [this.topic]: [0] } : {}, userData: Buffer.alloc(0) }),
+          memberAssignment: AssignerProtocol.MemberAssignment.encode({ version: 1, assignment: {}, userData: Buffer.from(JSON.stringify(assigned.get(m.memberId) ?? [])) }),
         }));
       },
     });
@@ -109,7 +169,7 @@ export class ClusterMembership {
       retry: { retries: Number.MAX_SAFE_INTEGER, initialRetryTime: 100, maxRetryTime: 1_000 },
     });
     this.consumer = consumer;
-    consumer.on(consumer.events.GROUP_JOIN, (e) => void this.joined(e.payload.memberAssignment));
+    consumer.on(consumer.events.GROUP_JOIN, (e) => void this.joined(e.payload.memberId));
     await consumer.connect();
     await consumer.subscribe({ topic: this.topic, fromBeginning: false });
     // The metadata topic is read by the registry; this consumer only keeps the node in the group.
@@ -131,39 +191,60 @@ export class ClusterMembership {
     await this.consumer?.disconnect().catch(() => undefined);
   }
 
-  private async joined(assignment: Record<string, number[]>): Promise<void> {
+  /**
+   * After each rebalance: who leads what. kafkajs passes on only the assignment's topic
+   * partitions, so this node's share, like everyone's, is read from the group's description.
+   */
+  private async joined(memberId: string): Promise<void> {
     const join = ++this.joins;
-    const active = (assignment[this.topic] ?? []).includes(0);
-    let members: NodeInfo[] = [];
-    let leader: NodeInfo | undefined = active ? this.self : undefined;
-    try {
-      const description = await this.consumer!.describeGroup();
-      const { AssignerProtocol } = loadKafkajs();
-      for (const m of description.members) {
-        const data = dataOf(m.memberMetadata);
-        members.push({ node: data.node, ingress: data.ingress, admin: data.admin });
-        const assigned = AssignerProtocol.MemberAssignment.decode(m.memberAssignment);
-        if ((assigned?.assignment[this.topic] ?? []).includes(0)) leader = { node: data.node, ingress: data.ingress, admin: data.admin };
-      }
-    } catch (err) {
-      this.logger.warn({ err, code: 'KEEL0801' }, 'cannot describe the cluster group; the active node is unknown until the next rebalance');
-      members = [this.self];
+    const { AssignerProtocol } = loadKafkajs();
+    let description: Awaited<ReturnType<Consumer['describeGroup']>> | undefined;
+    for (let tries = 0; description === undefined && tries < DESCRIBE_TRIES; tries++) {
+      description = await this.consumer!.describeGroup().catch((err: unknown) => {
+        if (tries === DESCRIBE_TRIES - 1) this.logger.warn({ err, code: 'KEEL0801' }, 'cannot describe the cluster group; this node keeps what it leads until the next rebalance');
+        return undefined;
+      });
+      if (description === undefined) await new Promise((r) => setTimeout(r, DESCRIBE_RETRY_MS));
     }
     if (join !== this.joins) return; // a later join's view is on its way
-    this.view = { active, leader, members };
-    this.logger.info({ active, leader: leader?.node, members: members.map((m) => m.node) }, active ? 'this node is the active node' : `standing by; ${leader?.node ?? 'no node'} is active`);
+    if (description === undefined) return;
+    let assigned: number[] = [];
+    const members: NodeInfo[] = [];
+    const leaders: Array<NodeInfo | undefined> = Array.from({ length: this.partitions }, () => undefined);
+    for (const m of description.members) {
+      const data = dataOf(m.memberMetadata);
+      if (data === undefined) continue;
+      const info = { node: data.node, ingress: data.ingress, admin: data.admin };
+      members.push(info);
+      const share = partitionsOf(AssignerProtocol.MemberAssignment.decode(m.memberAssignment)?.userData);
+      if (m.memberId === memberId) assigned = share;
+      for (const p of share) if (p < this.partitions) leaders[p] = m.memberId === memberId ? this.self : info;
+    }
+    this.view = { member_id: memberId, assigned: assigned.filter((p) => p < this.partitions), leaders, members };
+    const others = [...new Set(leaders.filter((l): l is NodeInfo => l !== undefined && l.node !== this.self.node).map((l) => l.node))];
+    this.logger.info({ assigned: this.view.assigned, members: members.map((m) => m.node), other_leaders: others }, this.view.assigned.length > 0 ? `this node leads ${this.view.assigned.length} of ${this.partitions} partitions` : `standing by; ${others.join(', ') || 'no node'} leads the partitions`);
     for (const listener of this.listeners) listener(this.view);
   }
 }
 
-function dataOf(metadata: Buffer): MemberData {
+/** The Keel partitions in an assignment's user data. */
+function partitionsOf(userData: Buffer | null | undefined): number[] {
+  try {
+    const list = JSON.parse(userData?.toString('utf8') ?? '[]') as unknown;
+    return Array.isArray(list) ? list.filter((p): p is number => Number.isInteger(p) && p >= 0).sort((a, b) => a - b) : [];
+  } catch {
+    return [];
+  }
+}
+
+function dataOf(metadata: Buffer): MemberData | undefined {
   const { AssignerProtocol } = loadKafkajs();
   const raw = AssignerProtocol.MemberMetadata.decode(metadata)?.userData;
   try {
     const data = JSON.parse(raw?.toString('utf8') ?? '') as MemberData;
-    if (typeof data.node === 'string' && typeof data.ingress === 'string' && typeof data.admin === 'string') return { ...data, epoch: Number(data.epoch) || 0, active: data.active === true };
+    if (typeof data.node === 'string' && typeof data.ingress === 'string' && typeof data.admin === 'string' && typeof data.claims === 'object' && data.claims !== null) return data;
   } catch {
-    // a member of another kind in the group: never chosen
+    // a member of another kind in the group
   }
-  return { node: '~', ingress: '', admin: '', epoch: -1, active: false };
+  return undefined;
 }

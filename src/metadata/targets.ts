@@ -28,6 +28,8 @@ export function resolveTarget(
   key: string,
   idempotencyKey: string | undefined,
   scope?: string,
+  /** Where a plain service's invocation may start: a random partition key (a partition this node leads, in a cluster). */
+  anyKey: () => bigint = randomPartitionKey,
 ): ResolvedTarget {
   const handler_type = service.ty === 'Service' ? '' : handler.ty ?? (service.ty === 'Workflow' ? 'Workflow' : 'Exclusive');
   const workflow_run = service.ty === 'Workflow' && handler_type === 'Workflow';
@@ -43,7 +45,7 @@ export function resolveTarget(
     id = idempotentInvocationId(service.name, key, handler.name, idempotencyKey, scope);
     completion = handler.idempotency_retention_ms ?? service.idempotency_retention_ms ?? config.default_idempotency_retention_ms;
   } else {
-    const pk = scope !== undefined ? scopePartitionKey(scope) : service.ty === 'Service' ? randomPartitionKey() : objectPartitionKey(service.name, key);
+    const pk = scope !== undefined ? scopePartitionKey(scope) : service.ty === 'Service' ? anyKey() : objectPartitionKey(service.name, key);
     id = InvocationId.random(pk);
   }
   return {

@@ -77,6 +77,10 @@ export class PartitionFollower {
     });
   }
 
+  get partition(): number {
+    return this.log.partition;
+  }
+
   get applied_position(): number {
     return this.log.applied_position;
   }

@@ -1,10 +1,10 @@
 import type { Config } from '../config/index.js';
-import { InvocationId } from '../common/ids.js';
+import { InvocationId, randomPartitionKey } from '../common/ids.js';
 import type { RuleBook } from '../common/limit-rules.js';
 import { limitRulesCommand } from './fold/limit-rules.js';
 import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
-import { keelError } from '../errors/index.js';
+import { KeelError, keelError } from '../errors/index.js';
 import { decodeCommand, type Command, type CommandKind } from '../log/commands.js';
 import { GroupWriter } from '../storage/group-writer.js';
 import { KafkaLog, type KafkaLogClient } from '../log/kafka-log.js';
@@ -38,6 +38,17 @@ export interface AttemptRunner {
   stop(): void;
 }
 
+/** How commands reach the partitions other nodes of a cluster lead (server.ts sends them over HTTP). */
+export interface RemotePartitions {
+  /** The node that leads the partition now, or undefined while none is known. */
+  leaderOf(partition: number): string | undefined;
+  /** Appends an encoded command to a partition another node leads; resolves once it is durable there. In order per node. */
+  append(partition: number, command: Buffer): Promise<void>;
+}
+
+/** The route of outbox entries to partitions open here. */
+const LOCAL_ROUTE = '';
+
 /**
  * Invocation statuses a durable batch wrote: the status as stored (JSON), or null when the
  * invocation was purged.
@@ -63,18 +74,27 @@ const MAX_WAITERS_PER_INVOCATION = 10_000;
  * that owns its partition key and carries out what the folds ask for.
  */
 export class Worker implements Effects {
+  /** The partitions open on this node, in partition order (every one on a single node; those it leads in a cluster). */
   readonly processors: PartitionProcessor[] = [];
+  /** The open partitions by partition index. */
+  private readonly byPartition: Array<PartitionProcessor | undefined> = [];
   private runner: AttemptRunner | undefined;
   private readonly waiters = new Map<string, Array<(s: InvocationStatus) => void>>();
   private readonly timers = new Set<NodeJS.Timeout>();
   private stopped = false;
   private cleaner: Cleaner | undefined;
   private db: Db | undefined;
+  private writer: GroupWriter | undefined;
+  private kafkaLog: KafkaLogClient | undefined;
   private readonly invocationListeners = new Set<InvocationListener>();
-  /** Per partition, the delivery of its outbox to the others. */
-  private readonly shuffles: Shuffle[] = [];
-  /** Per partition, the durable timers due next (the rest stay in the store). */
-  private readonly timerWindows: TimerWindow[] = [];
+  /** Per open partition, the delivery of its outbox to the others. */
+  private readonly shuffles = new Map<number, Shuffle>();
+  /** Per open partition, the durable timers due next (the rest stay in the store). */
+  private readonly timerWindows = new Map<number, TimerWindow>();
+  /** Partitions other nodes lead (a cluster with the partitions spread). */
+  private remote: RemotePartitions | undefined;
+  /** Per source partition, the route its outbox entries in flight took, and how many there are. */
+  private readonly channels = new Map<number, { route: string; in_flight: number }>();
 
   constructor(
     private readonly config: Config,
@@ -82,13 +102,32 @@ export class Worker implements Effects {
     private readonly telemetry: Telemetry = standaloneTelemetry(),
   ) {}
 
-  /** Opens every partition: on the embedded log in `db`, or on the cluster's Kafka log (`kafkaLog`, in a cluster). */
-  async open(db: Db, kafkaLog?: KafkaLogClient): Promise<void> {
+  /**
+   * Opens `partitions` (default: every one): on the embedded log in `db`, or on the cluster's
+   * Kafka log (`kafkaLog`, in a cluster). More can be opened, and any closed, later.
+   */
+  async open(db: Db, kafkaLog?: KafkaLogClient, partitions: readonly number[] = this.allPartitions()): Promise<void> {
     assert((kafkaLog !== undefined) === (this.config.cluster !== undefined), () => 'a cluster node opens its partitions on the Kafka log, a single node on its own');
+    assert(this.db === undefined || this.db === db, () => 'the worker opened on a second store');
     this.db = db;
-    const writer = new GroupWriter(db);
-    const client = kafkaLog;
-    const observe = (partition: number, writes: readonly StateWrite[]) => this.observeBatch(partition, writes);
+    this.writer ??= new GroupWriter(db);
+    this.kafkaLog = kafkaLog;
+    await this.openPartitions(partitions);
+  }
+
+  /** Every partition index of the configuration. */
+  allPartitions(): number[] {
+    return Array.from({ length: this.config.worker.partitions }, (_, p) => p);
+  }
+
+  /** Opens partitions not open yet; once the worker has started, they start at once. */
+  async openPartitions(partitions: readonly number[]): Promise<void> {
+    const db = this.db;
+    assert(db !== undefined, () => 'openPartitions before open');
+    const wanted = partitions.filter((p) => this.byPartition[p] === undefined);
+    for (const p of wanted) assert(Number.isInteger(p) && p >= 0 && p < this.config.worker.partitions, () => `partition ${p} is not one of the ${this.config.worker.partitions}`);
+    const writer = this.writer!;
+    const client = this.kafkaLog;
     const options = {
       fsync: this.config.worker.storage_db.fsync,
       log_retained_records: this.config.worker.storage_db.log_retained_records,
@@ -96,35 +135,70 @@ export class Worker implements Effects {
       effects: this,
       logger: this.logger,
       metrics: this.telemetry.metrics,
-      observe,
+      observe: (partition: number, writes: readonly StateWrite[]) => this.observeBatch(partition, writes),
       ...(client !== undefined ? { openLog: (p: number) => KafkaLog.open(db, p, writer, client) } : {}),
     };
-    const opened = await Promise.all(
-      Array.from({ length: this.config.worker.partitions }, (_, p) =>
-        PartitionProcessor.open(db, writer, p, { ...options, owns: (key) => this.partitionIndexOf(key) === p }),
-      ),
-    );
-    this.processors.push(...opened);
+    const opened = await Promise.all(wanted.map((p) => PartitionProcessor.open(db, writer, p, { ...options, owns: (key) => this.partitionIndexOf(key) === p })));
     for (const p of opened) {
+      assert(this.byPartition[p.partition] === undefined, () => `partition ${p.partition} opened twice`);
+      this.byPartition[p.partition] = p;
+      this.processors.push(p);
       const fire = (t: Timer): Promise<void> => p.append({ kind: 'timer_fired', timer_fired: { invocation_id: InvocationId.parse(t.id)!.bytes, completion_id: t.completion_id, wake_up_ms: t.wake_up_ms, kind: t.kind } });
-      this.timerWindows.push(new TimerWindow(db, p.partition, this.config.worker.num_timers_in_memory_limit, fire, this.logger));
-      this.shuffles.push(new Shuffle(p.partition, { read: (from_seq, limit) => outboxTable.read(db, p.partition, from_seq, limit), send: (e) => this.send(p, e) }, this.logger));
+      this.timerWindows.set(p.partition, new TimerWindow(db, p.partition, this.config.worker.num_timers_in_memory_limit, fire, this.logger));
+      this.shuffles.set(p.partition, new Shuffle(p.partition, { read: (from_seq, limit) => outboxTable.read(db, p.partition, from_seq, limit), send: (e) => this.send(p, e) }, this.logger));
+      if (this.runner !== undefined) this.startPartition(p);
     }
+    this.processors.sort((a, b) => a.partition - b.partition);
   }
 
-  /** Durable timers held in memory, per partition (each at most worker.num_timers_in_memory_limit). */
+  /**
+   * Closes one open partition (another node leads it from now on): its timers, outbox delivery
+   * and attempts stop, what it appended is written. Clients waiting here for one of its
+   * invocations keep waiting: `awaitElsewhere` answers them once the partition is led elsewhere.
+   */
+  async closePartition(partition: number): Promise<void> {
+    const p = this.byPartition[partition];
+    if (p === undefined) return;
+    this.byPartition[partition] = undefined;
+    this.processors.splice(this.processors.indexOf(p), 1);
+    this.timerWindows.get(partition)?.stop();
+    this.timerWindows.delete(partition);
+    this.shuffles.get(partition)?.stop();
+    this.shuffles.delete(partition);
+    this.channels.delete(partition);
+    for (const id of p.state.invocations.keys()) this.runner?.abort(id);
+    await p.close();
+  }
+
+  /** The partition's processor where it is open here. */
+  processor(partition: number): PartitionProcessor | undefined {
+    return this.byPartition[partition];
+  }
+
+  /** Whether this node has the partition open (leads it, in a cluster). */
+  leads(partition: number): boolean {
+    return this.byPartition[partition] !== undefined;
+  }
+
+  /** Durable timers held in memory, by partition (each at most worker.num_timers_in_memory_limit). */
   timersInMemory(): number[] {
-    return this.timerWindows.map((w) => w.size);
+    const out: number[] = [];
+    for (const [p, w] of this.timerWindows) out[p] = w.size;
+    return out;
   }
 
   /** Starts the invoker on the recovered state: running attempts restart, timers re-arm. */
   start(runner: AttemptRunner): void {
     this.runner = runner;
-    for (const p of this.processors) p.start();
-    for (const w of this.timerWindows) w.start();
-    for (const s of this.shuffles) s.start();
+    for (const p of this.processors) this.startPartition(p);
     this.cleaner = new Cleaner(this.db!, this.processors, this.logger);
     this.cleaner.start(this.config.worker.cleanup_interval_ms);
+  }
+
+  private startPartition(p: PartitionProcessor): void {
+    p.start();
+    this.timerWindows.get(p.partition)!.start();
+    this.shuffles.get(p.partition)!.start();
   }
 
   /** Partitions that stopped on a broken invariant or a failed write (empty when all run). */
@@ -137,18 +211,38 @@ export class Worker implements Effects {
     this.cleaner?.stop();
     for (const t of this.timers) clearTimeout(t);
     this.timers.clear();
-    for (const w of this.timerWindows) w.stop();
-    for (const s of this.shuffles) s.stop();
+    for (const w of this.timerWindows.values()) w.stop();
+    for (const s of this.shuffles.values()) s.stop();
     this.runner?.stop();
     await Promise.all(this.processors.map((p) => p.close()));
   }
 
-  private partitionIndexOf(partitionKey: bigint): number {
+  /** The partition that owns a partition key. */
+  partitionIndexOf(partitionKey: bigint): number {
     return Number((partitionKey * BigInt(this.config.worker.partitions)) >> 64n);
   }
 
+  /** The open partition that owns a partition key; throws KEEL0805 when another node leads it. */
   partitionOf(partitionKey: bigint): PartitionProcessor {
-    return this.processors[this.partitionIndexOf(partitionKey)]!;
+    const index = this.partitionIndexOf(partitionKey);
+    return this.byPartition[index] ?? notLedHere(index);
+  }
+
+  /**
+   * A random partition key of a partition open here (of any partition when all or none are):
+   * a new invocation of a plain service, which any partition may hold, starts where it was asked.
+   */
+  localPartitionKey(): bigint {
+    const open = this.processors.length;
+    if (open === 0 || open === this.config.worker.partitions) return randomPartitionKey();
+    const p = this.processors[Math.floor(Math.random() * open)]!.partition;
+    const count = BigInt(this.config.worker.partitions);
+    // The keys of partition p: from ⌈p·2⁶⁴/P⌉ up to ⌈(p+1)·2⁶⁴/P⌉ (partitionIndexOf's inverse).
+    const lo = ((BigInt(p) << 64n) + count - 1n) / count;
+    const hi = ((BigInt(p + 1) << 64n) + count - 1n) / count;
+    const key = lo + (randomPartitionKey() % (hi - lo));
+    assert(this.partitionIndexOf(key) === p, () => `key ${key} drawn for partition ${p} falls in ${this.partitionIndexOf(key)}`);
+    return key;
   }
 
   processorFor(id: InvocationId): PartitionProcessor {
@@ -331,7 +425,7 @@ export class Worker implements Effects {
           this.runner?.forward(a.id, a.epoch, a.type, a.payload);
           break;
         case 'timer':
-          this.timerWindows[processor.partition]!.add(a.timer);
+          this.timerWindows.get(processor.partition)!.add(a.timer);
           break;
         case 'retry': {
           const id = InvocationId.parse(a.id)!;
@@ -339,7 +433,7 @@ export class Worker implements Effects {
           break;
         }
         case 'outbox':
-          this.shuffles[processor.partition]!.announce(a.entry);
+          this.shuffles.get(processor.partition)!.announce(a.entry);
           break;
         case 'abort':
           this.runner?.abort(a.id);
@@ -373,19 +467,63 @@ export class Worker implements Effects {
     }
   }
 
+  /** In a cluster with the partitions spread: how commands reach partitions other nodes lead. */
+  setRemote(remote: RemotePartitions): void {
+    this.remote = remote;
+  }
+
   /**
    * Appends an outbox entry to its target partition, then tells the source it may drop it. After
    * a crash in between, the entry is sent again and the target drops the duplicate. The refusal
    * is checked before appending, so that the Shuffle stops before any later entry is taken.
+   *
+   * A target led by another node is sent to through `remote`, in order. A target drops what is
+   * at or below the last sequence it has from the source, so entries must arrive in order: while
+   * some are on their way by one route (here, or a node), an entry that would take another (its
+   * target moved meanwhile) is refused, and the Shuffle sends it again once they have settled.
    */
   private send(source: PartitionProcessor, entry: OutboxEntry): Error | Promise<void> {
     if (this.stopped) return keelError('KEEL0502', { partition: source.partition });
-    const target = this.processorFor(InvocationId.parse(entry.target)!);
-    const decoded: Command = decodeCommand(entry.command);
+    const index = this.partitionIndexOf(InvocationId.parse(entry.target)!.partitionKey);
+    const target = this.byPartition[index];
+    const route = target !== undefined ? LOCAL_ROUTE : this.remote?.leaderOf(index);
+    if (route === undefined) return new NotLedHereError(index);
+    const channel = this.channels.get(source.partition) ?? { route, in_flight: 0 };
+    if (channel.in_flight > 0 && channel.route !== route) return new NotLedHereError(index);
+    let sent: Promise<void>;
+    if (target !== undefined) {
+      const appended = this.appendEncoded(target, entry.command);
+      if (appended instanceof Error) return appended;
+      sent = appended;
+    } else {
+      sent = this.remote!.append(index, entry.command);
+    }
+    channel.route = route;
+    channel.in_flight += 1;
+    this.channels.set(source.partition, channel);
+    const settled = () => void (channel.in_flight -= 1);
+    return sent.then(
+      () => {
+        settled();
+        return source.append({ kind: 'outbox_delivered', outbox_delivered: { seq: entry.seq } });
+      },
+      (err: unknown) => {
+        settled();
+        throw err;
+      },
+    );
+  }
+
+  /**
+   * Appends a command another partition encoded (an outbox entry, here or from another node) to
+   * `target`, in its own time: the refusal when it will not take it now.
+   */
+  appendEncoded(target: PartitionProcessor, bytes: Buffer): Error | Promise<void> {
+    const decoded: Command = decodeCommand(bytes);
     const { timestamp_ms: _sent_at, ...command } = decoded;
     const refusal = target.refusal(decoded.kind, true);
     if (refusal !== undefined) return refusal;
-    return target.append(command as CommandKind).then(() => source.append({ kind: 'outbox_delivered', outbox_delivered: { seq: entry.seq } }));
+    return target.append(command as CommandKind);
   }
 
   /** Runs `f` at wall-clock time `at_ms` (at once if it has passed). */
@@ -402,6 +540,17 @@ export class Worker implements Effects {
     );
     this.timers.add(handle);
   }
+}
+
+/** The partition is led by another node of the cluster: the request goes there (forwarding.ts). */
+export class NotLedHereError extends KeelError {
+  constructor(readonly partition: number) {
+    super('KEEL0805', `partition ${partition} is led by another node of the cluster`);
+  }
+}
+
+function notLedHere(partition: number): never {
+  throw new NotLedHereError(partition);
 }
 
 /** Each partition's share of worker.storage_db.state_cache_size (split evenly). */
