@@ -22,7 +22,8 @@ import { KafkaLog, type KafkaLogClient } from './log/kafka-log.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
 import { ConfiguredSchedules } from './admin/schedules.js';
 import { upgradeWorkerStore } from './storage/upgrade.js';
-import { openWorkerStore, WORKER_FORMAT_VERSION, type Db } from './storage/store.js';
+import { openWorkerStore, WORKER_FORMAT_VERSION, type Db, type StateWrite } from './storage/store.js';
+import type { PartitionState } from './partition/state.js';
 import { logTable } from './storage/tables/log.js';
 import { SubscriptionManager } from './subscriptions/manager.js';
 import { directorySize_bytes } from './telemetry/disk.js';
@@ -108,6 +109,7 @@ export class KeelServer {
       db = await opening;
       phase('store_opened');
       const opened = db;
+      worker.useStore(opened);
       const openPartitions = async (log?: KafkaLogClient, partitions?: number[]) => {
         await worker.open(opened, log, partitions).catch((err: unknown) => {
           if (err instanceof KeelError) throw err;
@@ -227,7 +229,8 @@ function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, met
     const cache_bytes = stateCacheBytesPerPartition(config);
     const open = (p: number) => KafkaLog.open(db, p, writer, log);
     const logs = await Promise.all(followed.map((p) => open(p)));
-    return logs.map((l) => new PartitionFollower(db, l, () => open(l.partition), cache_bytes, logger.child({ component: 'follower' })));
+    const reads = (p: number) => ({ state: (state: PartitionState | undefined) => worker.setReplica(p, state), observe: (partition: number, writes: readonly StateWrite[]) => worker.observeBatch(partition, writes) });
+    return logs.map((l) => new PartitionFollower(db, l, () => open(l.partition), cache_bytes, logger.child({ component: 'follower' }), reads(l.partition)));
   };
   const node = new ClusterNode(config, cluster, logger.child({ component: 'cluster' }), { ...partitions, follow, deposed, stopped });
   if (cluster.spread_partitions) {

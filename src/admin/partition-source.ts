@@ -37,7 +37,7 @@ export class WorkerIntrospection implements IntrospectionSource {
 
   stepAttempts(id: string): StepAttempts | undefined {
     const parsed = InvocationId.parse(id);
-    const s = parsed === undefined ? undefined : this.worker.processorFor(parsed).state.peekStatus(id);
+    const s = parsed === undefined ? undefined : this.worker.viewOf(parsed.partitionKey).peekStatus(id);
     if (s === undefined) return undefined;
     // The step under way: its failed attempts, and the one running now.
     const current = s.status === 'completed' ? 0 : (s.retries_since_command ?? s.retry_count) + (s.status === 'running' ? 1 : 0);
@@ -70,7 +70,7 @@ export class WorkerIntrospection implements IntrospectionSource {
   }
 
   *inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number; scope?: string }> {
-    for (const p of this.worker.processors) {
+    for (const p of this.worker.views()) {
       for (const [objectKey, queue] of p.state.inboxes) {
         const object = splitObjectKey(objectKey);
         for (const e of queue) {
@@ -82,7 +82,7 @@ export class WorkerIntrospection implements IntrospectionSource {
 
   /** Queues with waiters or paused (memory), and every queue used (table vqm), with their meta. */
   async *flowQueues(): AsyncIterable<FlowQueueRow> {
-    for (const p of this.worker.processors) {
+    for (const p of this.worker.views()) {
       const seen = new Set<string>();
       for (const q of p.state.flow.queueRows()) {
         const at = (id: string | undefined) => (id === undefined ? undefined : p.state.peekStatus(id)?.inboxed_at_ms);
@@ -90,7 +90,7 @@ export class WorkerIntrospection implements IntrospectionSource {
         const meta = p.state.queueMeta(q.scope, q.limit_key);
         yield { ...q, created_at_ms: at(q.head), last_enqueued_at_ms: at(q.tail), ...(meta ? { meta } : {}) };
       }
-      for await (const [scope, limit_key] of this.worker.storedQueueMetas(p)) {
+      for await (const [scope, limit_key] of this.worker.storedQueueMetas(p.partition)) {
         if (seen.has(`${scope}:${limit_key}`)) continue;
         // As the partition has it now (the store may not have its latest batch yet).
         const meta = p.state.queueMeta(scope, limit_key);
@@ -109,7 +109,7 @@ export class WorkerIntrospection implements IntrospectionSource {
 
   schedule(name: string): ScheduleRecord | undefined {
     const id = scheduleId(name);
-    const s = this.worker.processorFor(id).state.schedule(id.text);
+    const s = this.worker.viewOf(id.partitionKey).schedule(id.text);
     return s?.deleted === true ? undefined : s;
   }
 
@@ -118,7 +118,7 @@ export class WorkerIntrospection implements IntrospectionSource {
   }
 
   *userLimits(): Iterable<UserLimitRow & { partition_key: bigint }> {
-    for (const p of this.worker.processors) {
+    for (const p of this.worker.views()) {
       for (const r of p.state.flow.userLimits()) yield { ...r, partition_key: scopePartitionKey(r.scope) };
     }
   }
@@ -128,7 +128,7 @@ export class WorkerIntrospection implements IntrospectionSource {
   }
 
   *flowEntries(): Iterable<FlowEntry> {
-    for (const p of this.worker.processors) {
+    for (const p of this.worker.views()) {
       for (const [scope, byKey] of p.state.flow.queues) {
         for (const [limitKey, q] of byKey) {
           for (const e of q) {
@@ -144,7 +144,7 @@ export class WorkerIntrospection implements IntrospectionSource {
   }
 
   *flowScheduler(): Iterable<{ scope: string; limit_key: string; waiting: number; head: string; blocked_on: string; blocked: Record<string, unknown>; ready_at_ms?: number }> {
-    for (const p of this.worker.processors) yield* p.state.flow.schedulerRows();
+    for (const p of this.worker.views()) yield* p.state.flow.schedulerRows();
   }
 
   async *promises(): AsyncIterable<{ service: string; key: string; name: string; scope?: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }> {

@@ -58,23 +58,28 @@ export class PartitionFollower {
     reopen: () => Promise<KafkaLog>,
     state_cache_bytes: number | undefined,
     logger: Logger,
+    /** Reads of this node see the partition's state as followed here (`state`), and the statuses each chunk wrote (`observe`). */
+    reads: { state?: (state: PartitionState | undefined) => void; observe?: (partition: number, writes: readonly StateWrite[]) => void } = {},
   ) {
     this.done = (async () => {
       while (!this.stopping) {
         const state = await loadState(db, this.log.partition, state_cache_bytes);
+        reads.state?.(state);
         try {
           // Each round reads to the end of the log and writes what it folded.
-          while (!this.stopping) await foldRead(this.log, this.log.readNew(), state);
+          while (!this.stopping) await foldRead(this.log, this.log.readNew(), state, reads.observe);
         } catch (err) {
           if ((err as { type?: unknown }).type !== 'OFFSET_OUT_OF_RANGE' || this.stopping) throw err;
           logger.info({ partition: this.log.partition, applied_position: this.log.applied_position }, 'the log was trimmed past what this node followed; restoring the newest snapshot');
           this.log = await reopen();
         }
       }
-    })().catch((err: unknown) => {
-      // The next leader reads from what was written: following is an optimisation, never needed.
-      logger.warn({ err, code: 'KEEL0801', partition: this.log.partition }, 'following the partition log failed; the node catches up when it takes the lead');
-    });
+    })()
+      .catch((err: unknown) => {
+        // The next leader reads from what was written: following is an optimisation, never needed.
+        logger.warn({ err, code: 'KEEL0801', partition: this.log.partition }, 'following the partition log failed; the node catches up when it takes the lead');
+      })
+      .finally(() => reads.state?.(undefined));
   }
 
   get partition(): number {

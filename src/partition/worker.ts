@@ -21,7 +21,7 @@ import { vqueueMetaTable } from '../storage/tables/vqueue-meta.js';
 import { standaloneTelemetry, type CompletionOutcome, type Telemetry } from '../telemetry/index.js';
 import { KILLED_FAILURE } from './fold/manage.js';
 import { PartitionProcessor, type AttemptHost, type Effects, type PartitionFailure } from './processor.js';
-import { splitObjectKey, type Action, type InvocationStatus, type OutboxEntry, type Timer } from './state.js';
+import { splitObjectKey, type Action, type InvocationStatus, type OutboxEntry, type PartitionState, type Timer } from './state.js';
 import { Cleaner } from './cleaner.js';
 import { Shuffle } from './shuffle.js';
 import { TimerWindow } from './timers.js';
@@ -93,6 +93,8 @@ export class Worker implements Effects {
   private readonly timerWindows = new Map<number, TimerWindow>();
   /** Partitions other nodes lead (a cluster with the partitions spread). */
   private remote: RemotePartitions | undefined;
+  /** Partitions another node leads that this one follows (a cluster): their state as folded here, for reads. */
+  private readonly replicas = new Map<number, PartitionState>();
   /** Per source partition, the route its outbox entries in flight took, and how many there are. */
   private readonly channels = new Map<number, { route: string; in_flight: number }>();
 
@@ -108,11 +110,35 @@ export class Worker implements Effects {
    */
   async open(db: Db, kafkaLog?: KafkaLogClient, partitions: readonly number[] = this.allPartitions()): Promise<void> {
     assert((kafkaLog !== undefined) === (this.config.cluster !== undefined), () => 'a cluster node opens its partitions on the Kafka log, a single node on its own');
-    assert(this.db === undefined || this.db === db, () => 'the worker opened on a second store');
-    this.db = db;
+    this.useStore(db);
     this.writer ??= new GroupWriter(db);
     this.kafkaLog = kafkaLog;
     await this.openPartitions(partitions);
+  }
+
+  /** The store the partitions live in (before any opens: reads of partitions followed here go to it). */
+  useStore(db: Db): void {
+    assert(this.db === undefined || this.db === db, () => 'the worker opened on a second store');
+    this.db = db;
+  }
+
+  /** A partition this node follows while another node leads it: its state as folded here (undefined: no longer followed). */
+  setReplica(partition: number, state: PartitionState | undefined): void {
+    if (state === undefined) this.replicas.delete(partition);
+    else this.replicas.set(partition, state);
+  }
+
+  /** The state of every partition this node holds, led or followed, in partition order: what reads see. */
+  views(): Array<{ partition: number; state: PartitionState }> {
+    const out = this.processors.map((p) => ({ partition: p.partition, state: p.state }));
+    for (const [partition, state] of this.replicas) if (this.byPartition[partition] === undefined) out.push({ partition, state });
+    return out.sort((a, b) => a.partition - b.partition);
+  }
+
+  /** For reads: the state of the partition owning a key, led or followed here; throws KEEL0805 where neither. */
+  viewOf(partitionKey: bigint): PartitionState {
+    const index = this.partitionIndexOf(partitionKey);
+    return this.byPartition[index]?.state ?? this.replicas.get(index) ?? notLedHere(index);
   }
 
   /** Every partition index of the configuration. */
@@ -291,7 +317,7 @@ export class Worker implements Effects {
 
   /** Every invocation of every partition: in memory first (it is ahead of the store), then the store. */
   async *scanInvocations(): AsyncGenerator<InvocationStatus> {
-    for (const p of this.processors) {
+    for (const p of this.views()) {
       const inMemory = new Set<string>();
       for (const s of [...p.state.invocations.values()]) {
         inMemory.add(s.id);
@@ -311,7 +337,8 @@ export class Worker implements Effects {
     return () => this.invocationListeners.delete(listener);
   }
 
-  private observeBatch(partition: number, writes: readonly StateWrite[]): void {
+  /** Hands the statuses a durable batch of `partition` wrote to the watchers (a follower's batches too). */
+  observeBatch(partition: number, writes: readonly StateWrite[]): void {
     if (this.invocationListeners.size === 0) return;
     const changes: InvocationChanges = [];
     for (const [key, value] of writes) {
@@ -330,8 +357,10 @@ export class Worker implements Effects {
   async *scanInvocationLines(): AsyncGenerator<Buffer> {
     let chunk = Buffer.allocUnsafe(LINES_PER_CHUNK_BYTES);
     let used = 0;
-    for (const p of this.processors) {
-      for await (const raw of invocationsTable.records(this.db!, p.partition)) {
+    // Every partition the store holds, led, followed or not open yet: a partition opened or followed
+    // after this scan began has its statuses written as it is folded, and those writes are watched.
+    for (const partition of this.allPartitions()) {
+      for await (const raw of invocationsTable.records(this.db!, partition)) {
         if (used + raw.length + 1 > chunk.length && used > 0) {
           yield chunk.subarray(0, used);
           used = 0;
@@ -346,12 +375,12 @@ export class Worker implements Effects {
 
   /** The stored journal of an invocation (completed ones included, until their retention ends). */
   readJournal(id: InvocationId): Promise<JournalEntry[]> {
-    return journalTable.read(this.db!, this.processorFor(id).partition, id.text);
+    return journalTable.read(this.db!, this.partitionIndexOf(id.partitionKey), id.text);
   }
 
   /** Every state entry, from the store, with when its object's state expires (a service with a state TTL). */
   async *storedState(): AsyncGenerator<[objectKey: string, stateKey: string, value: Buffer, expires_at_ms: number | undefined]> {
-    for (const p of this.processors) {
+    for (const p of this.views()) {
       const ttls = p.state.ttl.entries().length > 0;
       for await (const [objectKey, stateKey, value] of stateTable.scan(this.db!, p.partition)) {
         yield [objectKey, stateKey, value, ttls ? p.state.ttl.expiresAt(splitObjectKey(objectKey).service, objectKey) : undefined];
@@ -361,27 +390,27 @@ export class Worker implements Effects {
 
   /** Every lock held, from the store (memory holds only the most recently used keys). */
   async *storedLocks(): AsyncGenerator<[objectKey: string, holder: { id: string; acquired_at_ms?: number }]> {
-    for (const p of this.processors) yield* locksTable.scan(this.db!, p.partition);
+    for (const p of this.views()) yield* locksTable.scan(this.db!, p.partition);
   }
 
-  /** The flow-control queues `p` has meta for, from the store (scope, limit key). */
-  async *storedQueueMetas(p: PartitionProcessor): AsyncGenerator<[scope: string, limitKey: string]> {
-    for await (const [scope, limitKey] of vqueueMetaTable.scan(this.db!, p.partition)) yield [scope, limitKey];
+  /** The flow-control queues a partition has meta for, from the store (scope, limit key). */
+  async *storedQueueMetas(partition: number): AsyncGenerator<[scope: string, limitKey: string]> {
+    for await (const [scope, limitKey] of vqueueMetaTable.scan(this.db!, partition)) yield [scope, limitKey];
   }
 
   /** Every schedule, from the store. */
   async *storedSchedules(): AsyncGenerator<ScheduleRecord> {
-    for (const p of this.processors) yield* schedulesTable.scan(this.db!, p.partition);
+    for (const p of this.views()) yield* schedulesTable.scan(this.db!, p.partition);
   }
 
   /** Every workflow promise, from the store. */
   async *storedPromises(): AsyncGenerator<[promiseKey: string, promise: PromiseState]> {
-    for (const p of this.processors) yield* promisesTable.scan(this.db!, p.partition);
+    for (const p of this.views()) yield* promisesTable.scan(this.db!, p.partition);
   }
 
   /** Every invocation that has not completed: the `live` index, each status as the partition has it now. */
   async *unfinishedInvocations(): AsyncGenerator<InvocationStatus> {
-    for (const p of this.processors) {
+    for (const p of this.views()) {
       for await (const id of liveTable.scan(this.db!, p.partition)) {
         const s = p.state.peekStatus(id);
         if (s !== undefined && s.status !== 'completed') yield s;
@@ -391,7 +420,7 @@ export class Worker implements Effects {
 
   /** One stored journal entry, or undefined once it is gone (journal retention). */
   readJournalEntry(id: InvocationId, index: number): Promise<JournalEntry | undefined> {
-    return journalTable.entry(this.db!, this.processorFor(id).partition, id.text, index);
+    return journalTable.entry(this.db!, this.partitionIndexOf(id.partitionKey), id.text, index);
   }
 
   /**
