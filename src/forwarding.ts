@@ -43,37 +43,83 @@ export function forwardWhenStandby(app: FastifyInstance, route: Route, node: str
   });
 }
 
+/** How long a request whose partition has no leader now (one is taking it over) waits for one. */
+const LEADER_WAIT_MS = 10_000;
+const LEADER_POLL_MS = 50;
+/** Forwards a request may take while the nodes' views of who leads what converge. */
+const MAX_HOPS = 3;
+const HOPS = 'x-keel-hops';
+
+/** The partition's leader, waiting up to LEADER_WAIT_MS while none is known (a node is taking it over). */
+async function leaderFor(partition: number, leaders: PartitionLeaders): Promise<NodeAddress | undefined> {
+  const deadline = performance.now() + LEADER_WAIT_MS;
+  for (;;) {
+    const leader = leaders.leaderOf(partition);
+    // Open here by now (it was being taken over when the handler asked): the request goes round again.
+    if (leader === 'local') return leaders.self;
+    if (leader !== undefined || performance.now() >= deadline) return leader;
+    await new Promise((r) => setTimeout(r, LEADER_POLL_MS));
+  }
+}
+
 /**
  * With the partitions spread: sends a request whose handler needs `partition`, led elsewhere, to
  * its leader (`server`: the leader's ingress or admin), with the body as this node parsed it.
  */
-export function forwardToLeader(req: FastifyRequest, reply: FastifyReply, partition: number, leaders: PartitionLeaders, server: 'ingress' | 'admin', node: string, logger: Logger): void {
-  const leader = leaders.leaderOf(partition);
-  if (leader === undefined || leader === 'local' || req.headers[FORWARDED] !== undefined) {
-    const entry = catalogue.get('KEEL0805')!;
-    const message = `partition ${partition} is led by ${leader === undefined || leader === 'local' ? 'no node yet' : `${leader.node}, which sent the request back`} (asked: ${node}); retry in a moment`;
-    void reply.code(entry.status).header('retry-after', '1').send(server === 'admin' ? { message: `[KEEL0805] ${message}`, restate_code: 'KEEL0805' } : { code: 'KEEL0805', message });
-    return;
-  }
+export async function forwardToLeader(req: FastifyRequest, reply: FastifyReply, partition: number, leaders: PartitionLeaders, server: 'ingress' | 'admin', logger: Logger): Promise<void> {
+  const hops = Number(req.headers[HOPS] ?? 0) || 0;
+  const leader = hops >= MAX_HOPS ? undefined : await leaderFor(partition, leaders);
+  if (leader === undefined) return notLed(reply, partition, server, leaders.self.node, hops);
   const raw = req.body;
   const body = raw === undefined || raw === null ? Buffer.alloc(0) : Buffer.isBuffer(raw) ? raw : Buffer.from(typeof raw === 'string' ? raw : JSON.stringify(raw));
   reply.hijack();
-  forward(req.raw, reply.raw, leader[server], node, logger, body, req.url);
+  forward(req.raw, reply.raw, leader[server], leaders.self.node, logger, { body, url: req.url, hops: hops + 1 });
+}
+
+/**
+ * A call accepted here whose partition moved to another node while its client waited: the client
+ * gets the result from the new leader, as `GET /restate/invocation/{id}/attach` answers it there
+ * (never the call again: it would run twice).
+ */
+export async function attachAtLeader(req: FastifyRequest, reply: FastifyReply, partition: number, invocation: string, leaders: PartitionLeaders, logger: Logger): Promise<void> {
+  const leader = await leaderFor(partition, leaders);
+  if (leader === undefined) return notLed(reply, partition, 'ingress', leaders.self.node, 0);
+  reply.hijack();
+  forward(req.raw, reply.raw, leader.ingress, leaders.self.node, logger, { body: Buffer.alloc(0), url: `/restate/invocation/${encodeURIComponent(invocation)}/attach`, method: 'GET', hops: 1 });
+}
+
+function notLed(reply: FastifyReply, partition: number, server: 'ingress' | 'admin', node: string, hops: number): void {
+  const entry = catalogue.get('KEEL0805')!;
+  const message = hops >= MAX_HOPS ? `partition ${partition}: the request went round ${hops} nodes without finding its leader (asked: ${node}); retry in a moment` : `partition ${partition} has had no leader for ${LEADER_WAIT_MS / 1000} s (asked: ${node}); retry in a moment`;
+  void reply.code(entry.status).header('retry-after', '1').send(server === 'admin' ? { message: `[KEEL0805] ${message}`, restate_code: 'KEEL0805' } : { code: 'KEEL0805', message });
+}
+
+/** A node's name and the base URLs of its servers. */
+interface NodeAddress {
+  node: string;
+  ingress: string;
+  admin: string;
 }
 
 /** Who leads each partition (cluster-node.ts). */
 export interface PartitionLeaders {
-  leaderOf(partition: number): 'local' | { node: string; ingress: string; admin: string } | undefined;
+  readonly self: NodeAddress;
+  leaderOf(partition: number): 'local' | NodeAddress | undefined;
 }
 
-/** `body`: the request's body as parsed here (the stream is read), sent instead of the stream. `url`: the path as routed here. */
-function forward(req: http.IncomingMessage, res: http.ServerResponse, base: string, node: string, logger: Logger, body?: Buffer, url = req.url ?? '/'): void {
+/**
+ * `body`: the request's body as parsed here (the stream is read), sent instead of the stream;
+ * `url`, `method`: the request to make there, when not the one that came.
+ */
+function forward(req: http.IncomingMessage, res: http.ServerResponse, base: string, node: string, logger: Logger, instead: { body?: Buffer; url?: string; method?: string; hops?: number } = {}): void {
+  const { body, url = req.url ?? '/', method = req.method } = instead;
   const headers: http.OutgoingHttpHeaders = { [FORWARDED]: node };
   // A request that arrived over HTTP/2 goes on over HTTP/1.1: its pseudo-header fields stay behind.
   for (const [name, value] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(name) && !name.startsWith(':')) headers[name] = value;
   if (body !== undefined) headers['content-length'] = String(body.length);
+  if (instead.hops !== undefined) headers[HOPS] = String(instead.hops);
   const target = new URL(url, base);
-  const upstream = http.request(target, { method: req.method, headers, agent }, (answer) => {
+  const upstream = http.request(target, { method, headers, agent }, (answer) => {
     const out: http.OutgoingHttpHeaders = {};
     for (const [name, value] of Object.entries(answer.headers)) if (!HOP_BY_HOP.has(name)) out[name] = value;
     res.writeHead(answer.statusCode ?? 502, out);

@@ -16,7 +16,7 @@ import { PartitionFollower } from './partition/catch-up.js';
 import { Snapshotter } from './partition/snapshotter.js';
 import { GroupWriter } from './storage/group-writer.js';
 import { RemoteAppender, serveAppends } from './cluster-append.js';
-import { forwardToLeader, forwardWhenStandby, routePgQueries } from './forwarding.js';
+import { attachAtLeader, forwardToLeader, forwardWhenStandby, routePgQueries } from './forwarding.js';
 import type { PartitionRouting } from './ingress/edge.js';
 import { KafkaLog, type KafkaLogClient } from './log/kafka-log.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
@@ -234,8 +234,9 @@ function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, met
   };
   const node = new ClusterNode(config, cluster, logger.child({ component: 'cluster' }), { ...partitions, follow, deposed, stopped });
   if (cluster.spread_partitions) {
-    routing.ingress.elsewhere = (partition, req, reply) => forwardToLeader(req, reply, partition, node, 'ingress', cluster.node_name, logger);
-    routing.admin.elsewhere = (partition, req, reply) => forwardToLeader(req, reply, partition, node, 'admin', cluster.node_name, logger);
+    routing.ingress.elsewhere = (partition, req, reply) => forwardToLeader(req, reply, partition, node, 'ingress', logger);
+    routing.admin.elsewhere = (partition, req, reply) => forwardToLeader(req, reply, partition, node, 'admin', logger);
+    routing.ingress.attach = (partition, id, req, reply) => attachAtLeader(req, reply, partition, id, node, logger);
     worker.setRemote(new RemoteAppender(node, cluster.node_name, config.admin.auth_tokens[0], logger.child({ component: 'remote-append' })));
     serveAppends(servers.admin, worker);
   } else {

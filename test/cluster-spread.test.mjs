@@ -44,7 +44,19 @@ const flow = restate.workflow({
     approve: async (ctx, value) => void (await ctx.promise('go').resolve(value)),
   },
 });
-const endpoint = await serveServices(t, [steps, counter, relay, waiter, flow]);
+/** Each Slow call's step runs, by key: a call whose partition moves mid-way resumes on the next leader. */
+const slowRuns = new Map();
+const slow = restate.object({
+  name: 'Slow',
+  handlers: {
+    run: async (ctx) => {
+      await ctx.run('count', () => void slowRuns.set(ctx.key, (slowRuns.get(ctx.key) ?? 0) + 1));
+      await ctx.sleep(3_000);
+      return `slept ${ctx.key}`;
+    },
+  },
+});
+const endpoint = await serveServices(t, [steps, counter, relay, waiter, flow, slow]);
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -198,4 +210,24 @@ t.test('a SIGKILLed node: its partitions go to the others within seconds; nothin
   await load;
   const counts = await Promise.all(keys.map((key) => call(b, `/Counter/${key}/get`)));
   t.same(counts.map((r) => r.body), keys.map((k) => acknowledged.get(k)), 'each count is the number of adds acknowledged: none lost, none twice');
+});
+
+t.test('a node joins: partitions move to it while calls wait on them; each call is answered once, from the new leader', async (t) => {
+  const topic = `keel-spread-${++topics}`;
+  const [a, b] = [await node(t, 'a', topic), await node(t, 'b', topic)];
+  const before = await spreadOver([a, b], ['a', 'b']);
+  await register(a, endpoint);
+  await eventually(async () => (await admin(b, 'GET', '/deployments')).json?.deployments?.length === 1);
+  const keys = Array.from({ length: 18 }, (_, i) => `m${i}`);
+  // Calls through a and b, waiting on their keys' leaders (3 s sleeps) while c joins.
+  const calls = Promise.all(keys.map((key, i) => ingress([a, b][i % 2], `/Slow/${key}/run`, null).catch((err) => ({ status: 0, body: String(err) }))));
+  await eventually(() => keys.every((k) => slowRuns.has(k)));
+  const c = await node(t, 'c', topic);
+  const after = await spreadOver([a, b, c], ['a', 'b', 'c']);
+  const moved = after.flatMap((l, p) => (l !== before[p] ? [p] : []));
+  t.ok(moved.length >= 2 && moved.every((p) => after[p] === 'c'), `partitions ${moved.join(', ')} moved to c, nothing else moved (${before.join(' ')} → ${after.join(' ')})`);
+  const answers = await calls;
+  t.same(answers.map((r) => [r.status, r.body]), keys.map((k) => [200, `slept ${k}`]), 'every call answered with its result, those whose partition moved too');
+  t.same(keys.map((k) => slowRuns.get(k)), keys.map(() => 1), "no call's recorded step ran twice");
+  t.ok([a, b].every((k) => k.logs().includes('partition handed over')), 'a and b each logged handing partitions over');
 });

@@ -37,7 +37,9 @@ const DISCARD_MAX_MS = 30_000;
  * single node, where the error is answered as any other.
  */
 export interface PartitionRouting {
-  elsewhere?: (partition: number, req: FastifyRequest, reply: FastifyReply) => void;
+  elsewhere?: (partition: number, req: FastifyRequest, reply: FastifyReply) => Promise<void>;
+  /** A call accepted here whose partition moved while its client waited: its result comes from the new leader (attach). */
+  attach?: (partition: number, invocation: string, req: FastifyRequest, reply: FastifyReply) => Promise<void>;
 }
 
 export interface EdgeErrors {

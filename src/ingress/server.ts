@@ -2,7 +2,7 @@ import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, ty
 import type { Config } from '../config/index.js';
 import { KeelError } from '../errors/index.js';
 import type { Logger } from '../common/logger.js';
-import { NotLedHereError, type Worker } from '../partition/worker.js';
+import { NotLedHereError, PartitionMovedError, type Worker } from '../partition/worker.js';
 import type { Telemetry } from '../telemetry/index.js';
 import { bearerAuth } from './auth.js';
 import { discardOversizedBody, edgeServerOptions, hardenServer, schemaError, type EdgeErrors, type PartitionRouting } from './edge.js';
@@ -42,6 +42,7 @@ export async function createIngressServer(opts: { config: Config; registry: Ingr
   app.setErrorHandler((raw: unknown, req, reply) => {
     const err = (raw as FastifyError).validation ? schemaError(raw as FastifyError) : raw;
     if (err instanceof NotLedHereError && opts.routing?.elsewhere !== undefined) return opts.routing.elsewhere(err.partition, req, reply);
+    if (err instanceof PartitionMovedError && opts.routing?.attach !== undefined) return opts.routing.attach(err.partition, err.invocation, req, reply);
     if (err instanceof KeelError) {
       // Back-pressure (KEEL0501) and a stopped partition (KEEL0503) are the server's answers, not faults.
       deps.logger[err.status >= 500 && err.code !== 'KEEL0501' ? 'error' : 'warn']({ code: err.code, url: req.url, err: err.message }, 'ingress request refused');

@@ -79,7 +79,7 @@ export class Worker implements Effects {
   /** The open partitions by partition index. */
   private readonly byPartition: Array<PartitionProcessor | undefined> = [];
   private runner: AttemptRunner | undefined;
-  private readonly waiters = new Map<string, Array<(s: InvocationStatus) => void>>();
+  private readonly waiters = new Map<string, Array<{ resolve: (s: InvocationStatus) => void; reject: (err: Error) => void }>>();
   private readonly timers = new Set<NodeJS.Timeout>();
   private stopped = false;
   private cleaner: Cleaner | undefined;
@@ -194,6 +194,12 @@ export class Worker implements Effects {
     this.channels.delete(partition);
     for (const id of p.state.invocations.keys()) this.runner?.abort(id);
     await p.close();
+    // Clients waiting here for its invocations get their results from the next leader.
+    for (const [id, list] of this.waiters) {
+      if (this.partitionIndexOf(InvocationId.parse(id)!.partitionKey) !== partition) continue;
+      this.waiters.delete(id);
+      for (const w of list) w.reject(new PartitionMovedError(partition, id));
+    }
   }
 
   /** The partition's processor where it is open here. */
@@ -428,7 +434,9 @@ export class Worker implements Effects {
    * create it, so there is nothing to look up (which would cost a store read for a new id).
    */
   awaitCompletion(id: InvocationId, { fresh = false } = {}): Promise<InvocationStatus> {
-    const now = fresh ? undefined : this.invocation(id);
+    // Led elsewhere: throws before a waiter is left behind here.
+    const processor = this.processorFor(id);
+    const now = fresh ? undefined : processor.invocation(id.text);
     if (now?.status === 'completed') return this.durable(id).then(() => now);
     return new Promise((resolve, reject) => {
       let list = this.waiters.get(id.text);
@@ -437,10 +445,10 @@ export class Worker implements Effects {
         this.waiters.set(id.text, list);
       }
       if (list.length >= MAX_WAITERS_PER_INVOCATION) {
-        reject(keelError('KEEL0501', { partition: this.processorFor(id).partition, queued: list.length }));
+        reject(keelError('KEEL0501', { partition: processor.partition, queued: list.length }));
         return;
       }
-      list.push(resolve);
+      list.push({ resolve, reject });
     });
   }
 
@@ -476,7 +484,7 @@ export class Worker implements Effects {
           const list = this.waiters.get(a.id);
           if (list === undefined) break;
           this.waiters.delete(a.id);
-          for (const resolve of list) resolve(s);
+          for (const w of list) w.resolve(s);
           break;
         }
       }
@@ -575,6 +583,16 @@ export class Worker implements Effects {
 export class NotLedHereError extends KeelError {
   constructor(readonly partition: number) {
     super('KEEL0805', `partition ${partition} is led by another node of the cluster`);
+  }
+}
+
+/** A client waited here for an invocation whose partition another node leads now: its result is to be had there (attach). */
+export class PartitionMovedError extends KeelError {
+  constructor(
+    readonly partition: number,
+    readonly invocation: string,
+  ) {
+    super('KEEL0805', `partition ${partition} moved to another node of the cluster while invocation ${invocation} was awaited here`);
   }
 }
 
