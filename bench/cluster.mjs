@@ -2,10 +2,12 @@
 // one Keel node on its embedded log, then three Keel nodes on three Apache Kafka brokers (KRaft, on
 // loopback: the tests' helper, test/helpers/kafka-cluster.mjs), the same SDK service. It reports:
 //   - closed-loop noop calls at BENCH_CLUSTER_CONCURRENCY (32) for BENCH_DURATION s (6): the single node,
-//     the cluster through its active node, the cluster through a standby (forwarded);
+//     then the cluster (its partitions spread over the three nodes) through node a and through node b
+//     (a plain service's invocation starts on a partition the node asked leads);
 //   - Kafka's append floor: one record produced and acknowledged (acks=all), sequentially;
-//   - failover under load: calls through a standby while the active node is SIGKILLed — the longest wait
-//     for an answer, and the calls answered, failed and whether the counter lost or doubled any.
+//   - failover under load: adds to 8 objects (on partitions every node leads) through node b while node a
+//     is SIGKILLed — the longest wait for an answer, and the calls answered, failed and whether the
+//     counters lost or doubled any.
 // Writes bench/results/cluster.json. On 2 cores the brokers, three nodes, the service and the load
 // share the machine: the cluster is slower than one node here, and the figures say by how much.
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -38,7 +40,13 @@ async function startNode(name, env) {
   return s;
 }
 
-const roleOf = async (s) => JSON.parse((await httpCall('GET', `${s.admin}/cluster`, { timeoutMs: 2000 })).text || '{}').role;
+/** Each partition's leader as node `s` sees it. */
+const leadersOf = async (s) => (JSON.parse((await httpCall('GET', `${s.admin}/cluster`, { timeoutMs: 2000 })).text || '{}').partitions ?? []).map((p) => p.leader);
+/** Whether every partition is led by one of `names`, and each of them leads some, as `s` sees it. */
+const spreadOver = async (s, names) => {
+  const leaders = await leadersOf(s);
+  return leaders.length > 0 && leaders.every((l) => names.includes(l)) && names.every((n) => leaders.includes(n));
+};
 
 async function until(what, f, timeoutMs = 30_000) {
   const deadline = Date.now() + timeoutMs;
@@ -86,30 +94,32 @@ async function kafkaFloor(kafka) {
   log(`kafka append (acks=all, 1 record): p50 ${fmt(result.kafkaAppendMs.p50, 2)} ms p99 ${fmt(result.kafkaAppendMs.p99, 2)} ms`);
 }
 
-/** Counter adds through `via` (idempotency keys, retried until answered) while `victim` is SIGKILLed. */
-async function failover(via, victim, standby) {
+/** Counter adds to 8 objects through `via` (idempotency keys, retried until answered) while `victim` is SIGKILLed. */
+async function failover(via, victim, survivors) {
   let stop = false;
   const answered = [];
+  const perKey = new Array(8).fill(0);
   let failed = 0;
   let n = 0;
   const worker = async (w) => {
     while (!stop) {
       const i = n++;
       for (;;) {
-        const r = await httpCall('POST', `${via.ingress}/Counter/failover/add`, { body: { delta: 1 }, headers: { 'idempotency-key': `f-${w}-${i}` }, timeoutMs: 15_000 });
+        const r = await httpCall('POST', `${via.ingress}/Counter/failover-${w}/add`, { body: { delta: 1 }, headers: { 'idempotency-key': `f-${w}-${i}` }, timeoutMs: 15_000 });
         if (r.status === 200) break;
         failed++;
         if (stop) return;
         await sleep(50);
       }
       answered.push(performance.now());
+      perKey[w]++;
     }
   };
   const workers = Array.from({ length: 8 }, (_, w) => worker(w));
   await sleep(2000);
   const killedAt = performance.now();
   await crashGroup(victim.child);
-  await until('a standby takes over', async () => (await roleOf(standby)) === 'active' || (await roleOf(via)) === 'active', 60_000);
+  await until("the others lead the victim's partitions", () => spreadOver(via, survivors), 60_000);
   await until('answers resume', async () => answered.filter((t) => t > killedAt).length >= 20, 60_000);
   stop = true;
   await Promise.all(workers);
@@ -118,9 +128,10 @@ async function failover(via, victim, standby) {
   const points = [answered.filter((t) => t <= killedAt).at(-1) ?? killedAt, ...answered.filter((t) => t > killedAt).sort((x, y) => x - y)];
   let gap = 0;
   for (let i = 1; i < points.length; i++) gap = Math.max(gap, points[i] - points[i - 1]);
-  const count = Number((await httpCall('POST', `${via.ingress}/Counter/failover/get`, { body: {}, timeoutMs: 10_000 })).text);
+  let count = 0;
+  for (let w = 0; w < 8; w++) count += Number((await httpCall('POST', `${via.ingress}/Counter/failover-${w}/get`, { body: {}, timeoutMs: 10_000 })).text);
   result.failover = { gapMs: gap, answered: answered.length, retriedFailures: failed, counter: count, lostOrDoubled: count - answered.length };
-  log(`failover (SIGKILL of the active node, 8 callers through a standby): no answer for ${fmt(gap, 0)} ms; ${answered.length} adds answered, counter ${count}`);
+  log(`failover (SIGKILL of node a, 8 callers through node b): no answer for ${fmt(gap, 0)} ms; ${answered.length} adds answered, counters sum to ${count}`);
 }
 
 try {
@@ -136,21 +147,21 @@ try {
   await kafkaFloor(kafka);
   const env = (name) => ({ KEEL_CLUSTER__BROKERS: kafka.brokers.join(','), KEEL_CLUSTER__NODE_NAME: name, KEEL_CLUSTER__SESSION_TIMEOUT: '2s' });
   const a = await startNode('a', env('a'));
-  await until('node a active', async () => (await roleOf(a)) === 'active');
   const b = await startNode('b', env('b'));
   const c = await startNode('c', env('c'));
+  await until('the partitions spread over a, b and c', () => spreadOver(a, ['a', 'b', 'c']), 60_000);
   await register(a, service.url, { timeoutMs: 30_000 });
   for (const s of [a, b]) await probe(s, SCENARIOS.noop, { timeoutMs: 30_000, requestTimeoutMs: 10_000 });
   // The brokers' JVMs: every pid of the helper's processes (their CPU counts against the cluster).
   const brokers = Object.fromEntries(kafka.nodes.map((n) => [`broker ${n.id}`, n.proc.pid]));
-  await cell('cluster, active node', a, service, { 'standby b': b.pid, 'standby c': c.pid, ...brokers });
-  await cell('cluster, via a standby', b, service, { 'active a': a.pid, 'standby c': c.pid, ...brokers });
-  await failover(b, a, c);
+  await cell('cluster, via node a', a, service, { 'node b': b.pid, 'node c': c.pid, ...brokers });
+  await cell('cluster, via node b', b, service, { 'node a': a.pid, 'node c': c.pid, ...brokers });
+  await failover(b, a, ['b', 'c']);
 } finally {
   for (const fn of cleanups.reverse()) await fn();
 }
 const single = result.cells['single node'];
-const active = result.cells['cluster, active node'];
-if (single?.rps && active?.rps) log(`cluster/single throughput: ${fmt(active.rps / single.rps, 2)}`);
+const viaA = result.cells['cluster, via node a'];
+if (single?.rps && viaA?.rps) log(`cluster/single throughput: ${fmt(viaA.rps / single.rps, 2)}`);
 writeFileSync(join(RESULTS_DIR, 'cluster.json'), JSON.stringify(result, null, 2));
 log(`wrote ${join(RESULTS_DIR, 'cluster.json')}`);

@@ -220,17 +220,41 @@ export class ClusterNode {
   }
 
   private changed(view: MembershipView): void {
+    const previous = this.view;
     this.view = view;
+    const lost = [...this.leading, ...this.taking].filter((p) => !view.assigned.includes(p));
     // With one node leading everything, the assignment never moves a partition away from the
     // node that leads it: losing one means another node announced a later epoch meanwhile.
-    const lost = [...this.leading, ...this.taking].filter((p) => !view.assigned.includes(p));
     if (!this.spread && lost.length > 0) {
       this.hooks.deposed(`the cluster chose ${view.leaders[lost[0]!]?.node ?? 'another node'} to lead partitions this node ${this.taking.size > 0 ? 'was taking over' : 'led'}`);
       return;
     }
+    // Out of the group meanwhile (paused, cut off past its session: it rejoined as a new member):
+    // others may have led its partitions since, so nothing it holds of them is believed. They
+    // close, and those assigned again are taken over afresh, from the log.
+    const rejoined = previous.member_id !== undefined && view.member_id !== previous.member_id;
     this.reconciling = this.reconciling
+      .then(() => (rejoined ? this.closeAll('this node was out of the cluster\'s group') : undefined))
       .then(() => this.reconcile())
       .catch((err: unknown) => this.hooks.deposed(`taking the lead failed: ${(err as Error)?.message ?? String(err)}`));
+  }
+
+  /** Closes every partition this node leads (none of their state is believed any more). */
+  private async closeAll(why: string): Promise<void> {
+    if (this.leading.size === 0) return;
+    const partitions = [...this.leading].sort((a, b) => a - b);
+    this.logger.warn({ code: 'KEEL0802', partitions }, `${why}: the partitions it led close and are taken over afresh where assigned`);
+    for (const p of partitions) await this.handOver(p);
+  }
+
+  private async handOver(p: number): Promise<void> {
+    const started = performance.now();
+    await this.hooks.close(p);
+    this.leading.delete(p);
+    this.log.epochs.delete(p);
+    // Its next leader's producer fences this one (transactions): taking it back later builds a new one.
+    this.log.forget(p);
+    this.logger.info({ partition: p, to: this.view.leaders[p]?.node, took_ms: Math.round(performance.now() - started) }, 'partition handed over');
   }
 
   /** Brings what this node leads and follows in line with the view it has now. */
@@ -238,15 +262,7 @@ export class ClusterNode {
     if (this.stopping) return;
     const view = this.view;
     const want = new Set(view.assigned);
-    for (const p of [...this.leading].filter((p) => !want.has(p))) {
-      const started = performance.now();
-      await this.hooks.close(p);
-      this.leading.delete(p);
-      this.log.epochs.delete(p);
-      // Its next leader's producer fences this one (transactions): taking it back later builds a new one.
-      this.log.forget(p);
-      this.logger.info({ partition: p, to: view.leaders[p]?.node, took_ms: Math.round(performance.now() - started) }, 'partition handed over');
-    }
+    for (const p of [...this.leading].filter((p) => !want.has(p))) await this.handOver(p);
     const take = view.assigned.filter((p) => !this.leading.has(p));
     if (take.length > 0) {
       const started = performance.now();

@@ -139,7 +139,8 @@ export class KeelServer {
       let pgsql: PgServer;
       try {
         await listen(admin, config.admin.bind_address, 'admin');
-        const sql = cluster === undefined ? engine : routePgQueries(engine, cluster.route('admin'), cluster.self.node, config.admin.auth_tokens[0]);
+        // With the partitions spread, every node's engine answers for the cluster (it follows every partition).
+        const sql = cluster === undefined || config.cluster!.spread_partitions ? engine : routePgQueries(engine, cluster.route('admin'), cluster.self.node, config.admin.auth_tokens[0]);
         pgsql = await startPgServer(config.admin.query_engine, sql, logger);
       } catch (err) {
         await Promise.allSettled([ingress.close(), admin.close()]);

@@ -32,6 +32,8 @@ function node(t, name, topic, snapshots) {
       KEEL_CLUSTER__NODE_NAME: name,
       KEEL_CLUSTER__LOG_TOPIC: topic,
       KEEL_CLUSTER__SESSION_TIMEOUT: '2s',
+      // One node leads every partition (the snapshots of a spread cluster: cluster-spread.test.mjs).
+      KEEL_CLUSTER__SPREAD_PARTITIONS: 'false',
       KEEL_CLUSTER__SNAPSHOT_PATH: snapshots,
       KEEL_CLUSTER__SNAPSHOT_INTERVAL_RECORDS: '25',
       KEEL_CLUSTER__SNAPSHOTS_KEPT: '2',

@@ -5,9 +5,13 @@
 // leader's admin API, exactly once. A SIGKILLed node's partitions go to the others.
 import t from 'tap';
 import * as restate from '@restatedev/restate-sdk';
+import fs from 'node:fs';
+import path from 'node:path';
+import pg from 'pg';
+import { launch, newPage } from './helpers/browser.mjs';
 import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
-import { counter, stepRuns, steps } from './services/cluster-services.mjs';
-import { startKeel, serveServices, register, ingress, eventually, query, adminCall as admin } from './helpers/keel.mjs';
+import { counter, ledger, stepRuns, steps } from './services/cluster-services.mjs';
+import { startKeel, serveServices, register, ingress, eventually, query, tempDir, adminCall as admin } from './helpers/keel.mjs';
 
 const kafka = await startKafkaCluster(t, { brokers: 3 });
 let topics = 0;
@@ -56,13 +60,15 @@ const slow = restate.object({
     },
   },
 });
-const endpoint = await serveServices(t, [steps, counter, relay, waiter, flow, slow]);
+const endpoint = await serveServices(t, [steps, counter, relay, waiter, flow, slow, ledger]);
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-function node(t, name, topic) {
+function node(t, name, topic, { args = [], env = {} } = {}) {
   return startKeel(t, {
+    args,
     env: {
+      ...env,
       KEEL_CLUSTER__BROKERS: kafka.brokers.join(','),
       KEEL_CLUSTER__NODE_NAME: name,
       KEEL_CLUSTER__LOG_TOPIC: topic,
@@ -230,4 +236,187 @@ t.test('a node joins: partitions move to it while calls wait on them; each call 
   t.same(answers.map((r) => [r.status, r.body]), keys.map((k) => [200, `slept ${k}`]), 'every call answered with its result, those whose partition moved too');
   t.same(keys.map((k) => slowRuns.get(k)), keys.map(() => 1), "no call's recorded step ran twice");
   t.ok([a, b].every((k) => k.logs().includes('partition handed over')), 'a and b each logged handing partitions over');
+});
+
+/** Adds through `nodes` in turn, each with its own idempotency key, retried until answered; the answers' times. */
+function loadOn(key, nodes) {
+  const state = { stop: false, answered: [], done: undefined };
+  state.done = (async () => {
+    for (let i = 0; !state.stop; i++) {
+      const res = await call(nodes[i % nodes.length], `/Counter/${key}/add`, 1, { 'idempotency-key': `${key}-${i}` });
+      if (res.status === 200) state.answered.push(performance.now());
+      else if (!state.stop) throw new Error(`add ${key}-${i}: ${res.status} ${JSON.stringify(res.body)}`);
+    }
+  })();
+  return state;
+}
+
+/** The longest wait for an answer from the last one before `from` until `to`. */
+function longestGap(answered, from, to = performance.now()) {
+  const points = [answered.filter((at) => at <= from).at(-1) ?? from, ...answered.filter((at) => at > from && at <= to), to];
+  let gap = 0;
+  for (let i = 1; i < points.length; i++) gap = Math.max(gap, points[i] - points[i - 1]);
+  return gap;
+}
+
+const resumed = (load, from, count = 5) => eventually(() => load.answered.filter((at) => at > from).length >= count, { timeout_ms: 30_000 });
+
+t.test('any node: rules, SQL over psql, /metrics, GET /cluster and the UI cluster page answer for the whole cluster', async (t) => {
+  const topic = `keel-spread-${++topics}`;
+  const nodes = [await node(t, 'a', topic), await node(t, 'b', topic), await node(t, 'c', topic)];
+  const [a, b, c] = nodes;
+  await spreadOver(nodes, ['a', 'b', 'c']);
+  await register(c, endpoint);
+  await eventually(async () => (await Promise.all(nodes.map(async (k) => (await admin(k, 'GET', '/deployments')).json?.deployments?.length))).every((n) => n === 1));
+  // A rule set through one node reaches every partition, on every node that leads one.
+  const rule = await admin(b, 'PUT', '/limits/rules', [{ pattern: 'cl', limits: { concurrency: 2 } }]);
+  t.equal(rule.status, 200, `a rule set through b (${rule.text})`);
+  const version = rule.json?.[0]?.version;
+  await eventually(async () => {
+    const lists = await Promise.all(nodes.map(async (k) => (await admin(k, 'GET', '/partitions')).json.partitions));
+    return lists.flat().length === PARTITIONS && lists.flat().every((p) => p.limit_rules_version === version);
+  });
+  t.pass(`every partition, each listed by the node leading it, has rule book v${version}`);
+  const scoped = await call(a, '/restate/scope/cl/call/Steps/run', { id: 'scoped' }, { 'x-restate-limit-key': 't1' });
+  t.same([scoped.status, scoped.body], [200, 'done scoped'], 'a scoped call');
+  for (let i = 0; i < 12; i++) t.equal((await call(nodes[i % 3], `/Counter/q${i}/add`, i)).status, 200);
+
+  // psql on each node: its own engine, over every partition (the ones it follows included).
+  const sql = "SELECT count(*)::INT AS n, sum(CASE WHEN status = 'completed' THEN 1 ELSE 0 END)::INT AS done FROM sys_invocation WHERE target_service_name = 'Counter'";
+  for (const [name, keel] of [['a', a], ['b', b], ['c', c]]) {
+    const client = new pg.Client({ host: keel.pgsql.host, port: keel.pgsql.port, user: 'keel', database: 'keel' });
+    await client.connect();
+    t.teardown(() => client.end().catch(() => {}));
+    await eventually(async () => (await client.query(sql)).rows[0].done === 12);
+    t.same((await client.query(sql)).rows, [{ n: 12, done: 12 }], `psql on ${name}: the 12 adds, whichever node leads their partitions`);
+    const wrong = await client.query('SELECT nope FROM sys_invocation').then(() => undefined, (err) => err.code);
+    t.match(wrong, /^42/, `a bad query: a SQLSTATE of class 42 (${wrong})`);
+  }
+
+  const scrape = async (keel) => (await fetch(`${keel.admin}/metrics`)).text();
+  for (const keel of nodes) {
+    const text = await scrape(keel);
+    t.match(text, /^keel_cluster_members 3$/m, 'a cluster of three');
+    t.equal([...text.matchAll(/^keel_partition_leader_epoch\{partition="\d+"\} \d+$/gm)].length, PARTITIONS / 3, 'the epochs of the partitions the node leads');
+    await eventually(async () => (await admin(keel, 'GET', '/cluster')).json.partitions.every((p) => p.lag_offsets === 0 && p.log_end_offset > 0));
+  }
+  t.pass('GET /cluster on each node: its copies of every partition are level with the logs');
+
+  const browser = await launch(t);
+  const { page, problems } = await newPage(browser, t);
+  await page.goto(`${c.admin}/ui/cluster`);
+  await page.locator('#cluster-partitions tbody tr').nth(PARTITIONS - 1).waitFor();
+  t.equal(await page.locator('#cluster-partitions tbody tr').count(), PARTITIONS, 'the cluster page: one row per partition');
+  t.equal(await page.locator('#leaders').innerText(), 'a 2, b 2, c 2', 'how many partitions each node leads');
+  t.match(await page.locator('#cluster-node').innerText(), /c\s+Role\s+leading/, 'this node, c, leads some');
+  const leaderCells = await page.locator('#cluster-partitions tbody tr td:nth-child(2)').allInnerTexts();
+  t.same(leaderCells, await leaders(c), "and each partition's leader");
+  t.same(problems, [], 'no page errors');
+  await browser.close();
+});
+
+for (const transactional of [false, true]) {
+  t.test(`a node paused past its session: its partitions go to the others; resumed, nothing it held is believed and nothing is lost (transactional: ${transactional})`, async (t) => {
+    const topic = `keel-spread-${++topics}`;
+    const env = { KEEL_CLUSTER__TRANSACTIONAL: String(transactional) };
+    const [a, b] = [await node(t, 'a', topic, { env }), await node(t, 'b', topic, { env })];
+    await spreadOver([a, b], ['a', 'b']);
+    await register(a, endpoint);
+    await eventually(async () => (await admin(b, 'GET', '/deployments')).json?.deployments?.length === 1);
+    const keys = ['p0', 'p1', 'p2', 'p3', 'p4', 'p5'];
+    for (const key of keys) for (let i = 0; i < 3; i++) t.equal((await call(b, `/Counter/${key}/add`, 1, { 'idempotency-key': `${key}-${i}` })).status, 200);
+    // Calls on their way into a as it is paused: whatever a answers, each is applied at most once.
+    const inflight = keys.map((key) => ingress(a, `/Counter/${key}/add`, 100, { 'idempotency-key': `${key}-inflight` }).catch((err) => ({ status: 0, body: String(err) })));
+    a.proc.kill('SIGSTOP');
+    await spreadOver([b], ['b']);
+    t.pass('b leads every partition while a is paused');
+    for (const key of keys) t.equal((await call(b, `/Counter/${key}/add`, 1, { 'idempotency-key': `${key}-3` })).status, 200);
+    a.proc.kill('SIGCONT');
+    const late = await Promise.all(inflight);
+    t.comment(`the calls in flight into a when it was paused: ${late.map((r) => r.status).join(', ')}`);
+    for (const [i, key] of keys.entries()) {
+      const now = (await call(b, `/Counter/${key}/get`)).body;
+      if (late[i].status === 200) t.equal(now, 104, `${key}: a acknowledged the call in flight, and it is in the state`);
+      else t.ok(now === 4 || now === 104, `${key}: not acknowledged: applied once or not at all (${now})`);
+      const retried = await call(b, `/Counter/${key}/add`, 100, { 'idempotency-key': `${key}-inflight` });
+      t.equal(retried.status, 200, `${key}: the call in flight, retried with its idempotency key, is answered`);
+      t.equal((await call(b, `/Counter/${key}/get`)).body, 104, `${key}: every add once, the one in flight included`);
+    }
+    // a either exits (an append of its refused: KEEL0802) or comes back as a new member and takes its share afresh.
+    const outcome = await Promise.race([a.exited.then((e) => `exited ${e.code}`), eventually(() => a.logs().includes("this node was out of the cluster's group"), { timeout_ms: 20_000 }).then(() => 'rejoined')]);
+    t.comment(`a after SIGCONT: ${outcome}`);
+    t.ok(outcome === 'exited 1' || outcome === 'rejoined', `a did not go on with what it held (${outcome})`);
+    if (outcome === 'rejoined') {
+      await spreadOver([a, b], ['a', 'b']);
+      for (const key of keys) t.equal((await call(a, `/Counter/${key}/get`)).body, 104, `${key} read through a, which leads a share again`);
+    } else {
+      t.ok(a.logLines('KEEL0802').length > 0, 'and said why (KEEL0802)');
+    }
+  });
+}
+
+t.test('under load: the broker leading the log partitions is SIGKILLed, then every node is restarted in turn; nothing answered is lost', async (t) => {
+  const topic = `keel-spread-${++topics}`;
+  const nodes = [await node(t, 'a', topic), await node(t, 'b', topic), await node(t, 'c', topic)];
+  await spreadOver(nodes, ['a', 'b', 'c']);
+  await register(nodes[0], endpoint);
+  await eventually(async () => (await Promise.all(nodes.map(async (k) => (await admin(k, 'GET', '/deployments')).json?.deployments?.length))).every((n) => n === 1));
+  const loads = ['r0', 'r1', 'r2', 'r3', 'r4', 'r5'].map((key) => loadOn(key, nodes));
+  const answered = () => loads.flatMap((l) => l.answered).sort((x, y) => x - y);
+  const all = { get answered() { return answered(); } };
+  await sleep(1_000);
+
+  const leader = (await kafka.leaders(topic))[0];
+  let at = performance.now();
+  await kafka.kill(leader);
+  await sleep(2_000);
+  await resumed(all, performance.now());
+  t.comment(`broker ${leader} SIGKILLed: no add answered for ${longestGap(answered(), at).toFixed(0)} ms`);
+  t.ok(longestGap(answered(), at) < 10_000, 'the cluster kept answering through the loss of a broker');
+  await kafka.start(leader);
+
+  // A rolling restart: each node stopped (SIGTERM: a clean leave, its partitions handed over) and started again.
+  const gaps = [];
+  for (const keel of nodes) {
+    at = performance.now();
+    await keel.stop();
+    await keel.launch();
+    await resumed(all, performance.now());
+    gaps.push(longestGap(answered(), at));
+  }
+  for (const l of loads) l.stop = true;
+  await Promise.all(loads.map((l) => l.done));
+  t.comment(`rolling restart: the longest wait for an answer while each node restarted: ${gaps.map((g) => `${g.toFixed(0)} ms`).join(', ')}; ${answered().length} adds answered`);
+  t.ok(gaps.every((g) => g < 10_000), 'every restart handed over within 10 s');
+  await spreadOver(nodes, ['a', 'b', 'c']);
+  const counts = await Promise.all(loads.map((_, i) => call(nodes[i % 3], `/Counter/r${i}/get`)));
+  t.same(counts.map((r) => r.body), loads.map((l) => l.answered.length), 'every answered add counted once, on every key');
+});
+
+t.test('a Kafka subscription consumed by every node: a node SIGKILLed mid-stream; every record once, in order per key', async (t) => {
+  const topic = `keel-spread-${++topics}`;
+  const source = `orders-spread-${topics}`;
+  await kafka.createTopic(source, 4);
+  const file = path.join(tempDir(t), 'keel.toml');
+  fs.writeFileSync(file, `[[ingress.kafka_clusters]]\nname = "real"\nbrokers = [${kafka.brokers.map((b) => JSON.stringify(b)).join(', ')}]\n`);
+  const nodes = [await node(t, 'a', topic, { args: ['--config', file] }), await node(t, 'b', topic, { args: ['--config', file] }), await node(t, 'c', topic, { args: ['--config', file] })];
+  const [a, b, c] = nodes;
+  await spreadOver(nodes, ['a', 'b', 'c']);
+  await register(a, endpoint);
+  await eventually(async () => (await Promise.all(nodes.map(async (k) => (await admin(k, 'GET', '/deployments')).json?.deployments?.length))).every((n) => n === 1));
+  const created = await admin(b, 'POST', '/subscriptions', { source: `kafka://real/${source}`, sink: 'service://Ledger/add', options: { 'auto.offset.reset': 'earliest', 'session.timeout.ms': '6000', 'heartbeat.interval.ms': '300' } });
+  t.equal(created.status, 201, `subscription created through b (${created.text})`);
+  const records = (from, n) => Array.from({ length: n }, (_, j) => ({ key: `s${(from + j) % 8}`, value: JSON.stringify({ i: from + j }) }));
+  await kafka.produce(source, records(0, 200));
+  await sleep(500); // mid-stream
+  await a.kill('SIGKILL');
+  await kafka.produce(source, records(200, 200));
+  await spreadOver([b, c], ['b', 'c']);
+  const items = async (k) => (await call(c, `/Ledger/s${k}/get`)).body;
+  await eventually(async () => (await Promise.all([0, 1, 2, 3, 4, 5, 6, 7].map(items))).flat().length >= 400, { timeout_ms: 60_000 });
+  await sleep(1000);
+  for (let k = 0; k < 8; k++) {
+    const expected = Array.from({ length: 400 }, (_, i) => i).filter((i) => i % 8 === k);
+    t.same(await items(k), expected, `s${k}: its 50 records once, in offset order, across the SIGKILL`);
+  }
 });

@@ -146,7 +146,7 @@ export interface ClusterConfig {
   min_insync_replicas: number;
   /** Every append in a Kafka transaction as well as behind the epochs (slower: see README). */
   transactional: boolean;
-  /** The partitions shared out among the nodes (each leads some); false: one node leads them all, the others stand by. */
+  /** The partitions shared out among the nodes (each leads some; the default); false: one node leads them all, the others stand by. */
   spread_partitions: boolean;
   /** A directory every node shares for snapshots of the partitions; undefined: no snapshots, and the Kafka log is never trimmed. */
   snapshot_path: string | undefined;
@@ -224,7 +224,7 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'cluster.replication_factor', kind: 'int', dflt: 3 },
   { path: 'cluster.min_insync_replicas', kind: 'int', dflt: 2 },
   { path: 'cluster.transactional', kind: 'bool', dflt: false },
-  { path: 'cluster.spread_partitions', kind: 'bool', dflt: false },
+  { path: 'cluster.spread_partitions', kind: 'bool', dflt: true },
   { path: 'cluster.snapshot_path', kind: 'string', dflt: undefined },
   { path: 'cluster.snapshot_interval_records', kind: 'int', dflt: 100_000 },
   { path: 'cluster.snapshots_kept', kind: 'int', dflt: 2 },

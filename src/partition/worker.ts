@@ -5,7 +5,7 @@ import { limitRulesCommand } from './fold/limit-rules.js';
 import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
 import { KeelError, keelError } from '../errors/index.js';
-import { decodeCommand, type Command, type CommandKind } from '../log/commands.js';
+import { decodeCommand, encodeCommand, type Command, type CommandKind } from '../log/commands.js';
 import { GroupWriter } from '../storage/group-writer.js';
 import { KafkaLog, type KafkaLogClient } from '../log/kafka-log.js';
 import type { Db, StateWrite } from '../storage/store.js';
@@ -283,6 +283,17 @@ export class Worker implements Effects {
 
   append(id: InvocationId, kind: CommandKind): Promise<void> {
     return this.processorFor(id).append(kind);
+  }
+
+  /**
+   * Appends to a partition wherever it is led: here, or through `remote` on the node leading it
+   * (a cluster with the partitions spread). Resolves once the command is durable.
+   */
+  appendTo(partition: number, kind: CommandKind): Promise<void> {
+    const here = this.byPartition[partition];
+    if (here !== undefined) return here.append(kind);
+    if (this.remote === undefined || this.remote.leaderOf(partition) === undefined) return Promise.reject(new NotLedHereError(partition));
+    return this.remote.append(partition, encodeCommand({ timestamp_ms: Date.now(), ...kind } as Command));
   }
 
   /**

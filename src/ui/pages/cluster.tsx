@@ -1,12 +1,13 @@
 // The cluster this node belongs to (GET /cluster, answered by the node asked): its role, the
-// active node, the members, and per partition the leader epoch, the applied position and how far
-// this node's copy is behind the partition's Kafka log. A node without [cluster] says it runs alone.
+// members, and per partition its leader, the leader epoch, the applied position and how far this
+// node's copy is behind the partition's Kafka log. A node without [cluster] says it runs alone.
 
 import { api, ApiError } from '../api';
 import { Badge, ErrorBox, Loading, useAsync } from '../components';
 
 interface PartitionView {
   partition: number;
+  leader?: string;
   leader_epoch?: number;
   applied_position?: number;
   log_end_offset?: number;
@@ -16,7 +17,7 @@ interface PartitionView {
 
 interface ClusterView {
   node: string;
-  role: 'standby' | 'activating' | 'active';
+  role: 'standby' | 'activating' | 'active' | 'leading';
   active_node?: string;
   members: string[];
   partitions: PartitionView[];
@@ -30,6 +31,14 @@ async function load(): Promise<ClusterView | undefined> {
     if (err instanceof ApiError && err.status === 404) return undefined;
     throw err;
   }
+}
+
+/** "a leads every partition", or how many each node leads: "a 2, b 2, c 2". */
+function leaders(c: ClusterView): string {
+  if (c.active_node !== undefined) return `${c.active_node} leads every partition`;
+  const counts = new Map<string, number>();
+  for (const p of c.partitions) counts.set(p.leader ?? 'none yet', (counts.get(p.leader ?? 'none yet') ?? 0) + 1);
+  return [...counts].sort(([a], [b]) => (a < b ? -1 : 1)).map(([node, n]) => `${node} ${n}`).join(', ');
 }
 
 const show = (n: number | undefined) => (n === undefined ? '–' : n.toLocaleString('en-US'));
@@ -54,19 +63,20 @@ export function ClusterPage() {
     <div>
       <h1>Cluster</h1>
       <p class="muted">
-        Answered by this node. The active node leads every partition; the others stand by, forward requests to it and follow the partition logs into
-        their own stores. Lag: offsets of a partition's Kafka log this node has not applied yet.
+        Answered by this node. Each partition has one leader; every node answers every request, forwarding what needs a partition it does not lead
+        to that partition's leader, and follows the logs of the partitions it does not lead into its own store. Lag: offsets of a partition's
+        Kafka log this node has not applied yet.
       </p>
       <dl class="kv" id="cluster-node">
         <dt>This node</dt>
         <dd class="mono">{c.node}</dd>
         <dt>Role</dt>
         <dd>
-          <Badge value={c.role} kind={c.role === 'active' ? 'ok' : c.role === 'activating' ? 'run' : 'wait'} />
+          <Badge value={c.role} kind={c.role === 'active' || c.role === 'leading' ? 'ok' : c.role === 'activating' ? 'run' : 'wait'} />
         </dd>
-        <dt>Active node</dt>
-        <dd class="mono" id="active-node">
-          {c.active_node ?? 'none yet'}
+        <dt>Leaders</dt>
+        <dd class="mono" id="leaders">
+          {leaders(c)}
         </dd>
         <dt>Members</dt>
         <dd class="mono" id="cluster-members">
@@ -78,6 +88,7 @@ export function ClusterPage() {
           <thead>
             <tr>
               <th>partition</th>
+              <th>leader</th>
               <th>leader epoch</th>
               <th>applied position</th>
               <th>applied offset</th>
@@ -89,6 +100,7 @@ export function ClusterPage() {
             {c.partitions.map((p) => (
               <tr>
                 <td class="mono">{p.partition}</td>
+                <td class="mono">{p.leader ?? 'none yet'}</td>
                 <td class="mono">{show(p.leader_epoch)}</td>
                 <td class="mono">{show(p.applied_position)}</td>
                 <td class="mono">{show(p.applied_offset)}</td>
