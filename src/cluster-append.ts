@@ -21,7 +21,9 @@ const MAX_WAITING_ENTRIES = 16_384;
 /** A request that gets no answer in this long fails (its entries are sent again). */
 const REQUEST_TIMEOUT_MS = 10_000;
 
-const agent = new http.Agent({ keepAlive: true, maxSockets: 4 });
+// One request in flight per node, on one connection: a request given up on (timed out) cannot be
+// overtaken by the next on another connection.
+const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
 
 interface Pending {
   partition: number;
@@ -61,10 +63,11 @@ export class RemoteAppender implements RemotePartitions {
     const leader = this.leaders.leaderOf(partition);
     if (leader === undefined || leader === 'local') return Promise.reject(new NotLedHereError(partition));
     let queue = this.queues.get(leader.node);
-    if (queue === undefined || queue.admin !== leader.admin) {
-      queue = { admin: leader.admin, waiting: queue?.waiting ?? [], sending: queue?.sending ?? false };
+    if (queue === undefined) {
+      queue = { admin: leader.admin, waiting: [], sending: false };
       this.queues.set(leader.node, queue);
     }
+    queue.admin = leader.admin; // a node restarted on another address
     if (queue.waiting.length >= MAX_WAITING_ENTRIES) return Promise.reject(new KeelError('KEEL0501', `${queue.waiting.length} commands wait to reach node ${leader.node}`));
     const q = queue;
     return new Promise((resolve, reject) => {
@@ -85,18 +88,26 @@ export class RemoteAppender implements RemotePartitions {
         (answer) => {
           assert(answer.appended >= 0 && answer.appended <= batch.length, () => `node answered ${answer.appended} of ${batch.length} appended`);
           for (const p of batch.slice(0, answer.appended)) p.resolve();
+          if (answer.appended === batch.length) return;
           const why = answer.refused === undefined ? new KeelError('KEEL0805', 'the leader took only part of the commands') : new KeelError('KEEL0805', `${answer.refused.code}: ${answer.refused.message}`);
-          for (const p of batch.slice(answer.appended)) p.reject(why);
+          this.refuseFrom(queue, batch.slice(answer.appended), why);
         },
-        (err: unknown) => {
-          const why = new KeelError('KEEL0805', `cannot hand commands to ${queue.admin}: ${(err as Error).message}`, undefined, { cause: err });
-          for (const p of batch) p.reject(why);
-        },
+        (err: unknown) => this.refuseFrom(queue, batch, new KeelError('KEEL0805', `cannot hand commands to ${queue.admin}: ${(err as Error).message}`, undefined, { cause: err })),
       )
       .finally(() => {
         queue.sending = false;
         this.pump(queue);
       });
+  }
+
+  /**
+   * Refuses `refused` and everything waiting behind it for the node: an entry after a refused one
+   * must not arrive first (its target would then drop the refused one when it comes again). The
+   * senders' Shuffles send them all again, in order, from the first refused.
+   */
+  private refuseFrom(queue: NodeQueue, refused: Pending[], why: Error): void {
+    const waiting = queue.waiting.splice(0);
+    for (const p of [...refused, ...waiting]) p.reject(why);
   }
 
   private post(admin: string, batch: Pending[]): Promise<AppendAnswer> {

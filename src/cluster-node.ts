@@ -26,6 +26,10 @@ type Role = 'standby' | 'activating' | 'active' | 'leading';
 export interface Follower {
   readonly partition: number;
   readonly applied_position: number;
+  /** The leader epoch announced last in what it has read. */
+  readonly announced_epoch: number;
+  /** Settles when following ends (stopped, or failed). */
+  readonly ended: Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -47,6 +51,8 @@ export interface ClusterHooks {
 
 /** The longest a step of stopping waits for kafkajs. */
 const STOP_STEP_MS = 3_000;
+/** How long after a follower failed it is started again. */
+const REFOLLOW_MS = 1_000;
 /** How often a leading node looks for a stopped partition. */
 const PARTITION_WATCH_MS = 500;
 
@@ -72,6 +78,8 @@ export class ClusterNode {
   private readonly leading = new Set<number>();
   private readonly taking = new Set<number>();
   private readonly followers = new Map<number, Follower>();
+  /** The epoch announced last in what a follower of the partition read (when it stopped). */
+  private readonly announcedSeen = new Map<number, number>();
   private view: MembershipView = { member_id: undefined, assigned: [], leaders: [], members: [] };
   /** One reconciliation at a time, in the order the views came. */
   private reconciling: Promise<void> = Promise.resolve();
@@ -139,6 +147,8 @@ export class ClusterNode {
     this.stopping = true;
     clearInterval(this.watch);
     this.lag?.stop();
+    // A take-over under way finishes first (or is given up on): its partitions are closed with the others.
+    await bounded(this.reconciling, STOP_STEP_MS);
     await this.stopWork();
     await this.stopFollowing([...this.followers.keys()]);
     await bounded(this.membership.stop(), STOP_STEP_MS);
@@ -197,10 +207,14 @@ export class ClusterNode {
     return this.leading.size === this.partitions ? 'active' : 'leading';
   }
 
-  /** What this node tells the group it holds: each partition it leads with its epoch, each it is taking with 0. */
+  /**
+   * What this node tells the group it holds: each partition it leads with its epoch, each it is
+   * taking over with the epoch it will announce at least (one past the last it read), so that a
+   * node coming back with an older claim does not win the partition back in the middle.
+   */
   private claims(): Record<string, number> {
     const claims: Record<string, number> = {};
-    for (const p of this.taking) claims[String(p)] = 0;
+    for (const p of this.taking) claims[String(p)] = (this.announcedSeen.get(p) ?? 0) + 1;
     for (const p of this.leading) claims[String(p)] = this.log.epochs.get(p) ?? 0;
     return claims;
   }
@@ -288,8 +302,21 @@ export class ClusterNode {
         this.logger.warn({ err, code: 'KEEL0801' }, 'cannot follow the partition logs; this node catches up when it takes the lead');
         return [];
       });
-      for (const f of followers) this.followers.set(f.partition, f);
+      for (const f of followers) this.watchFollower(f);
     }
+  }
+
+  /** A follower that fails is replaced a moment later (reads on this node leave its partition out meanwhile). */
+  private watchFollower(f: Follower): void {
+    this.followers.set(f.partition, f);
+    void f.ended.then(() => {
+      if (this.stopping || this.followers.get(f.partition) !== f) return;
+      this.followers.delete(f.partition);
+      setTimeout(() => {
+        if (this.stopping) return;
+        this.reconciling = this.reconciling.then(() => this.reconcile()).catch((err: unknown) => this.hooks.deposed(`taking the lead failed: ${(err as Error)?.message ?? String(err)}`));
+      }, REFOLLOW_MS).unref();
+    });
   }
 
   /** Stops following these partitions and waits until what was read is in the store (taking the lead reads on from there). */
@@ -297,7 +324,9 @@ export class ClusterNode {
     const stopping = partitions.flatMap((p) => {
       const f = this.followers.get(p);
       this.followers.delete(p);
-      return f === undefined ? [] : [f.stop()];
+      if (f === undefined) return [];
+      this.announcedSeen.set(p, f.announced_epoch);
+      return [f.stop().then(() => void this.announcedSeen.set(p, f.announced_epoch))];
     });
     await Promise.all(stopping);
   }

@@ -1,4 +1,4 @@
-import { InvocationId, objectPartitionKey, randomPartitionKey, scheduleId, scopePartitionKey } from '../common/ids.js';
+import { InvocationId, objectPartitionKey, scheduleId, scopePartitionKey } from '../common/ids.js';
 import type { UserLimitRow } from '../partition/flow-control.js';
 import { ManageAction as Action, type CommandKind, type Schedule } from '../log/commands.js';
 import type { ScheduleRecord } from '../storage/tables/schedules.js';
@@ -239,7 +239,7 @@ export class WorkerIntrospection implements IntrospectionSource {
     }
     const input = decode(pb.Input, first.payload);
     // A scoped invocation restarts in its scope, on its scope's partition, under its limits.
-    const pk = s.scope !== undefined ? scopePartitionKey(s.scope) : s.service_type === 'Service' ? randomPartitionKey() : objectPartitionKey(s.service, s.key);
+    const pk = s.scope !== undefined ? scopePartitionKey(s.scope) : s.service_type === 'Service' ? this.worker.localPartitionKey() : objectPartitionKey(s.service, s.key);
     const fresh = InvocationId.random(pk);
     await this.worker.append(fresh, {
       kind: 'invoke',

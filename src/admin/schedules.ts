@@ -6,6 +6,7 @@ import { DEFAULT_LATE_AFTER_MS, MIN_EVERY_MS, cronProblem } from '../common/sche
 import { formatDuration, parseDuration_ms } from '../common/units.js';
 import type { Config } from '../config/index.js';
 import { KeelError, keelError } from '../errors/index.js';
+import { NotLedHereError } from '../partition/worker.js';
 import { ScheduleAction, type ScheduleSpec } from '../log/commands.js';
 import type { Registry } from '../metadata/registry.js';
 import { resolveTarget } from '../metadata/targets.js';
@@ -165,14 +166,27 @@ export class ConfiguredSchedules {
         continue;
       }
       this.told.delete(name);
-      await source.applySchedule({ action: ScheduleAction.SET, name, spec: { ...spec, from_config: true } });
+      await ledHere(() => source.applySchedule({ action: ScheduleAction.SET, name, spec: { ...spec, from_config: true } }));
     }
     const names = new Set(declared.map((d) => d.name));
     const gone: string[] = [];
     for await (const s of source.schedules()) if (s.from_config && !names.has(s.name)) gone.push(s.name);
     for (const name of gone) {
-      await source.applySchedule({ action: ScheduleAction.DELETE, name });
-      this.logger.info({ schedule: name }, 'schedule deleted: the configuration no longer declares it');
+      if (await ledHere(() => source.applySchedule({ action: ScheduleAction.DELETE, name }))) this.logger.info({ schedule: name }, 'schedule deleted: the configuration no longer declares it');
     }
+  }
+}
+
+/**
+ * Whether the change was made: false where another node of a cluster leads the schedule's
+ * partition (every node applies the configuration to the partitions it leads, as it opens them).
+ */
+async function ledHere(change: () => Promise<void>): Promise<boolean> {
+  try {
+    await change();
+    return true;
+  } catch (err) {
+    if (err instanceof NotLedHereError) return false;
+    throw err;
   }
 }

@@ -171,7 +171,13 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   }
   // Wait before appending, so that a fast completion cannot slip past us.
   const done = worker.awaitCompletion(target.id, { fresh: true });
-  await worker.append(target.id, command);
+  done.catch(() => undefined); // awaited below; a rejection while the append is refused goes nowhere
+  try {
+    await worker.append(target.id, command);
+  } catch (err) {
+    worker.stopWaiting(target.id); // not accepted: nothing will complete it
+    throw err;
+  }
   return respondCompleted(reply, await done, handler);
 }
 

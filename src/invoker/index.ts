@@ -180,7 +180,7 @@ export class Invoker implements AttemptRunner {
    */
   private launch(q: Queued): { outcome: 'started' | 'parked' | 'skipped'; deployment?: string } {
     const { host, id, epoch } = q;
-    const status = host.invocation(id);
+    const status = host.retired ? undefined : host.invocation(id);
     if (status === undefined || status.status !== 'running' || status.epoch !== epoch) return { outcome: 'skipped' };
     const service = this.registry.service(status.service);
     const deploymentId = status.deployment_id ?? service?.deployment_id;

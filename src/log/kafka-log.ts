@@ -56,6 +56,10 @@ const HEADER_NODE = 'keel-node';
 /** The largest record batch the log topic takes (topic config `max.message.bytes`): under the brokers' `socket.request.max.bytes` (100 MiB). */
 const MAX_BATCH_BYTES = 96 * 1024 * 1024;
 
+/** Reads of the log's bounds tried on a retriable error (a moved leader), and the first wait between them. */
+const LOG_BOUNDS_TRIES = 8;
+const LOG_BOUNDS_RETRY_MS = 100;
+
 /** Where a node's copy of a partition stands in the topic: the next offset to read and the reader's epoch state there. */
 type Cursor = LogCursor;
 
@@ -120,10 +124,21 @@ export class KafkaLogClient {
    * the offset its next record gets), by partition.
    */
   async logBounds(): Promise<Array<{ start: number; end: number }>> {
-    const offsets = await (await this.connectedAdmin()).fetchTopicOffsets(this.settings.topic);
-    const bounds: Array<{ start: number; end: number }> = [];
-    for (const o of offsets) bounds[o.partition] = { start: Number(o.low), end: Number(o.high) };
-    return bounds;
+    const admin = await this.connectedAdmin();
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const offsets = await admin.fetchTopicOffsets(this.settings.topic);
+        const bounds: Array<{ start: number; end: number }> = [];
+        for (const o of offsets) bounds[o.partition] = { start: Number(o.low), end: Number(o.high) };
+        return bounds;
+      } catch (err) {
+        // A leader that moved (just elected, a broker gone): kafkajs asked the one its metadata
+        // named. The metadata is read again, and so are the offsets.
+        if ((err as { retriable?: unknown }).retriable !== true || attempt >= LOG_BOUNDS_TRIES) throw err;
+        await admin.fetchTopicMetadata({ topics: [this.settings.topic] }).catch(() => undefined);
+        await new Promise((r) => setTimeout(r, LOG_BOUNDS_RETRY_MS * attempt));
+      }
+    }
   }
 
   /** The first offset the partition's log still holds. */
@@ -226,6 +241,11 @@ export class KafkaLog implements PartitionLog {
 
   get applied_position(): number {
     return this.applied.position;
+  }
+
+  /** The epoch announced last in what this node has read of the log. */
+  get announced_epoch(): number {
+    return this.seen.epoch;
   }
 
   /** The epoch this node leads the partition in (0: not leading). */

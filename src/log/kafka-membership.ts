@@ -169,7 +169,7 @@ export class ClusterMembership {
       retry: { retries: Number.MAX_SAFE_INTEGER, initialRetryTime: 100, maxRetryTime: 1_000 },
     });
     this.consumer = consumer;
-    consumer.on(consumer.events.GROUP_JOIN, (e) => void this.joined(e.payload.memberId));
+    consumer.on(consumer.events.GROUP_JOIN, (e) => void this.joined(e.payload.memberId).catch((err: unknown) => this.logger.error({ err, code: 'KEEL0801' }, 'cannot take in a rebalance of the cluster group')));
     await consumer.connect();
     await consumer.subscribe({ topic: this.topic, fromBeginning: false });
     // The metadata topic is read by the registry; this consumer only keeps the node in the group.
@@ -193,21 +193,26 @@ export class ClusterMembership {
 
   /**
    * After each rebalance: who leads what. kafkajs passes on only the assignment's topic
-   * partitions, so this node's share, like everyone's, is read from the group's description.
+   * partitions, so this node's share, like everyone's, is read from the group's description, once
+   * the group is stable with this member in it (a description taken while the next rebalance
+   * begins has no assignments). Without one, the node keeps its view until the next rebalance.
    */
   private async joined(memberId: string): Promise<void> {
     const join = ++this.joins;
-    const { AssignerProtocol } = loadKafkajs();
     let description: Awaited<ReturnType<Consumer['describeGroup']>> | undefined;
-    for (let tries = 0; description === undefined && tries < DESCRIBE_TRIES; tries++) {
-      description = await this.consumer!.describeGroup().catch((err: unknown) => {
-        if (tries === DESCRIBE_TRIES - 1) this.logger.warn({ err, code: 'KEEL0801' }, 'cannot describe the cluster group; this node keeps what it leads until the next rebalance');
+    for (let tries = 0; description === undefined && tries < DESCRIBE_TRIES && join === this.joins; tries++) {
+      if (tries > 0) await new Promise((r) => setTimeout(r, DESCRIBE_RETRY_MS));
+      const described = await this.consumer!.describeGroup().catch((err: unknown) => {
+        this.logger.debug({ err }, 'cannot describe the cluster group yet');
         return undefined;
       });
-      if (description === undefined) await new Promise((r) => setTimeout(r, DESCRIBE_RETRY_MS));
+      if (described?.state === 'Stable' && described.members.some((m) => m.memberId === memberId)) description = described;
     }
     if (join !== this.joins) return; // a later join's view is on its way
-    if (description === undefined) return;
+    if (description === undefined) {
+      this.logger.warn({ code: 'KEEL0801', tries: DESCRIBE_TRIES }, 'cannot read the cluster group\'s assignment; this node keeps what it leads until the next rebalance');
+      return;
+    }
     let assigned: number[] = [];
     const members: NodeInfo[] = [];
     const leaders: Array<NodeInfo | undefined> = Array.from({ length: this.partitions }, () => undefined);
@@ -216,7 +221,7 @@ export class ClusterMembership {
       if (data === undefined) continue;
       const info = { node: data.node, ingress: data.ingress, admin: data.admin };
       members.push(info);
-      const share = partitionsOf(AssignerProtocol.MemberAssignment.decode(m.memberAssignment)?.userData);
+      const share = partitionsOf(assignmentData(m.memberAssignment));
       if (m.memberId === memberId) assigned = share;
       for (const p of share) if (p < this.partitions) leaders[p] = m.memberId === memberId ? this.self : info;
     }
@@ -224,6 +229,15 @@ export class ClusterMembership {
     const others = [...new Set(leaders.filter((l): l is NodeInfo => l !== undefined && l.node !== this.self.node).map((l) => l.node))];
     this.logger.info({ assigned: this.view.assigned, members: members.map((m) => m.node), other_leaders: others }, this.view.assigned.length > 0 ? `this node leads ${this.view.assigned.length} of ${this.partitions} partitions` : `standing by; ${others.join(', ') || 'no node'} leads the partitions`);
     for (const listener of this.listeners) listener(this.view);
+  }
+}
+
+/** The user data of a member's assignment (undefined where there is none or it does not decode). */
+function assignmentData(assignment: Buffer): Buffer | undefined {
+  try {
+    return loadKafkajs().AssignerProtocol.MemberAssignment.decode(assignment)?.userData ?? undefined;
+  } catch {
+    return undefined;
   }
 }
 
@@ -238,13 +252,12 @@ function partitionsOf(userData: Buffer | null | undefined): number[] {
 }
 
 function dataOf(metadata: Buffer): MemberData | undefined {
-  const { AssignerProtocol } = loadKafkajs();
-  const raw = AssignerProtocol.MemberMetadata.decode(metadata)?.userData;
   try {
+    const raw = loadKafkajs().AssignerProtocol.MemberMetadata.decode(metadata)?.userData;
     const data = JSON.parse(raw?.toString('utf8') ?? '') as MemberData;
     if (typeof data.node === 'string' && typeof data.ingress === 'string' && typeof data.admin === 'string' && typeof data.claims === 'object' && data.claims !== null) return data;
   } catch {
-    // a member of another kind in the group
+    // a member of another kind in the group, or one described without its metadata
   }
   return undefined;
 }

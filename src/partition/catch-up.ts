@@ -86,8 +86,18 @@ export class PartitionFollower {
     return this.log.partition;
   }
 
+  /** Settles when following ends: stopped, or failed (logged). */
+  get ended(): Promise<void> {
+    return this.done;
+  }
+
   get applied_position(): number {
     return this.log.applied_position;
+  }
+
+  /** The leader epoch announced last in what this node has read of the partition's log. */
+  get announced_epoch(): number {
+    return this.log.announced_epoch;
   }
 
   async stop(): Promise<void> {

@@ -22,6 +22,8 @@ export interface Effects {
 /** What an attempt of an invocation needs of its partition: reads, and appends of its messages. */
 export interface AttemptHost {
   readonly partition: number;
+  /** The partition is closing or closed here (another node leads it now): no attempt starts on it. */
+  readonly retired: boolean;
   invocation(id: string): InvocationStatus | undefined;
   journal(id: string): readonly JournalEntry[];
   objectState(service: string, key: string, scope?: string): ReadonlyMap<string, Buffer>;
@@ -75,6 +77,7 @@ export class PartitionProcessor implements AttemptHost {
   private readonly queue = new Queue<Pending>();
   private writing = false;
   private closed = false;
+  private retiring = false;
   private failure: PartitionFailure | undefined;
   private idle: Promise<void> = Promise.resolve();
   private settleIdle: (() => void) | undefined;
@@ -220,6 +223,15 @@ export class PartitionProcessor implements AttemptHost {
 
   get applied_position(): number {
     return this.log.applied_position;
+  }
+
+  /** From now on no attempt starts here and no action but a completion runs (the partition is being handed over). */
+  retire(): void {
+    this.retiring = true;
+  }
+
+  get retired(): boolean {
+    return this.retiring || this.closed;
   }
 
   /** Waits for the batch in flight and every queued command, then refuses new ones. */

@@ -95,7 +95,7 @@ export class Worker implements Effects {
   private remote: RemotePartitions | undefined;
   /** Partitions another node leads that this one follows (a cluster): their state as folded here, for reads. */
   private readonly replicas = new Map<number, PartitionState>();
-  /** Per source partition, the route its outbox entries in flight took, and how many there are. */
+  /** Per source and target partition, the route outbox entries in flight took, and how many there are. */
   private readonly channels = new Map<number, { route: string; in_flight: number }>();
 
   constructor(
@@ -185,15 +185,18 @@ export class Worker implements Effects {
   async closePartition(partition: number): Promise<void> {
     const p = this.byPartition[partition];
     if (p === undefined) return;
+    // Batches still being written run no action but completions from here on (`execute`).
+    p.retire();
     this.byPartition[partition] = undefined;
     this.processors.splice(this.processors.indexOf(p), 1);
     this.timerWindows.get(partition)?.stop();
     this.timerWindows.delete(partition);
     this.shuffles.get(partition)?.stop();
     this.shuffles.delete(partition);
-    this.channels.delete(partition);
     for (const id of p.state.invocations.keys()) this.runner?.abort(id);
     await p.close();
+    // And any attempt the batches written meanwhile had under way.
+    for (const id of p.state.invocations.keys()) this.runner?.abort(id);
     // Clients waiting here for its invocations get their results from the next leader.
     for (const [id, list] of this.waiters) {
       if (this.partitionIndexOf(InvocationId.parse(id)!.partitionKey) !== partition) continue;
@@ -463,7 +466,14 @@ export class Worker implements Effects {
     });
   }
 
+  /** Drops the clients waiting for an invocation that was not accepted after all (its append was refused). */
+  stopWaiting(id: InvocationId): void {
+    this.waiters.delete(id.text);
+  }
+
   execute(processor: PartitionProcessor, actions: Action[]): void {
+    // A partition being handed over: its next leader derives what must run from the state.
+    if (processor.retired) actions = actions.filter((a) => a.kind === 'completed');
     for (const a of actions) {
       switch (a.kind) {
         case 'start':
@@ -477,7 +487,8 @@ export class Worker implements Effects {
           break;
         case 'retry': {
           const id = InvocationId.parse(a.id)!;
-          this.at(a.at_ms, () => processor.append({ kind: 'retry_attempt', retry_attempt: { invocation_id: id.bytes, epoch: a.epoch } }));
+          // A partition closed meanwhile (led elsewhere now): its next leader re-arms the retry from its state.
+          this.at(a.at_ms, () => (this.byPartition[processor.partition] === processor ? processor.append({ kind: 'retry_attempt', retry_attempt: { invocation_id: id.bytes, epoch: a.epoch } }) : Promise.resolve()));
           break;
         }
         case 'outbox':
@@ -526,9 +537,10 @@ export class Worker implements Effects {
    * is checked before appending, so that the Shuffle stops before any later entry is taken.
    *
    * A target led by another node is sent to through `remote`, in order. A target drops what is
-   * at or below the last sequence it has from the source, so entries must arrive in order: while
-   * some are on their way by one route (here, or a node), an entry that would take another (its
-   * target moved meanwhile) is refused, and the Shuffle sends it again once they have settled.
+   * at or below the last sequence it has from the source, so entries from one source to one target
+   * must arrive in order: while some are on their way by one route (here, or a node), an entry
+   * that would take another (its target moved meanwhile) is refused, and the Shuffle sends it again
+   * once they have settled.
    */
   private send(source: PartitionProcessor, entry: OutboxEntry): Error | Promise<void> {
     if (this.stopped) return keelError('KEEL0502', { partition: source.partition });
@@ -536,7 +548,8 @@ export class Worker implements Effects {
     const target = this.byPartition[index];
     const route = target !== undefined ? LOCAL_ROUTE : this.remote?.leaderOf(index);
     if (route === undefined) return new NotLedHereError(index);
-    const channel = this.channels.get(source.partition) ?? { route, in_flight: 0 };
+    const key = source.partition * this.config.worker.partitions + index;
+    const channel = this.channels.get(key) ?? { route, in_flight: 0 };
     if (channel.in_flight > 0 && channel.route !== route) return new NotLedHereError(index);
     let sent: Promise<void>;
     if (target !== undefined) {
@@ -548,8 +561,11 @@ export class Worker implements Effects {
     }
     channel.route = route;
     channel.in_flight += 1;
-    this.channels.set(source.partition, channel);
-    const settled = () => void (channel.in_flight -= 1);
+    this.channels.set(key, channel);
+    const settled = () => {
+      channel.in_flight -= 1;
+      if (channel.in_flight === 0 && this.channels.get(key) === channel) this.channels.delete(key);
+    };
     return sent.then(
       () => {
         settled();
