@@ -9,6 +9,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
 import { launch, newPage } from './helpers/browser.mjs';
+import { DirectorySnapshotStore } from '../dist/storage/snapshots.js';
+import { objectPartitionKey } from '../dist/common/ids.js';
 import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
 import { counter, ledger, stepRuns, steps } from './services/cluster-services.mjs';
 import { startKeel, serveServices, register, ingress, eventually, query, tempDir, adminCall as admin } from './helpers/keel.mjs';
@@ -210,12 +212,13 @@ t.test('a SIGKILLed node: its partitions go to the others within seconds; nothin
   const survivors = await spreadOver([b, c], ['b', 'c']);
   const failover_ms = Date.now() - killedAt;
   t.ok(failover_ms < 10_000, `a's partitions led by b and c ${failover_ms} ms after the SIGKILL`);
-  t.comment(`leaders after: ${survivors.join(' ')}`);
+  t.comment(`SIGKILL of a: its partitions led by b and c after ${failover_ms} ms; leaders after: ${survivors.join(' ')}`);
   await sleep(1_000);
   stop = true;
   await load;
   const counts = await Promise.all(keys.map((key) => call(b, `/Counter/${key}/get`)));
   t.same(counts.map((r) => r.body), keys.map((k) => acknowledged.get(k)), 'each count is the number of adds acknowledged: none lost, none twice');
+  t.comment(`adds acknowledged across the SIGKILL: ${[...acknowledged.values()].reduce((x, y) => x + y, 0)} on ${keys.length} keys; counted: ${counts.reduce((x, r) => x + r.body, 0)}`);
 });
 
 t.test('a node joins: partitions move to it while calls wait on them; each call is answered once, from the new leader', async (t) => {
@@ -419,4 +422,50 @@ t.test('a Kafka subscription consumed by every node: a node SIGKILLed mid-stream
     const expected = Array.from({ length: 400 }, (_, i) => i).filter((i) => i % 8 === k);
     t.same(await items(k), expected, `s${k}: its 50 records once, in offset order, across the SIGKILL`);
   }
+});
+
+t.test('snapshots: each leader snapshots its partitions and trims their logs; a node with an empty disk starts from them', async (t) => {
+  const topic = `keel-spread-${++topics}`;
+  const shared = tempDir(t);
+  const env = { KEEL_CLUSTER__SNAPSHOT_PATH: shared, KEEL_CLUSTER__SNAPSHOT_INTERVAL_RECORDS: '20', KEEL_CLUSTER__SNAPSHOTS_KEPT: '2' };
+  const [a, b] = [await node(t, 'a', topic, { env }), await node(t, 'b', topic, { env })];
+  await spreadOver([a, b], ['a', 'b']);
+  await register(a, endpoint);
+  await eventually(async () => (await admin(b, 'GET', '/deployments')).json?.deployments?.length === 1);
+  const store = new DirectorySnapshotStore(shared);
+  // Two objects on each partition (partition = the top bits of the key's hash, as Worker.partitionIndexOf).
+  const keys = [];
+  for (let i = 0, per = new Array(PARTITIONS).fill(0); per.some((n) => n < 2); i++) {
+    const p = Number((objectPartitionKey('Counter', `z${i}`) * BigInt(PARTITIONS)) >> 64n);
+    if (per[p] < 2) (per[p] += 1), keys.push(`z${i}`);
+  }
+  const logStarts = async () => {
+    const offsets = await kafka.kafka().admin();
+    await offsets.connect();
+    try {
+      return (await offsets.fetchTopicOffsets(topic)).sort((x, y) => x.partition - y.partition).map((o) => Number(o.low));
+    } finally {
+      await offsets.disconnect();
+    }
+  };
+  let rounds = 0;
+  // Adds on every partition, through both nodes, until each partition's log is trimmed below two snapshots.
+  while (!(await logStarts()).every((start) => start > 0)) {
+    if (rounds >= 60) throw new Error(`the logs were not all trimmed after ${rounds} rounds: ${await logStarts()}`);
+    const answers = await Promise.all(keys.map((key, i) => call([a, b][i % 2], `/Counter/${key}/add`, 1)));
+    t.ok(answers.every((r) => r.status === 200), `round ${++rounds}`);
+  }
+  const snapshots = await Promise.all(Array.from({ length: PARTITIONS }, (_, p) => store.list(p)));
+  t.ok(snapshots.every((list) => list.length === 2), `every partition has its two snapshots, written by its leader (${snapshots.map((l) => l.length)})`);
+  t.comment(`after ${rounds} rounds the logs start at ${await logStarts()}`);
+
+  const c = await node(t, 'c', topic, { env });
+  await spreadOver([a, b, c], ['a', 'b', 'c']);
+  const restored = () => [...new Set(c.logs().split('\n').filter((l) => l.includes('partition restored from a snapshot')).map((l) => JSON.parse(l).partition))].sort((x, y) => x - y);
+  await eventually(() => restored().length === PARTITIONS, { timeout_ms: 30_000 }).catch(() => {});
+  t.same(restored(), Array.from({ length: PARTITIONS }, (_, p) => p), 'c, with an empty disk, restored every partition from a snapshot: those it leads and those it follows');
+  const counts = await Promise.all(keys.map((key) => call(c, `/Counter/${key}/get`)));
+  t.same(counts.map((r) => r.body), keys.map(() => rounds), 'every count read through c is the number of rounds');
+  await eventually(async () => (await query(c, "SELECT count(*) AS n FROM state WHERE service_name = 'Counter'"))[0]?.n === keys.length);
+  t.pass("c's SQL sees every object's state, restored or followed");
 });
