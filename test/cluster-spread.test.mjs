@@ -116,6 +116,8 @@ t.test('three nodes each lead a share of the partitions; every request works thr
   t.equal((await admin(a, 'GET', '/cluster')).json.role, 'leading', 'a leads some partitions, not all');
 
   await register(b, endpoint);
+  const right = await ingress(c, '/Steps/run', { id: 'right-after' });
+  t.same([right.status, right.body], [200, 'done right-after'], 'a call through c right after the registration through b: c reads the metadata log on an unknown service');
   await eventually(async () => (await Promise.all(nodes.map(async (k) => (await admin(k, 'GET', '/deployments')).json?.deployments?.length))).every((n) => n === 1));
   t.pass('a deployment registered through b is known to every node');
 

@@ -17,6 +17,8 @@ export interface IngressRegistry {
   service(name: string): ServiceSchema | undefined;
   /** The deployment a service's latest revision lives on (its protocol range decides RT0020). */
   deployment(id: string): { id: string; max_protocol_version: number } | undefined;
+  /** In a cluster: takes in what other nodes registered up to now. */
+  catchUp?(): Promise<void>;
 }
 
 /** Headers that describe the hop, not the request: they do not reach the handler. */
@@ -77,6 +79,8 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   const { registry, worker } = deps;
   const { forceSend } = route;
   if (segments.length < 2) return ingressError(reply, 'KEEL0011', `no route for ${req.url}`);
+  // A service or handler unknown here may have been registered through another node of a cluster a moment ago.
+  if (!knows(registry, segments) && registry.catchUp !== undefined) await registry.catchUp();
   const service = registry.service(segments[0]!);
   if (service === undefined) return ingressError(reply, 'KEEL0011', `service '${segments[0]}' not found, make sure to register the deployment that exposes it`);
   // RT0020: the latest deployment only speaks deprecated protocol versions (metadata stored by an
@@ -179,6 +183,14 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
     throw err;
   }
   return respondCompleted(reply, await done, handler);
+}
+
+/** Whether the registry has the service the path names and, where the path goes that far, its handler. */
+function knows(registry: IngressRegistry, segments: string[]): boolean {
+  const service = registry.service(segments[0]!);
+  if (service === undefined) return false;
+  const handler = segments[service.ty === 'Service' ? 1 : 2];
+  return handler === undefined || service.handlers.some((h) => h.name === handler);
 }
 
 /** A scope or limit key refused (400 KEEL0901), logged: a client sending them wrong is worth a warning. */

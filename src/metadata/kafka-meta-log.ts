@@ -86,6 +86,11 @@ export class KafkaMetaLog {
     tick();
   }
 
+  /** Reads to the end of the topic now, instead of at the follower's next look. */
+  catchUp(): Promise<void> {
+    return this.serially(() => this.readThrough(-1, this.onRemote));
+  }
+
   /**
    * Appends `rec` as the next record. Records of other nodes read on the way are passed to the
    * follower's `apply` first. Throws META0018 when another node's record took the place.

@@ -202,6 +202,7 @@ export class Registry {
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
   private changes = 0;
+  private catching: Promise<void> | undefined;
 
   private constructor(
     private readonly log: MetadataLog,
@@ -241,6 +242,21 @@ export class Registry {
     log.follow?.((rec) => reg.applyRemote(rec));
     logger.info({ deployments: reg.byId.size, services: reg.latest.size, subscriptions: reg.subs.size, limit_rules: reg.rules.rules.length }, 'schema registry opened');
     return reg;
+  }
+
+  /**
+   * In a cluster: takes in what other nodes changed up to now (a deployment registered through
+   * another node a moment ago), instead of at the next look at the metadata log. Failures are
+   * logged: the caller answers from what it has.
+   */
+  catchUp(): Promise<void> {
+    if (this.log.catchUp === undefined) return Promise.resolve();
+    // One read at a time: requests arriving meanwhile wait for the one under way.
+    this.catching ??= this.log
+      .catchUp()
+      .catch((err: unknown) => this.logger.warn({ err, code: 'KEEL0801' }, 'cannot read the cluster metadata now'))
+      .finally(() => (this.catching = undefined));
+    return this.catching;
   }
 
   async close(): Promise<void> {

@@ -66,6 +66,8 @@ export interface MetadataLog {
   close(): Promise<void>;
   /** In a cluster: records other nodes append, as they arrive, after those `open` returned. */
   follow?(apply: (rec: MetaRecord) => void): void;
+  /** In a cluster: reads what other nodes appended up to now, at once (passed to `follow`'s `apply`). */
+  catchUp?(): Promise<void>;
 }
 
 function key(seq: number): string {
