@@ -12,6 +12,7 @@ import { launch, newPage } from './helpers/browser.mjs';
 import { DirectorySnapshotStore } from '../dist/storage/snapshots.js';
 import { objectPartitionKey } from '../dist/common/ids.js';
 import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
+import { loadOn, longestGap, resumed } from './helpers/cluster-load.mjs';
 import { counter, ledger, stepRuns, steps } from './services/cluster-services.mjs';
 import { startKeel, serveServices, register, ingress, eventually, query, tempDir, adminCall as admin } from './helpers/keel.mjs';
 
@@ -243,28 +244,6 @@ t.test('a node joins: partitions move to it while calls wait on them; each call 
   t.ok([a, b].every((k) => k.logs().includes('partition handed over')), 'a and b each logged handing partitions over');
 });
 
-/** Adds through `nodes` in turn, each with its own idempotency key, retried until answered; the answers' times. */
-function loadOn(key, nodes) {
-  const state = { stop: false, answered: [], done: undefined };
-  state.done = (async () => {
-    for (let i = 0; !state.stop; i++) {
-      const res = await call(nodes[i % nodes.length], `/Counter/${key}/add`, 1, { 'idempotency-key': `${key}-${i}` });
-      if (res.status === 200) state.answered.push(performance.now());
-      else if (!state.stop) throw new Error(`add ${key}-${i}: ${res.status} ${JSON.stringify(res.body)}`);
-    }
-  })();
-  return state;
-}
-
-/** The longest wait for an answer from the last one before `from` until `to`. */
-function longestGap(answered, from, to = performance.now()) {
-  const points = [answered.filter((at) => at <= from).at(-1) ?? from, ...answered.filter((at) => at > from && at <= to), to];
-  let gap = 0;
-  for (let i = 1; i < points.length; i++) gap = Math.max(gap, points[i] - points[i - 1]);
-  return gap;
-}
-
-const resumed = (load, from, count = 5) => eventually(() => load.answered.filter((at) => at > from).length >= count, { timeout_ms: 30_000 });
 
 t.test('any node: rules, SQL over psql, /metrics, GET /cluster and the UI cluster page answer for the whole cluster', async (t) => {
   const topic = `keel-spread-${++topics}`;
@@ -366,7 +345,7 @@ t.test('under load: the broker leading the log partitions is SIGKILLed, then eve
   await spreadOver(nodes, ['a', 'b', 'c']);
   await register(nodes[0], endpoint);
   await eventually(async () => (await Promise.all(nodes.map(async (k) => (await admin(k, 'GET', '/deployments')).json?.deployments?.length))).every((n) => n === 1));
-  const loads = ['r0', 'r1', 'r2', 'r3', 'r4', 'r5'].map((key) => loadOn(key, nodes));
+  const loads = ['r0', 'r1', 'r2', 'r3', 'r4', 'r5'].map((key) => loadOn(call, key, nodes));
   const answered = () => loads.flatMap((l) => l.answered).sort((x, y) => x - y);
   const all = { get answered() { return answered(); } };
   await sleep(1_000);

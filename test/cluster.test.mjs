@@ -10,6 +10,7 @@ import * as restate from '@restatedev/restate-sdk';
 import pg from 'pg';
 import { launch, newPage } from './helpers/browser.mjs';
 import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
+import { loadOn, longestGap, resumed } from './helpers/cluster-load.mjs';
 import { counter, ledger, stepRuns, steps } from './services/cluster-services.mjs';
 import { startKeel, serveServices, register, ingress, eventually, tempDir, query, adminCall as admin } from './helpers/keel.mjs';
 
@@ -277,34 +278,12 @@ for (const transactional of [false, true]) {
   });
 }
 
-/** Adds through `nodes` in turn, each with its own idempotency key, retried until answered; returns the answers' times. */
-function loadOn(key, nodes) {
-  const state = { stop: false, answered: [], done: undefined };
-  state.done = (async () => {
-    for (let i = 0; !state.stop; i++) {
-      const res = await call(nodes[i % nodes.length], `/Counter/${key}/add`, 1, { 'idempotency-key': `${key}-${i}` });
-      if (res.status === 200) state.answered.push(performance.now());
-    }
-  })();
-  return state;
-}
-
-/** The longest wait for an answer from the last one before `from` until `to`. */
-function longestGap(answered, from, to = performance.now()) {
-  const points = [answered.filter((at) => at <= from).at(-1) ?? from, ...answered.filter((at) => at > from && at <= to), to];
-  let gap = 0;
-  for (let i = 1; i < points.length; i++) gap = Math.max(gap, points[i] - points[i - 1]);
-  return gap;
-}
-
-/** Resolves once `count` answers came after `from`. */
-const resumed = (load, from, count = 5) => eventually(() => load.answered.filter((at) => at > from).length >= count, { timeout_ms: 30_000 });
 
 t.test('under load: the broker leading the log partitions is SIGKILLed, then every node is restarted in turn; nothing answered is lost', async (t) => {
   const topic = `keel-${++topics}`;
   const nodes = [await active(await node(t, 'a', topic)), await node(t, 'b', topic), await node(t, 'c', topic)];
   await register(nodes[0], endpoint);
-  const load = loadOn('roll', nodes);
+  const load = loadOn(call, 'roll', nodes);
   await sleep(1_000);
 
   // The broker leading partition 0 of the log (and so, likely, others) dies.
