@@ -13,7 +13,7 @@ import { DirectorySnapshotStore } from '../dist/storage/snapshots.js';
 import { objectPartitionKey } from '../dist/common/ids.js';
 import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
 import { loadOn, longestGap, resumed } from './helpers/cluster-load.mjs';
-import { counter, ledger, stepRuns, steps } from './services/cluster-services.mjs';
+import { awakeables, counter, flow, ledger, stepRuns, steps, waiter } from './services/cluster-services.mjs';
 import { startKeel, serveServices, register, ingress, eventually, query, tempDir, adminCall as admin } from './helpers/keel.mjs';
 
 const kafka = await startKafkaCluster(t, { brokers: 3 });
@@ -30,25 +30,6 @@ const relay = restate.service({
       for (const key of sends) ctx.objectSendClient(counter, key).add(1);
       return counts;
     },
-  },
-});
-/** The awakeable each Waiter call waits on, by the id the caller gave it. */
-const awakeables = new Map();
-const waiter = restate.service({
-  name: 'Waiter',
-  handlers: {
-    wait: async (ctx, { id }) => {
-      const { id: awakeable, promise } = ctx.awakeable();
-      await ctx.run('publish', () => void awakeables.set(id, awakeable));
-      return `woken with ${await promise}`;
-    },
-  },
-});
-const flow = restate.workflow({
-  name: 'Flow',
-  handlers: {
-    run: async (ctx, { tag }) => `${tag}:${await ctx.promise('go').get()}`,
-    approve: async (ctx, value) => void (await ctx.promise('go').resolve(value)),
   },
 });
 /** Each Slow call's step runs, by key: a call whose partition moves mid-way resumes on the next leader. */

@@ -6,36 +6,16 @@ import t from 'tap';
 import fs from 'node:fs';
 import http2 from 'node:http2';
 import path from 'node:path';
-import * as restate from '@restatedev/restate-sdk';
 import pg from 'pg';
 import { launch, newPage } from './helpers/browser.mjs';
 import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
 import { loadOn, longestGap, resumed } from './helpers/cluster-load.mjs';
-import { counter, ledger, stepRuns, steps } from './services/cluster-services.mjs';
+import { awakeables, counter, flow, ledger, stepRuns, steps, waiter } from './services/cluster-services.mjs';
 import { startKeel, serveServices, register, ingress, eventually, tempDir, query, adminCall as admin } from './helpers/keel.mjs';
 
 const kafka = await startKafkaCluster(t, { brokers: 3 });
 let topics = 0;
 
-const flow = restate.workflow({
-  name: 'Flow',
-  handlers: {
-    run: async (ctx, { tag }) => `${tag}:${await ctx.promise('go').get()}`,
-    approve: async (ctx, value) => void (await ctx.promise('go').resolve(value)),
-  },
-});
-/** The awakeable each Waiter call waits on, by the id the caller gave it. */
-const awakeables = new Map();
-const waiter = restate.service({
-  name: 'Waiter',
-  handlers: {
-    wait: async (ctx, { id }) => {
-      const { id: awakeable, promise } = ctx.awakeable();
-      await ctx.run('publish', () => void awakeables.set(id, awakeable));
-      return `woken with ${await promise}`;
-    },
-  },
-});
 const endpoint = await serveServices(t, [steps, counter, flow, waiter, ledger]);
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

@@ -1,6 +1,6 @@
 // The services the cluster tests call: a recorded step (each run counted, so a step run twice
-// after a failover shows), a counter object (its state the fold of its adds) and a ledger (the
-// items a subscription delivered, in order).
+// after a failover shows), a counter object (its state the fold of its adds), a ledger (the
+// items a subscription delivered, in order), a workflow and a call waiting on an awakeable.
 import * as restate from '@restatedev/restate-sdk';
 
 /** Each recorded step's runs, by the id the caller gave it. */
@@ -42,5 +42,28 @@ export const counter = restate.object({
       return next;
     },
     get: restate.handlers.object.shared(async (ctx) => (await ctx.get('count')) ?? 0),
+  },
+});
+
+/** A workflow whose run waits for its promise `go`, resolved by `approve`. */
+export const flow = restate.workflow({
+  name: 'Flow',
+  handlers: {
+    run: async (ctx, { tag }) => `${tag}:${await ctx.promise('go').get()}`,
+    approve: async (ctx, value) => void (await ctx.promise('go').resolve(value)),
+  },
+});
+
+/** The awakeable each Waiter call waits on, by the id the caller gave it. */
+export const awakeables = new Map();
+
+export const waiter = restate.service({
+  name: 'Waiter',
+  handlers: {
+    wait: async (ctx, { id }) => {
+      const { id: awakeable, promise } = ctx.awakeable();
+      await ctx.run('publish', () => void awakeables.set(id, awakeable));
+      return `woken with ${await promise}`;
+    },
   },
 });
