@@ -172,13 +172,24 @@ t.test('three nodes each lead a share of the partitions; every request works thr
   t.ok(outcomes.every((s) => s > 0), `and each output, read through the third node, says it failed (${outcomes.join(', ')})`);
 });
 
-t.test('a SIGKILLed node: its partitions go to the others within seconds; nothing acknowledged is lost or done twice', async (t) => {
+t.test('a SIGKILLed node under mixed load: its partitions go to the others within seconds; nothing acknowledged is lost or done twice', async (t) => {
   const topic = `keel-spread-${++topics}`;
   const nodes = [await node(t, 'a', topic), await node(t, 'b', topic), await node(t, 'c', topic)];
   const [a, b, c] = nodes;
-  await spreadOver(nodes, ['a', 'b', 'c']);
+  const before = await spreadOver(nodes, ['a', 'b', 'c']);
   await register(a, endpoint);
   await eventually(async () => (await Promise.all(nodes.map(async (k) => (await admin(k, 'GET', '/deployments')).json?.deployments?.length))).every((n) => n === 1));
+  // Work started on a (calls, delayed sends, a workflow waiting for its promise, a call waiting on
+  // an awakeable), some of it on the partitions a leads, still to finish when a is killed.
+  const calls = await Promise.all(Array.from({ length: 12 }, (_, i) => call(a, '/Steps/run', { id: `k-call-${i}` })));
+  t.same(calls.map((r) => r.status), Array(12).fill(200), 'twelve calls through a answered');
+  const sends = await Promise.all(Array.from({ length: 12 }, (_, i) => call(nodes[i % 3], '/Steps/run/send?delay=3s', { id: `k-later-${i}` })));
+  t.same(sends.map((r) => r.status), Array(12).fill(202), 'twelve delayed sends accepted, due after a is gone');
+  const flows = ['kf0', 'kf1', 'kf2', 'kf3'];
+  for (const f of flows) t.equal((await call(a, `/Flow/${f}/run/send`, { tag: f })).status, 202);
+  const waiting = await call(a, '/Waiter/wait/send', { id: 'kw' }, { 'idempotency-key': 'kw' });
+  t.equal(waiting.status, 202);
+  await eventually(() => awakeables.has('kw'));
   const keys = Array.from({ length: 12 }, (_, i) => `f${i}`);
   // Load through b and c while a is killed: each add idempotent, retried until answered.
   let stop = false;
@@ -195,7 +206,7 @@ t.test('a SIGKILLed node: its partitions go to the others within seconds; nothin
   await a.kill('SIGKILL');
   const survivors = await spreadOver([b, c], ['b', 'c']);
   const failover_ms = Date.now() - killedAt;
-  t.ok(failover_ms < 10_000, `a's partitions led by b and c ${failover_ms} ms after the SIGKILL`);
+  t.ok(failover_ms < 10_000, `a's partitions (${before.flatMap((l, p) => (l === 'a' ? [p] : [])).join(', ')}) led by b and c ${failover_ms} ms after the SIGKILL`);
   t.comment(`SIGKILL of a: its partitions led by b and c after ${failover_ms} ms; leaders after: ${survivors.join(' ')}`);
   await sleep(1_000);
   stop = true;
@@ -203,6 +214,24 @@ t.test('a SIGKILLed node: its partitions go to the others within seconds; nothin
   const counts = await Promise.all(keys.map((key) => call(b, `/Counter/${key}/get`)));
   t.same(counts.map((r) => r.body), keys.map((k) => acknowledged.get(k)), 'each count is the number of adds acknowledged: none lost, none twice');
   t.comment(`adds acknowledged across the SIGKILL: ${[...acknowledged.values()].reduce((x, y) => x + y, 0)} on ${keys.length} keys; counted: ${counts.reduce((x, r) => x + r.body, 0)}`);
+
+  await eventually(() => Array.from({ length: 12 }, (_, i) => stepRuns.get(`k-later-${i}`)).every((n) => n === 1), { timeout_ms: 20_000 });
+  t.pass('every delayed send ran once, those due on the partitions a led too');
+  t.same(Array.from({ length: 12 }, (_, i) => stepRuns.get(`k-call-${i}`)), Array(12).fill(1), 'no recorded step of the calls answered before the SIGKILL ran again');
+  for (const [i, f] of flows.entries()) t.equal((await call([b, c][i % 2], `/Flow/${f}/approve`, 'yes')).status, 200, `${f}: its promise resolved`);
+  for (const [i, f] of flows.entries()) {
+    const output = await eventually(async () => {
+      const r = await fetch(`${[c, b][i % 2].ingress}/restate/workflow/Flow/${f}/output`);
+      return r.status === 200 ? r.json() : undefined;
+    });
+    t.equal(output, `${f}:yes`, `${f}: the workflow started through a completed`);
+  }
+  t.equal((await call(c, `/restate/awakeables/${awakeables.get('kw')}/resolve`, 7)).status, 202, 'the awakeable resolved through c');
+  const woken = await eventually(async () => {
+    const r = await fetch(`${b.ingress}/restate/invocation/${waiting.body.invocationId}/output`);
+    return r.status === 200 ? r.json() : undefined;
+  });
+  t.equal(woken, 'woken with 7', 'the call waiting on it completed');
 });
 
 t.test('a node joins: partitions move to it while calls wait on them; each call is answered once, from the new leader', async (t) => {
