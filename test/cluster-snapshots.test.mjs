@@ -8,15 +8,13 @@
 import t from 'tap';
 import path from 'node:path';
 import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
+import { partitionKeys, rebuildFromLog } from './helpers/cluster-load.mjs';
 import { counter, stepRuns, steps } from './services/cluster-services.mjs';
 import { startKeel, serveServices, register, ingress, eventually, tempDir, adminCall as admin } from './helpers/keel.mjs';
 import { openWorkerStore } from '../dist/storage/store.js';
 import { GroupWriter } from '../dist/storage/group-writer.js';
 import { KafkaLog, KafkaLogClient } from '../dist/log/kafka-log.js';
 import { DirectorySnapshotStore } from '../dist/storage/snapshots.js';
-import { foldRead } from '../dist/partition/catch-up.js';
-import { loadState } from '../dist/partition/recovery.js';
-import { statePrefix } from '../dist/storage/keys.js';
 import { silentLogger } from '../dist/common/logger.js';
 
 const kafka = await startKafkaCluster(t, { brokers: 3 });
@@ -51,14 +49,6 @@ async function logStarts(client) {
   return Promise.all(Array.from({ length: PARTITIONS }, (_, p) => client.logStart(p)));
 }
 
-/** Every state key of the partitions in `db`, as hex, by key. */
-async function stateOf(db) {
-  const out = {};
-  for (let p = 0; p < PARTITIONS; p++) {
-    for await (const [k, v] of db.iterator({ gte: statePrefix(p), lt: `${statePrefix(p)}~` })) out[k] = v.toString('hex');
-  }
-  return out;
-}
 
 t.test('snapshots trim the log; a node with an empty disk starts from them and takes over with everything intact', async (t) => {
   const topic = 'keel-snapshots';
@@ -147,16 +137,12 @@ t.test('snapshots trim the log; a node with an empty disk starts from them and t
 
   // A rebuild from the newest snapshot + the log equals b's store (b stopped, so its store can be read).
   await b.stop();
-  const rebuilt = await openWorkerStore(path.join(tempDir(t), 'rebuilt'));
+  const all = Array.from({ length: PARTITIONS }, (_, p) => p);
+  const rebuilt = await rebuildFromLog(client, path.join(tempDir(t), 'rebuilt'), all);
   t.teardown(() => rebuilt.close());
-  const writer = new GroupWriter(rebuilt);
-  for (let p = 0; p < PARTITIONS; p++) {
-    const log = await KafkaLog.open(rebuilt, p, writer, client);
-    await foldRead(log, log.readNew(), await loadState(rebuilt, p));
-  }
   const leader = await openWorkerStore(path.join(b.dir, 'data', 'worker'));
   t.teardown(() => leader.close());
-  const [want, got] = [await stateOf(leader), await stateOf(rebuilt)];
+  const [want, got] = [await partitionKeys(leader, all), await partitionKeys(rebuilt, all)];
   t.ok(Object.keys(want).length > 100, `${Object.keys(want).length} state keys on the leader`);
   t.same(got, want, 'snapshot + log rebuilds exactly the leader\'s state');
 

@@ -12,14 +12,10 @@ import { launch, newPage } from './helpers/browser.mjs';
 import { DirectorySnapshotStore } from '../dist/storage/snapshots.js';
 import { objectPartitionKey } from '../dist/common/ids.js';
 import { openWorkerStore } from '../dist/storage/store.js';
-import { GroupWriter } from '../dist/storage/group-writer.js';
-import { KafkaLog, KafkaLogClient } from '../dist/log/kafka-log.js';
-import { foldRead } from '../dist/partition/catch-up.js';
-import { loadState } from '../dist/partition/recovery.js';
-import { statePrefix } from '../dist/storage/keys.js';
+import { KafkaLogClient } from '../dist/log/kafka-log.js';
 import { silentLogger } from '../dist/common/logger.js';
 import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
-import { loadOn, longestGap, resumed } from './helpers/cluster-load.mjs';
+import { loadOn, longestGap, partitionKeys, rebuildFromLog, resumed } from './helpers/cluster-load.mjs';
 import { awakeables, counter, flow, ledger, stepRuns, steps, waiter } from './services/cluster-services.mjs';
 import { startKeel, serveServices, register, ingress, eventually, query, tempDir, adminCall as admin } from './helpers/keel.mjs';
 
@@ -246,31 +242,18 @@ t.test('a SIGKILLed node under mixed load: its partitions go to the others withi
   await c.stop();
   const client = new KafkaLogClient({ node: 'rebuild', brokers: kafka.brokers, topic, partitions: PARTITIONS, replication_factor: 3, min_insync_replicas: 2, transactional: false }, silentLogger);
   t.teardown(() => client.close());
-  const rebuilt = await openWorkerStore(path.join(tempDir(t), 'rebuilt'));
+  const rebuilt = await rebuildFromLog(client, path.join(tempDir(t), 'rebuilt'), Array.from({ length: PARTITIONS }, (_, p) => p));
   t.teardown(() => rebuilt.close());
-  const writer = new GroupWriter(rebuilt);
-  for (let p = 0; p < PARTITIONS; p++) {
-    const log = await KafkaLog.open(rebuilt, p, writer, client);
-    await foldRead(log, log.readNew(), await loadState(rebuilt, p));
-  }
   for (const [name, keel] of [['b', b], ['c', c]]) {
     const store = await openWorkerStore(path.join(keel.dir, 'data', 'worker'));
     t.teardown(() => store.close());
     const led = survivors.flatMap((l, p) => (l === name ? [p] : []));
-    const [want, got] = [await stateOf(store, led), await stateOf(rebuilt, led)];
+    const [want, got] = [await partitionKeys(store, led), await partitionKeys(rebuilt, led)];
     t.ok(Object.keys(want).length > 0, `${name}: ${Object.keys(want).length} state keys in the partitions it led (${led.join(', ')})`);
     t.same(got, want, `${name}: a rebuild of its partitions from the log equals the state it stored`);
   }
 });
 
-/** Every state key of `partitions` in `db`, as hex, by key. */
-async function stateOf(db, partitions) {
-  const out = {};
-  for (const p of partitions) {
-    for await (const [k, v] of db.iterator({ gte: statePrefix(p), lt: `${statePrefix(p)}~` })) out[k] = v.toString('hex');
-  }
-  return out;
-}
 
 t.test('a node joins: partitions move to it while calls wait on them; each call is answered once, from the new leader', async (t) => {
   const topic = `keel-spread-${++topics}`;

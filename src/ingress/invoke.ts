@@ -79,9 +79,9 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   const { registry, worker } = deps;
   const { forceSend } = route;
   if (segments.length < 2) return ingressError(reply, 'KEEL0011', `no route for ${req.url}`);
-  // A service or handler unknown here may have been registered through another node of a cluster a moment ago.
-  if (!knows(registry, segments) && registry.catchUp !== undefined) await registry.catchUp();
-  const service = registry.service(segments[0]!);
+  let service = registry.service(segments[0]!);
+  // Unknown here: it may have been registered through another node of a cluster a moment ago.
+  if (service === undefined && registry.catchUp !== undefined) service = await registry.catchUp().then(() => registry.service(segments[0]!));
   if (service === undefined) return ingressError(reply, 'KEEL0011', `service '${segments[0]}' not found, make sure to register the deployment that exposes it`);
   // RT0020: the latest deployment only speaks deprecated protocol versions (metadata stored by an
   // older server). New requests are refused; invocations already in flight fail with RT0013.
@@ -97,7 +97,12 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   const rest = segments.slice(handlerAt + 1);
   const isSend = forceSend ?? (rest.length === 1 && rest[0] === 'send');
   if (rest.length > (forceSend === undefined && isSend ? 1 : 0)) return ingressError(reply, 'KEEL0011', `no route for ${req.url}`);
-  const handler = service.handlers.find((h) => h.name === segments[handlerAt]);
+  let handler = service.handlers.find((h) => h.name === segments[handlerAt]);
+  if (handler === undefined && registry.catchUp !== undefined) {
+    await registry.catchUp();
+    service = registry.service(service.name) ?? service;
+    handler = service.handlers.find((h) => h.name === segments[handlerAt]);
+  }
   if (handler === undefined) return ingressError(reply, 'KEEL0011', `handler '${segments[handlerAt]}' not found in service '${service.name}'`);
   if (!handler.public || !service.public) return ingressError(reply, 'KEEL0012', `the invoked service '${service.name}' is not public`);
   const key = keyed ? segments[1]! : '';
@@ -183,14 +188,6 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
     throw err;
   }
   return respondCompleted(reply, await done, handler);
-}
-
-/** Whether the registry has the service the path names and, where the path goes that far, its handler. */
-function knows(registry: IngressRegistry, segments: string[]): boolean {
-  const service = registry.service(segments[0]!);
-  if (service === undefined) return false;
-  const handler = segments[service.ty === 'Service' ? 1 : 2];
-  return handler === undefined || service.handlers.some((h) => h.name === handler);
 }
 
 /** A scope or limit key refused (400 KEEL0901), logged: a client sending them wrong is worth a warning. */

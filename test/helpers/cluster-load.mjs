@@ -29,3 +29,29 @@ export function longestGap(answered, from, to = performance.now()) {
 
 /** Resolves once `count` answers came after `from`. */
 export const resumed = (load, from, count = 5) => eventually(() => load.answered.filter((at) => at > from).length >= count, { timeout_ms: 30_000 });
+
+/** Rebuilds `partitions` of the cluster log `client` reads into a fresh store under `dir` (from the newest snapshot where the log is trimmed); returns the store. */
+export async function rebuildFromLog(client, dir, partitions) {
+  const { openWorkerStore } = await import('../../dist/storage/store.js');
+  const { GroupWriter } = await import('../../dist/storage/group-writer.js');
+  const { KafkaLog } = await import('../../dist/log/kafka-log.js');
+  const { foldRead } = await import('../../dist/partition/catch-up.js');
+  const { loadState } = await import('../../dist/partition/recovery.js');
+  const rebuilt = await openWorkerStore(dir);
+  const writer = new GroupWriter(rebuilt);
+  for (const p of partitions) {
+    const log = await KafkaLog.open(rebuilt, p, writer, client);
+    await foldRead(log, log.readNew(), await loadState(rebuilt, p));
+  }
+  return rebuilt;
+}
+
+/** Every key of `partitions` in `db` (state, statuses, journals…), as hex, by key. */
+export async function partitionKeys(db, partitions) {
+  const { statePrefix } = await import('../../dist/storage/keys.js');
+  const out = {};
+  for (const p of partitions) {
+    for await (const [k, v] of db.iterator({ gte: statePrefix(p), lt: `${statePrefix(p)}~` })) out[k] = v.toString('hex');
+  }
+  return out;
+}
