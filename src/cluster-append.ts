@@ -5,12 +5,13 @@
 // Entries to one node therefore travel in one queue, one request at a time, and the leader
 // appends a request's entries in order and stops at the first it cannot take: the answer says
 // how many it took, and the rest are refused to their senders (whose Shuffles send them again).
-import http from 'node:http';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from './common/logger.js';
 import { assert } from './common/assert.js';
 import { KeelError } from './errors/index.js';
 import type { PartitionLeaders } from './forwarding.js';
+import type { PeerClient } from './cluster-peers.js';
+import { bearerMatcher } from './ingress/auth.js';
 import { NotLedHereError, type RemotePartitions, type Worker } from './partition/worker.js';
 
 /** Entries per request, and bytes: a backlog goes in a few requests, none of them huge. */
@@ -20,10 +21,6 @@ const MAX_BATCH_BYTES = 4 * 1024 * 1024;
 const MAX_WAITING_ENTRIES = 16_384;
 /** A request that gets no answer in this long fails (its entries are sent again). */
 const REQUEST_TIMEOUT_MS = 10_000;
-
-// One request in flight per node, on one connection: a request given up on (timed out) cannot be
-// overtaken by the next on another connection.
-const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
 
 interface Pending {
   partition: number;
@@ -49,8 +46,9 @@ export class RemoteAppender implements RemotePartitions {
 
   constructor(
     private readonly leaders: PartitionLeaders,
-    private readonly node: string,
-    private readonly token: string | undefined,
+    private readonly peers: PeerClient,
+    /** Sent where the cluster has no token of its own. */
+    private readonly admin_token: string | undefined,
     private readonly logger: Logger,
   ) {}
 
@@ -110,35 +108,23 @@ export class RemoteAppender implements RemotePartitions {
     for (const p of [...refused, ...waiting]) p.reject(why);
   }
 
-  private post(admin: string, batch: Pending[]): Promise<AppendAnswer> {
+  /**
+   * One request. A request given up on (timed out) may still be appending there when the next
+   * arrives: harmless, since each starts from the first entry refused to its senders and the
+   * target drops what it already has from a source.
+   */
+  private async post(admin: string, batch: Pending[]): Promise<AppendAnswer> {
     const body = Buffer.from(JSON.stringify({ entries: batch.map((p) => ({ partition: p.partition, command: p.command.toString('base64') })) }));
-    return new Promise((resolve, reject) => {
-      const req = http.request(new URL('/cluster/append', admin), {
-        method: 'POST',
-        agent,
-        timeout: REQUEST_TIMEOUT_MS,
-        headers: { 'content-type': 'application/json', 'content-length': String(body.length), 'x-keel-forwarded-by': this.node, ...(this.token !== undefined ? { authorization: `Bearer ${this.token}` } : {}) },
-      }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('error', reject);
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          if (res.statusCode !== 200) return reject(new Error(`answered ${res.statusCode}: ${text.slice(0, 200)}`));
-          try {
-            resolve(JSON.parse(text) as AppendAnswer);
-          } catch (err) {
-            reject(err as Error);
-          }
-        });
-      });
-      req.on('timeout', () => req.destroy(new Error(`no answer in ${REQUEST_TIMEOUT_MS} ms`)));
-      req.on('error', (err) => {
-        this.logger.debug({ err, to: admin }, 'handing commands to another node failed; their senders retry');
-        reject(err);
-      });
-      req.end(body);
-    });
+    const headers = { 'content-type': 'application/json', ...(this.admin_token !== undefined ? { authorization: `Bearer ${this.admin_token}` } : {}) };
+    try {
+      const res = await this.peers.request(new URL('/cluster/append', admin), 'POST', headers, body, { timeout_ms: REQUEST_TIMEOUT_MS });
+      const text = res.body.toString('utf8');
+      if (res.status !== 200) throw new Error(`answered ${res.status}: ${text.slice(0, 200)}`);
+      return JSON.parse(text) as AppendAnswer;
+    } catch (err) {
+      this.logger.debug({ err, to: admin }, 'handing commands to another node failed; their senders retry');
+      throw err;
+    }
   }
 }
 
@@ -146,8 +132,13 @@ export class RemoteAppender implements RemotePartitions {
  * `POST /cluster/append`: appends the entries, in order, to the partitions this node leads, and
  * stops at the first it cannot take (not led here, refused); answers once those taken are durable.
  */
-export function serveAppends(app: FastifyInstance, worker: Worker): void {
+export function serveAppends(app: FastifyInstance, worker: Worker, cluster_tokens: readonly string[]): void {
+  // Where the cluster has a token of its own, only the nodes append: an admin token is not enough.
+  const fromNode = cluster_tokens.length === 0 ? () => true : bearerMatcher(cluster_tokens);
   app.post('/cluster/append', {
+    onRequest: async (req) => {
+      if (!fromNode(req.headers.authorization)) throw new KeelError('KEEL0401', "the bearer token is not the cluster's: POST /cluster/append takes cluster.auth_token");
+    },
     schema: {
       body: {
         type: 'object', required: ['entries'], additionalProperties: false,

@@ -17,6 +17,7 @@ import { splitAddress, type ClusterConfig, type Config } from './config/index.js
 import { KafkaLogClient } from './log/kafka-log.js';
 import { ClusterMembership, type MembershipView, type NodeInfo } from './log/kafka-membership.js';
 import type { Route } from './forwarding.js';
+import { PeerClient } from './cluster-peers.js';
 import { DirectorySnapshotStore } from './storage/snapshots.js';
 
 /** `active`: leads every partition; `leading`: some; `activating`: taking some over; `standby`: none. */
@@ -90,6 +91,8 @@ export class ClusterNode {
   private stopActive: (() => Promise<void>) | undefined;
   private lag: LogLag | undefined;
   readonly self: NodeInfo;
+  /** This node's sessions to the others (forwarded requests, appends to partitions they lead). */
+  readonly peers: PeerClient;
   private readonly partitions: number;
   private readonly spread: boolean;
 
@@ -106,6 +109,7 @@ export class ClusterNode {
       admin: `http://${host}:${splitAddress(config.admin.bind_address).port}`,
     };
     this.partitions = config.worker.partitions;
+    this.peers = new PeerClient(cluster.node_name, cluster.auth_tokens[0]);
     this.spread = cluster.spread_partitions;
     this.log = new KafkaLogClient(
       {
@@ -153,6 +157,7 @@ export class ClusterNode {
     await this.stopFollowing([...this.followers.keys()]);
     await bounded(this.membership.stop(), STOP_STEP_MS);
     await bounded(this.log.close(), STOP_STEP_MS);
+    this.peers.close();
   }
 
   /** The node that leads a partition now: this one ('local'), another one, or none known. */
@@ -299,7 +304,8 @@ export class ClusterNode {
     const follow = Array.from({ length: this.partitions }, (_, p) => p).filter((p) => !this.leading.has(p) && !this.followers.has(p));
     if (follow.length > 0 && !this.stopping) {
       const followers = await this.hooks.follow(this.log, follow).catch((err: unknown) => {
-        this.logger.warn({ err, code: 'KEEL0801' }, 'cannot follow the partition logs; this node catches up when it takes the lead');
+        this.logger.warn({ err, code: 'KEEL0801', partitions: follow }, `cannot follow the partition logs; trying again in ${REFOLLOW_MS} ms (meanwhile this node catches up when it takes the lead)`);
+        this.refollowSoon();
         return [];
       });
       for (const f of followers) this.watchFollower(f);
@@ -312,11 +318,16 @@ export class ClusterNode {
     void f.ended.then(() => {
       if (this.stopping || this.followers.get(f.partition) !== f) return;
       this.followers.delete(f.partition);
-      setTimeout(() => {
-        if (this.stopping) return;
-        this.reconciling = this.reconciling.then(() => this.reconcile()).catch((err: unknown) => this.hooks.deposed(`taking the lead failed: ${(err as Error)?.message ?? String(err)}`));
-      }, REFOLLOW_MS).unref();
+      this.refollowSoon();
     });
+  }
+
+  /** A reconciliation in REFOLLOW_MS: it follows every partition neither led nor followed now. */
+  private refollowSoon(): void {
+    setTimeout(() => {
+      if (this.stopping) return;
+      this.reconciling = this.reconciling.then(() => this.reconcile()).catch((err: unknown) => this.hooks.deposed(`taking the lead failed: ${(err as Error)?.message ?? String(err)}`));
+    }, REFOLLOW_MS).unref();
   }
 
   /** Stops following these partitions and waits until what was read is in the store (taking the lead reads on from there). */

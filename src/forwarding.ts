@@ -6,28 +6,31 @@
 // NotLedHereError before it changed anything) goes to that partition's leader, its parsed body
 // sent again. A request already forwarded once is not forwarded again (no loops while the nodes
 // disagree about who leads what for a moment): it is answered 503, as when no node leads.
-import http from 'node:http';
+import type http from 'node:http';
+import http2 from 'node:http2';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from './common/logger.js';
 import { catalogue, KeelError, type ErrorCode } from './errors/index.js';
 import type { PgQueries } from './admin/pgwire.js';
 import { PG_ANSWER_TYPE } from './admin/routes/query.js';
+import { FORWARDED_BY as FORWARDED, type PeerClient, type PeerResponse } from './cluster-peers.js';
 
-const FORWARDED = 'x-keel-forwarded-by';
+/** A standby's SQL waits this long for the active node's rows (the query engine bounds its own work first). */
+const PG_QUERY_TIMEOUT_MS = 300_000;
+
 /** Answered by the node asked, never forwarded. */
 const LOCAL_PATH = /^(?:\/v\d+)?\/health$|^\/metrics$|^\/cluster$|^\/ui(?:\/.*)?$|^\/$/;
-/** Headers of one connection, not of the request (RFC 9110, 7.6.1). */
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'trailer', 'host']);
+/** Headers of one connection, not of the request (RFC 9110, 7.6.1; RFC 9113, 8.2.2); `host` becomes `:authority`. */
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'trailer', 'host', 'http2-settings']);
 
 /** Where requests go now: 'local' (this node serves them), a base URL, or undefined (no node is active). */
 export type Route = () => 'local' | string | undefined;
 
-const agent = new http.Agent({ keepAlive: true, maxSockets: 256 });
 /** One warning per this long about the active node being unreachable (a failover fails every request meanwhile). */
 const WARN_INTERVAL_MS = 5_000;
 let lastWarning_ms = 0;
 
-export function forwardWhenStandby(app: FastifyInstance, route: Route, node: string, logger: Logger): void {
+export function forwardWhenStandby(app: FastifyInstance, route: Route, peers: PeerClient, logger: Logger): void {
   app.addHook('onRequest', async (request, reply) => {
     const path = request.url.split('?')[0]!;
     if (LOCAL_PATH.test(path)) return;
@@ -36,10 +39,10 @@ export function forwardWhenStandby(app: FastifyInstance, route: Route, node: str
     if (to === undefined || request.headers[FORWARDED] !== undefined) {
       const entry = catalogue.get('KEEL0803')!;
       reply.code(entry.status).header('retry-after', '1');
-      return reply.send({ code: 'KEEL0803', message: `no node of the cluster is active yet (asked: ${node}); retry in a moment` });
+      return reply.send({ code: 'KEEL0803', message: `no node of the cluster is active yet (asked: ${peers.node}); retry in a moment` });
     }
     reply.hijack();
-    forward(request.raw, reply.raw, to, node, logger);
+    forward(request.raw, reply.raw, to, peers, logger);
   });
 }
 
@@ -66,14 +69,14 @@ async function leaderFor(partition: number, leaders: PartitionLeaders): Promise<
  * With the partitions spread: sends a request whose handler needs `partition`, led elsewhere, to
  * its leader (`server`: the leader's ingress or admin), with the body as this node parsed it.
  */
-export async function forwardToLeader(req: FastifyRequest, reply: FastifyReply, partition: number, leaders: PartitionLeaders, server: 'ingress' | 'admin', logger: Logger): Promise<void> {
+export async function forwardToLeader(req: FastifyRequest, reply: FastifyReply, partition: number, leaders: PartitionLeaders, peers: PeerClient, server: 'ingress' | 'admin', logger: Logger): Promise<void> {
   const hops = Number(req.headers[HOPS] ?? 0) || 0;
   const leader = hops >= MAX_HOPS ? undefined : await leaderFor(partition, leaders);
   if (leader === undefined) return notLed(reply, partition, server, leaders.self.node, hops);
   const raw = req.body;
   const body = raw === undefined || raw === null ? Buffer.alloc(0) : Buffer.isBuffer(raw) ? raw : Buffer.from(typeof raw === 'string' ? raw : JSON.stringify(raw));
   reply.hijack();
-  forward(req.raw, reply.raw, leader[server], leaders.self.node, logger, { body, url: req.url, hops: hops + 1 });
+  forward(req.raw, reply.raw, leader[server], peers, logger, { body, url: req.url, hops: hops + 1 });
 }
 
 /**
@@ -81,11 +84,11 @@ export async function forwardToLeader(req: FastifyRequest, reply: FastifyReply, 
  * gets the result from the new leader, as `GET /restate/invocation/{id}/attach` answers it there
  * (never the call again: it would run twice).
  */
-export async function attachAtLeader(req: FastifyRequest, reply: FastifyReply, partition: number, invocation: string, leaders: PartitionLeaders, logger: Logger): Promise<void> {
+export async function attachAtLeader(req: FastifyRequest, reply: FastifyReply, partition: number, invocation: string, leaders: PartitionLeaders, peers: PeerClient, logger: Logger): Promise<void> {
   const leader = await leaderFor(partition, leaders);
   if (leader === undefined) return notLed(reply, partition, 'ingress', leaders.self.node, 0);
   reply.hijack();
-  forward(req.raw, reply.raw, leader.ingress, leaders.self.node, logger, { body: Buffer.alloc(0), url: `/restate/invocation/${encodeURIComponent(invocation)}/attach`, method: 'GET', hops: 1 });
+  forward(req.raw, reply.raw, leader.ingress, peers, logger, { body: Buffer.alloc(0), url: `/restate/invocation/${encodeURIComponent(invocation)}/attach`, method: 'GET', hops: 1 });
 }
 
 function notLed(reply: FastifyReply, partition: number, server: 'ingress' | 'admin', node: string, hops: number): void {
@@ -108,37 +111,49 @@ export interface PartitionLeaders {
 }
 
 /**
- * `body`: the request's body as parsed here (the stream is read), sent instead of the stream;
- * `url`, `method`: the request to make there, when not the one that came.
+ * Sends the request to `base` over the node's HTTP/2 session to it and relays the answer as it
+ * comes. `body`: the request's body as parsed here (the stream is read), sent instead of the
+ * stream; `url`, `method`: the request to make there, when not the one that came.
  */
-function forward(req: http.IncomingMessage, res: http.ServerResponse, base: string, node: string, logger: Logger, instead: { body?: Buffer; url?: string; method?: string; hops?: number } = {}): void {
-  const { body, url = req.url ?? '/', method = req.method } = instead;
-  const headers: http.OutgoingHttpHeaders = { [FORWARDED]: node };
-  // A request that arrived over HTTP/2 goes on over HTTP/1.1: its pseudo-header fields stay behind.
-  for (const [name, value] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(name) && !name.startsWith(':')) headers[name] = value;
+function forward(req: http.IncomingMessage, res: http.ServerResponse, base: string, peers: PeerClient, logger: Logger, instead: { body?: Buffer; url?: string; method?: string; hops?: number } = {}): void {
+  const { body, url = req.url ?? '/', method = req.method ?? 'GET' } = instead;
+  const headers: http2.OutgoingHttpHeaders = {};
+  // A request that arrived over HTTP/2 keeps its fields, not its pseudo-header fields.
+  for (const [name, value] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(name) && !name.startsWith(':') && value !== undefined) headers[name] = value;
   if (body !== undefined) headers['content-length'] = String(body.length);
   if (instead.hops !== undefined) headers[HOPS] = String(instead.hops);
   const target = new URL(url, base);
-  const upstream = http.request(target, { method, headers, agent }, (answer) => {
-    const out: http.OutgoingHttpHeaders = {};
-    for (const [name, value] of Object.entries(answer.headers)) if (!HOP_BY_HOP.has(name)) out[name] = value;
-    res.writeHead(answer.statusCode ?? 502, out);
-    answer.pipe(res);
-    answer.on('error', () => res.destroy());
-  });
-  upstream.on('error', (err) => {
+  const failed = (err: Error): void => {
     if (Date.now() - lastWarning_ms >= WARN_INTERVAL_MS) {
       lastWarning_ms = Date.now();
       logger.warn({ err, code: 'KEEL0803', to: target.origin }, 'forwarding requests to the active node fails; answering 503 until another is active');
     }
     if (res.headersSent) return void res.destroy();
     res.writeHead(503, { 'content-type': 'application/json', 'retry-after': '1' });
-    res.end(JSON.stringify({ code: 'KEEL0803', message: `the active node (${target.origin}) cannot be reached from ${node}: ${err.message}; retry in a moment` }));
+    res.end(JSON.stringify({ code: 'KEEL0803', message: `the active node (${target.origin}) cannot be reached from ${peers.node}: ${err.message}; retry in a moment` }));
+  };
+  let upstream: http2.ClientHttp2Stream;
+  try {
+    upstream = peers.open(target, method, headers);
+  } catch (err) {
+    return failed(err as Error);
+  }
+  upstream.on('response', (answer) => {
+    const out: http.OutgoingHttpHeaders = {};
+    for (const [name, value] of Object.entries(answer)) if (!name.startsWith(':') && !HOP_BY_HOP.has(name) && value !== undefined) out[name] = value;
+    res.writeHead(Number(answer[':status'] ?? 502), out);
+    upstream.pipe(res);
+  });
+  upstream.on('error', failed);
+  // Reset by the peer (no error event): before an answer the client is told; during one, cut off.
+  upstream.on('close', () => {
+    if (!res.headersSent) failed(new Error(`the request was reset (HTTP/2 code ${upstream.rstCode})`));
+    else if (!res.writableEnded) res.destroy();
   });
   if (body !== undefined) upstream.end(body);
   else req.pipe(upstream);
   res.on('close', () => {
-    if (!res.writableFinished) upstream.destroy();
+    if (!res.writableFinished && !upstream.closed) upstream.close(http2.constants.NGHTTP2_CANCEL);
   });
 }
 
@@ -147,29 +162,27 @@ function forward(req: http.IncomingMessage, res: http.ServerResponse, base: stri
  * query and sends the rows as the wire protocol carries them, which this node relays. The
  * client authenticated here; the active node is asked with this node's admin token.
  */
-export function routePgQueries(engine: PgQueries, route: Route, node: string, admin_token: string | undefined): PgQueries {
+export function routePgQueries(engine: PgQueries, route: Route, peers: PeerClient, admin_token: string | undefined): PgQueries {
+  const node = peers.node;
   return {
     async query(sql, format, opts = {}) {
       const to = route();
       if (to === 'local') return engine.query(sql, format, opts);
       if (to === undefined) throw new KeelError('KEEL0803', `no node of the cluster is active yet (asked: ${node}); retry in a moment`);
-      let res: Response;
+      let res: PeerResponse;
       try {
-        res = await fetch(new URL('/query', to), {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', accept: PG_ANSWER_TYPE, [FORWARDED]: node, ...(admin_token !== undefined ? { authorization: `Bearer ${admin_token}` } : {}) },
-          body: JSON.stringify({ query: sql, ...(opts.params !== undefined ? { params: opts.params } : {}) }),
-          ...(opts.signal !== undefined ? { signal: opts.signal } : {}),
-        });
+        const headers = { 'content-type': 'application/json', accept: PG_ANSWER_TYPE, ...(admin_token !== undefined ? { authorization: `Bearer ${admin_token}` } : {}) };
+        const body = Buffer.from(JSON.stringify({ query: sql, ...(opts.params !== undefined ? { params: opts.params } : {}) }));
+        res = await peers.request(new URL('/query', to), 'POST', headers, body, { timeout_ms: PG_QUERY_TIMEOUT_MS, ...(opts.signal !== undefined ? { signal: opts.signal } : {}) });
       } catch (err) {
         throw new KeelError('KEEL0803', `the active node (${new URL(to).origin}) cannot be reached from ${node}: ${(err as Error).message}; retry in a moment`, undefined, { cause: err });
       }
-      if (res.status !== 200) throw refusal(res.status, await res.text());
-      const bytes = new Uint8Array(await res.arrayBuffer());
-      const headBytes = Number(res.headers.get('x-keel-head-bytes') ?? 0);
+      if (res.status !== 200) throw refusal(res.status, res.body.toString('utf8'));
+      const bytes = new Uint8Array(res.body.buffer, res.body.byteOffset, res.body.length);
+      const headBytes = Number(res.headers['x-keel-head-bytes'] ?? 0);
       const rest = bytes.subarray(headBytes);
       return {
-        rows: Number(res.headers.get('x-keel-rows') ?? 0),
+        rows: Number(res.headers['x-keel-rows'] ?? 0),
         ...(headBytes > 0 ? { head: bytes.subarray(0, headBytes) } : {}),
         body: (async function* () {
           if (rest.length > 0) yield rest;

@@ -140,7 +140,7 @@ export class KeelServer {
       try {
         await listen(admin, config.admin.bind_address, 'admin');
         // With the partitions spread, every node's engine answers for the cluster (it follows every partition).
-        const sql = cluster === undefined || config.cluster!.spread_partitions ? engine : routePgQueries(engine, cluster.route('admin'), cluster.self.node, config.admin.auth_tokens[0]);
+        const sql = cluster === undefined || config.cluster!.spread_partitions ? engine : routePgQueries(engine, cluster.route('admin'), cluster.peers, config.admin.auth_tokens[0]);
         pgsql = await startPgServer(config.admin.query_engine, sql, logger);
       } catch (err) {
         await Promise.allSettled([ingress.close(), admin.close()]);
@@ -235,14 +235,14 @@ function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, met
   };
   const node = new ClusterNode(config, cluster, logger.child({ component: 'cluster' }), { ...partitions, follow, deposed, stopped });
   if (cluster.spread_partitions) {
-    routing.ingress.elsewhere = (partition, req, reply) => forwardToLeader(req, reply, partition, node, 'ingress', logger);
-    routing.admin.elsewhere = (partition, req, reply) => forwardToLeader(req, reply, partition, node, 'admin', logger);
-    routing.ingress.attach = (partition, id, req, reply) => attachAtLeader(req, reply, partition, id, node, logger);
-    worker.setRemote(new RemoteAppender(node, cluster.node_name, config.admin.auth_tokens[0], logger.child({ component: 'remote-append' })));
-    serveAppends(servers.admin, worker);
+    routing.ingress.elsewhere = (partition, req, reply) => forwardToLeader(req, reply, partition, node, node.peers, 'ingress', logger);
+    routing.admin.elsewhere = (partition, req, reply) => forwardToLeader(req, reply, partition, node, node.peers, 'admin', logger);
+    routing.ingress.attach = (partition, id, req, reply) => attachAtLeader(req, reply, partition, id, node, node.peers, logger);
+    worker.setRemote(new RemoteAppender(node, node.peers, config.admin.auth_tokens[0], logger.child({ component: 'remote-append' })));
+    serveAppends(servers.admin, worker, cluster.auth_tokens);
   } else {
-    forwardWhenStandby(servers.ingress, node.route('ingress'), cluster.node_name, logger);
-    forwardWhenStandby(servers.admin, node.route('admin'), cluster.node_name, logger);
+    forwardWhenStandby(servers.ingress, node.route('ingress'), node.peers, logger);
+    forwardWhenStandby(servers.admin, node.route('admin'), node.peers, logger);
   }
   const lag = node.watchLag(async (p) => (await logTable.readCursor(db, p))?.offset);
   servers.admin.get('/cluster', async () => {

@@ -458,6 +458,36 @@ t.test('under mixed load: every node restarted in turn (a clean leave, its parti
   await rebuildEqualsLeaders(t, topic, { a, b, c });
 });
 
+t.test("the cluster's own token: nodes with different client tokens forward to each other and append across partitions with it; /cluster/append takes nothing else", async (t) => {
+  const topic = `keel-spread-${++topics}`;
+  const tokens = { a: { ingress: 'ingress-a', admin: 'admin-a' }, b: { ingress: 'ingress-b', admin: 'admin-b' } };
+  const env = (n) => ({ KEEL_CLUSTER__AUTH_TOKEN: 'cluster-secret', KEEL_INGRESS__AUTH_TOKEN: tokens[n].ingress, KEEL_ADMIN__AUTH_TOKEN: tokens[n].admin });
+  const [a, b] = [await node(t, 'a', topic, { env: env('a') }), await node(t, 'b', topic, { env: env('b') })];
+  const bearer = (token) => ({ authorization: `Bearer ${token}`, 'content-type': 'application/json' });
+  const leadersOf = async (keel, token) => ((await (await fetch(`${keel.admin}/cluster`, { headers: bearer(token) })).json()).partitions ?? []).map((p) => p.leader);
+  await eventually(async () => {
+    const [la, lb] = [await leadersOf(a, tokens.a.admin), await leadersOf(b, tokens.b.admin)];
+    return la.length === PARTITIONS && la.join() === lb.join() && la.includes('a') && la.includes('b');
+  }, { timeout_ms: 40_000, interval_ms: 200 });
+  const reg = await fetch(`${a.admin}/deployments`, { method: 'POST', headers: bearer(tokens.a.admin), body: JSON.stringify({ uri: endpoint }) });
+  t.equal(reg.status, 201, 'registered through a with its admin token');
+  await eventually(async () => (await (await fetch(`${b.admin}/deployments`, { headers: bearer(tokens.b.admin) })).json()).deployments?.length === 1);
+  const keys = keysOnEveryPartition('tok', 1);
+  const adds = await Promise.all(keys.map((key) => call(a, `/Counter/${key}/add`, 1, { authorization: `Bearer ${tokens.a.ingress}` })));
+  t.same(adds.map((r) => r.status), keys.map(() => 200), "an object on every partition added to through a with a's token: those b leads forwarded with the cluster's");
+  const wrong = await ingress(b, `/Counter/${keys[0]}/get`, undefined, { authorization: `Bearer ${tokens.a.ingress}` });
+  t.equal(wrong.status, 401, "b itself takes only its own client token");
+  const relayed = await call(b, '/Relay/spread', { keys, sends: keys }, { authorization: `Bearer ${tokens.b.ingress}` });
+  t.same([relayed.status, relayed.body], [200, keys.map(() => 2)], "calls from a partition b leads to every partition, a's included: appended there with the cluster's token");
+  await eventually(async () => (await Promise.all(keys.map((key) => call(a, `/Counter/${key}/get`, undefined, { authorization: `Bearer ${tokens.a.ingress}` })))).every((r) => r.body === 3));
+  t.pass('and the one-way sends too: every count 3');
+  const append = (token) => fetch(`${b.admin}/cluster/append`, { method: 'POST', headers: bearer(token), body: JSON.stringify({ entries: [] }) });
+  const refused = await append(tokens.b.admin);
+  t.equal(refused.status, 401, "POST /cluster/append refuses b's own admin token");
+  t.match(await refused.json(), { restate_code: 'KEEL0401', message: /cluster\.auth_token/ });
+  t.same([(await append('cluster-secret')).status], [200], "and takes the cluster's");
+});
+
 t.test('a Kafka subscription consumed by every node: a node SIGKILLed mid-stream; every record once, in order per key', async (t) => {
   const topic = `keel-spread-${++topics}`;
   const source = `orders-spread-${topics}`;

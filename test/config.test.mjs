@@ -124,6 +124,16 @@ t.test('KEEL_ environment variables win over the file', async (t) => {
   t.equal(loadConfig(undefined, {}).worker.storage_db.write_buffer_size_bytes, 32 * 1024 * 1024, 'default');
 });
 
+t.test("cluster.auth_token[_file]: the cluster's own tokens, the first sent between nodes, all accepted", async (t) => {
+  const brokers = { KEEL_CLUSTER__BROKERS: '127.0.0.1:9092' };
+  t.same(loadConfig(undefined, brokers).cluster.auth_tokens, [], 'none by default');
+  const dir = t.testdir({ tokens: '# rotated monthly\nnew-token\n\nold-token\n' });
+  const c = loadConfig(undefined, { ...brokers, KEEL_CLUSTER__AUTH_TOKEN: 'inline', KEEL_CLUSTER__AUTH_TOKEN_FILE: path.join(dir, 'tokens') });
+  t.same(c.cluster.auth_tokens, ['inline', 'new-token', 'old-token']);
+  t.throws(() => loadConfig(undefined, { ...brokers, KEEL_CLUSTER__AUTH_TOKEN: 'has space' }), /cluster\.auth_token\[_file\]': a token must be visible ASCII/);
+  t.throws(() => loadConfig(undefined, { ...brokers, KEEL_CLUSTER__AUTH_TOKEN_FILE: path.join(dir, 'missing') }), /cluster\.auth_token_file.*cannot read/);
+});
+
 t.test('tracing.endpoint: off by default, set from the file or KEEL_TRACING__ENDPOINT', async (t) => {
   t.equal(loadConfig(undefined, {}).tracing.endpoint, undefined);
   const file = writeToml(t, `[tracing]\nendpoint = "http://collector:4318"\n`);

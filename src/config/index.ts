@@ -154,6 +154,12 @@ export interface ClusterConfig {
   snapshot_interval_records: number;
   /** Snapshots kept per partition; the Kafka log is trimmed below the oldest of them. */
   snapshots_kept: number;
+  /**
+   * The cluster's own bearer tokens (`cluster.auth_token[_file]`): the nodes' requests to each
+   * other carry the first, and `POST /cluster/append` takes nothing else. Empty: node-to-node
+   * requests carry the client's token (forwarded) or the first admin token (appends).
+   */
+  auth_tokens: string[];
 }
 
 type Kind = 'string' | 'url' | 'address' | 'duration' | 'timeout' | 'size' | 'int' | 'count' | 'number' | 'bool' | 'attempts' | 'on_max' | 'log_format';
@@ -228,6 +234,8 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'cluster.snapshot_path', kind: 'string', dflt: undefined },
   { path: 'cluster.snapshot_interval_records', kind: 'int', dflt: 100_000 },
   { path: 'cluster.snapshots_kept', kind: 'int', dflt: 2 },
+  { path: 'cluster.auth_token', kind: 'string', dflt: undefined },
+  { path: 'cluster.auth_token_file', kind: 'string', dflt: undefined },
 ];
 
 const ENV_PREFIX = 'KEEL_';
@@ -602,7 +610,7 @@ function clusterConfig(v: <T>(path: string) => T): ClusterConfig | undefined {
   if (rf < 1 || isr < 1 || isr > rf) throw new KeelError('RT0002', `keys 'cluster.replication_factor' (${rf}) and 'cluster.min_insync_replicas' (${isr}): both at least 1, and min_insync_replicas at most replication_factor`);
   const bound = splitAddress(v<string>('ingress.bind_address')).host;
   const advertised = v<string | undefined>('cluster.advertised_host') ?? (bound === '0.0.0.0' || bound === '::' ? hostname() : bound);
-  return { node_name: node, advertised_host: advertised, session_timeout_ms: v<number>('cluster.session_timeout'), brokers: list, log_topic: topic, replication_factor: rf, min_insync_replicas: isr, transactional: v<boolean>('cluster.transactional'), spread_partitions: v<boolean>('cluster.spread_partitions'), ...snapshotConfig(v) };
+  return { node_name: node, advertised_host: advertised, session_timeout_ms: v<number>('cluster.session_timeout'), brokers: list, log_topic: topic, replication_factor: rf, min_insync_replicas: isr, transactional: v<boolean>('cluster.transactional'), spread_partitions: v<boolean>('cluster.spread_partitions'), ...snapshotConfig(v), auth_tokens: authTokens('cluster', v) };
 }
 
 /** A token travels in an HTTP header: visible ASCII only. */
@@ -611,10 +619,10 @@ const TOKEN = /^[\x21-\x7e]+$/;
 const MAX_AUTH_TOKENS = 16;
 
 /**
- * The bearer tokens of `ingress` or `admin`: `auth_token`, plus every non-empty line of
+ * The bearer tokens of `ingress`, `admin` or `cluster`: `auth_token`, plus every non-empty line of
  * `auth_token_file` (several lines let tokens be rotated without downtime). Empty: no auth.
  */
-function authTokens(server: 'ingress' | 'admin', v: <T>(path: string) => T): string[] {
+function authTokens(server: 'ingress' | 'admin' | 'cluster', v: <T>(path: string) => T): string[] {
   const tokens: string[] = [];
   const inline = v<string | undefined>(`${server}.auth_token`);
   if (inline !== undefined) tokens.push(inline.trim());

@@ -204,7 +204,7 @@ const entries = [
     condition: 'The request would make the rule book hold more than 10,000 rules. Nothing of it was applied.',
     remedy: 'Delete rules that are no longer needed, or cover several scopes or limit keys with one wildcard rule (scope/*).' },
   { code: 'KEEL0401', title: 'Authentication required', status: 401,
-    condition: 'The server is configured with bearer tokens (ingress.auth_token[_file], admin.auth_token[_file]) and the request carried none, or not a valid one. /health and /restate/health stay open.',
+    condition: 'The server is configured with bearer tokens (ingress.auth_token[_file], admin.auth_token[_file]) and the request carried none, or not a valid one; or a request to POST /cluster/append did not carry the cluster\'s own token (cluster.auth_token[_file]). /health and /restate/health stay open.',
     remedy: 'Send "Authorization: Bearer <token>" (restate CLI: RESTATE_AUTH_TOKEN; keel CLI: KEEL_AUTH_TOKEN; SDK clients: the headers option).' },
   { code: 'KEEL0408', title: 'Request not received in time', status: 408, log_level: 'debug',
     condition: 'The client did not send the whole request (its headers within http.header_timeout, or its body within http.request_timeout).',
