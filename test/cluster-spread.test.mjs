@@ -82,6 +82,19 @@ async function spreadOver(nodes, names) {
   return leaders(nodes[0]);
 }
 
+/** Waits until every node of `nodes` knows the deployment registered. */
+const knownEverywhere = (nodes) => eventually(async () => (await Promise.all(nodes.map(async (k) => (await admin(k, 'GET', '/deployments')).json?.deployments?.length))).every((n) => n === 1));
+
+/** Three nodes on a fresh log topic, the partitions spread over them and the services registered through a. */
+async function threeNodes(t) {
+  const topic = `keel-spread-${++topics}`;
+  const nodes = [await node(t, 'a', topic), await node(t, 'b', topic), await node(t, 'c', topic)];
+  const leaders = await spreadOver(nodes, ['a', 'b', 'c']);
+  await register(nodes[0], endpoint);
+  await knownEverywhere(nodes);
+  return { topic, nodes, leaders };
+}
+
 /** POSTs until an answer other than 503 or a broken connection comes (a failover answers so meanwhile). */
 async function call(keel, pathname, body, headers = {}) {
   for (let tries = 0; ; tries++) {
@@ -103,7 +116,7 @@ t.test('three nodes each lead a share of the partitions; every request works thr
   await register(b, endpoint);
   const right = await ingress(c, '/Steps/run', { id: 'right-after' });
   t.same([right.status, right.body], [200, 'done right-after'], 'a call through c right after the registration through b: c reads the metadata log on an unknown service');
-  await eventually(async () => (await Promise.all(nodes.map(async (k) => (await admin(k, 'GET', '/deployments')).json?.deployments?.length))).every((n) => n === 1));
+  await knownEverywhere(nodes);
   t.pass('a deployment registered through b is known to every node');
 
   // Objects: 24 keys land on every partition; each key's adds go through every node in turn.
@@ -275,12 +288,8 @@ async function rebuildEqualsLeaders(t, topic, nodes) {
 }
 
 t.test('a SIGKILLed node under mixed load: its partitions go to the others within seconds; nothing acknowledged is lost or done twice', async (t) => {
-  const topic = `keel-spread-${++topics}`;
-  const nodes = [await node(t, 'a', topic), await node(t, 'b', topic), await node(t, 'c', topic)];
+  const { topic, nodes, leaders: before } = await threeNodes(t);
   const [a, b, c] = nodes;
-  const before = await spreadOver(nodes, ['a', 'b', 'c']);
-  await register(a, endpoint);
-  await eventually(async () => (await Promise.all(nodes.map(async (k) => (await admin(k, 'GET', '/deployments')).json?.deployments?.length))).every((n) => n === 1));
   // The work started through a, some of it on the partitions a leads, still to finish when a is killed.
   const work = await mixedWork(t, 'kill', a, [b, c]);
   await sleep(1_000);
@@ -323,7 +332,7 @@ t.test('any node: rules, SQL over psql, /metrics, GET /cluster and the UI cluste
   const [a, b, c] = nodes;
   await spreadOver(nodes, ['a', 'b', 'c']);
   await register(c, endpoint);
-  await eventually(async () => (await Promise.all(nodes.map(async (k) => (await admin(k, 'GET', '/deployments')).json?.deployments?.length))).every((n) => n === 1));
+  await knownEverywhere(nodes);
   // A rule set through one node reaches every partition, on every node that leads one.
   const rule = await admin(b, 'PUT', '/limits/rules', [{ pattern: 'cl', limits: { concurrency: 2 } }]);
   t.equal(rule.status, 200, `a rule set through b (${rule.text})`);
@@ -416,12 +425,8 @@ for (const transactional of [false, true]) {
 }
 
 t.test('under mixed load: the broker leading the log partitions is SIGKILLed; nothing answered is lost', async (t) => {
-  const topic = `keel-spread-${++topics}`;
-  const nodes = [await node(t, 'a', topic), await node(t, 'b', topic), await node(t, 'c', topic)];
+  const { topic, nodes } = await threeNodes(t);
   const [a, b, c] = nodes;
-  await spreadOver(nodes, ['a', 'b', 'c']);
-  await register(a, endpoint);
-  await eventually(async () => (await Promise.all(nodes.map(async (k) => (await admin(k, 'GET', '/deployments')).json?.deployments?.length))).every((n) => n === 1));
   const work = await mixedWork(t, 'broker', a, nodes);
   await sleep(1_000);
   const leader = (await kafka.leaders(topic))[0];
@@ -435,12 +440,8 @@ t.test('under mixed load: the broker leading the log partitions is SIGKILLed; no
 });
 
 t.test('under mixed load: every node restarted in turn (a clean leave, its partitions handed over); nothing answered is lost', async (t) => {
-  const topic = `keel-spread-${++topics}`;
-  const nodes = [await node(t, 'a', topic), await node(t, 'b', topic), await node(t, 'c', topic)];
+  const { topic, nodes } = await threeNodes(t);
   const [a, b, c] = nodes;
-  await spreadOver(nodes, ['a', 'b', 'c']);
-  await register(a, endpoint);
-  await eventually(async () => (await Promise.all(nodes.map(async (k) => (await admin(k, 'GET', '/deployments')).json?.deployments?.length))).every((n) => n === 1));
   const work = await mixedWork(t, 'rolling', a, nodes);
   await sleep(1_000);
   work.fault();
@@ -498,7 +499,7 @@ t.test('a Kafka subscription consumed by every node: a node SIGKILLed mid-stream
   const [a, b, c] = nodes;
   await spreadOver(nodes, ['a', 'b', 'c']);
   await register(a, endpoint);
-  await eventually(async () => (await Promise.all(nodes.map(async (k) => (await admin(k, 'GET', '/deployments')).json?.deployments?.length))).every((n) => n === 1));
+  await knownEverywhere(nodes);
   const created = await admin(b, 'POST', '/subscriptions', { source: `kafka://real/${source}`, sink: 'service://Ledger/add', options: { 'auto.offset.reset': 'earliest', 'session.timeout.ms': '6000', 'heartbeat.interval.ms': '300' } });
   t.equal(created.status, 201, `subscription created through b (${created.text})`);
   const records = (from, n) => Array.from({ length: n }, (_, j) => ({ key: `s${(from + j) % 8}`, value: JSON.stringify({ i: from + j }) }));
