@@ -10,8 +10,8 @@ import type { Logger } from './common/logger.js';
 import { assert } from './common/assert.js';
 import { KeelError } from './errors/index.js';
 import type { PartitionLeaders } from './forwarding.js';
-import type { PeerClient } from './cluster-peers.js';
-import { bearerMatcher } from './ingress/auth.js';
+import { CLUSTER_TOKEN, type PeerClient } from './cluster-peers.js';
+import { tokenMatcher } from './ingress/auth.js';
 import { NotLedHereError, type RemotePartitions, type Worker } from './partition/worker.js';
 
 /** Entries per request, and bytes: a backlog goes in a few requests, none of them huge. */
@@ -117,7 +117,7 @@ export class RemoteAppender implements RemotePartitions {
     const body = Buffer.from(JSON.stringify({ entries: batch.map((p) => ({ partition: p.partition, command: p.command.toString('base64') })) }));
     const headers = { 'content-type': 'application/json', ...(this.admin_token !== undefined ? { authorization: `Bearer ${this.admin_token}` } : {}) };
     try {
-      const res = await this.peers.request(new URL('/cluster/append', admin), 'POST', headers, body, { timeout_ms: REQUEST_TIMEOUT_MS });
+      const res = await this.peers.request(admin, '/cluster/append', 'POST', headers, body, { timeout_ms: REQUEST_TIMEOUT_MS });
       const text = res.body.toString('utf8');
       if (res.status !== 200) throw new Error(`answered ${res.status}: ${text.slice(0, 200)}`);
       return JSON.parse(text) as AppendAnswer;
@@ -134,10 +134,10 @@ export class RemoteAppender implements RemotePartitions {
  */
 export function serveAppends(app: FastifyInstance, worker: Worker, cluster_tokens: readonly string[]): void {
   // Where the cluster has a token of its own, only the nodes append: an admin token is not enough.
-  const fromNode = cluster_tokens.length === 0 ? () => true : bearerMatcher(cluster_tokens);
+  const fromNode = cluster_tokens.length === 0 ? () => true : tokenMatcher(cluster_tokens);
   app.post('/cluster/append', {
     onRequest: async (req) => {
-      if (!fromNode(req.headers.authorization)) throw new KeelError('KEEL0401', "the bearer token is not the cluster's: POST /cluster/append takes cluster.auth_token");
+      if (!fromNode(req.headers[CLUSTER_TOKEN])) throw new KeelError('KEEL0401', `POST /cluster/append takes the cluster's own token (cluster.auth_token, in ${CLUSTER_TOKEN}), which this request did not carry`);
     },
     schema: {
       body: {

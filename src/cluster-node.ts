@@ -93,6 +93,8 @@ export class ClusterNode {
   readonly self: NodeInfo;
   /** This node's sessions to the others (forwarded requests, appends to partitions they lead). */
   readonly peers: PeerClient;
+  /** A reconciliation due to follow again what failed to be followed. */
+  private refollow: NodeJS.Timeout | undefined;
   private readonly partitions: number;
   private readonly spread: boolean;
 
@@ -150,6 +152,7 @@ export class ClusterNode {
   async stop(): Promise<void> {
     this.stopping = true;
     clearInterval(this.watch);
+    clearTimeout(this.refollow);
     this.lag?.stop();
     // A take-over under way finishes first (or is given up on): its partitions are closed with the others.
     await bounded(this.reconciling, STOP_STEP_MS);
@@ -322,12 +325,15 @@ export class ClusterNode {
     });
   }
 
-  /** A reconciliation in REFOLLOW_MS: it follows every partition neither led nor followed now. */
+  /** A reconciliation in REFOLLOW_MS (one at most waiting): it follows every partition neither led nor followed now. */
   private refollowSoon(): void {
-    setTimeout(() => {
+    if (this.refollow !== undefined) return;
+    this.refollow = setTimeout(() => {
+      this.refollow = undefined;
       if (this.stopping) return;
       this.reconciling = this.reconciling.then(() => this.reconcile()).catch((err: unknown) => this.hooks.deposed(`taking the lead failed: ${(err as Error)?.message ?? String(err)}`));
-    }, REFOLLOW_MS).unref();
+    }, REFOLLOW_MS);
+    this.refollow.unref();
   }
 
   /** Stops following these partitions and waits until what was read is in the store (taking the lead reads on from there). */

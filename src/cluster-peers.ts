@@ -2,16 +2,29 @@
 // handed to a partition led elsewhere, a standby's SQL): HTTP/2 in clear text with prior knowledge,
 // which every node's ingress and admin serve (ingress/h2c.ts). One session per peer address, kept
 // open and shared by every request to it: no connection set up per request, no head-of-line
-// blocking between them. Requests carry the cluster's own bearer token (`cluster.auth_token`)
-// where one is set: the node asked has checked the client's, and the peer trusts the cluster's.
+// blocking between them. Where the cluster has its own token (`cluster.auth_token`), requests carry
+// it in a header of their own: the client's `authorization` goes on untouched (it is the client's,
+// and may reach a handler), and the cluster's never does.
 import http2 from 'node:http2';
+import { CLUSTER_TOKEN_HEADER } from './ingress/auth.js';
 
 /** The node asked, named on every request it makes (a request already forwarded is not forwarded again). */
 export const FORWARDED_BY = 'x-keel-forwarded-by';
-/** A session with no stream open for this long is closed (a peer seldom asked costs nothing). */
-const IDLE_SESSION_MS = 60_000;
+/** The cluster's own token, on requests between nodes. */
+export const CLUSTER_TOKEN = CLUSTER_TOKEN_HEADER;
+/** Headers of the hop between nodes: never stored with an invocation nor handed to a handler. */
+export const CLUSTER_HEADERS: readonly string[] = [FORWARDED_BY, CLUSTER_TOKEN, 'x-keel-hops'];
+/**
+ * A session with no traffic for this long is closed: below the servers' `http.idle_timeout`
+ * (60 s by default), so this side closes first rather than race the peer's GOAWAY with a request.
+ */
+const IDLE_SESSION_MS = 30_000;
+/** A peer that does not accept the connection in this long (an address that drops packets) fails its requests. */
+const CONNECT_TIMEOUT_MS = 5_000;
 /** Peer addresses with a session at once: a cluster has a few nodes, each with two servers. */
 const MAX_SESSIONS = 256;
+/** Stream ids of a session run out at 2^31 (odd ids for the client): a new session well before. */
+const MAX_STREAM_ID = 2 ** 30;
 
 export interface PeerResponse {
   status: number;
@@ -24,45 +37,57 @@ export class PeerClient {
 
   constructor(
     readonly node: string,
-    /** The cluster's token, sent instead of the client's; undefined: the request's own authorization goes on. */
+    /** The cluster's token; undefined: requests carry only what their caller gives. */
     private readonly token: string | undefined,
   ) {}
 
-  /** Whether requests carry the cluster's token (and so need not carry the client's). */
-  get authenticates(): boolean {
-    return this.token !== undefined;
-  }
-
-  /** Opens a request to `url`; the caller writes its body and reads the answer from the stream. */
-  open(url: URL, method: string, headers: http2.OutgoingHttpHeaders): http2.ClientHttp2Stream {
-    const h: http2.OutgoingHttpHeaders = { ...headers, ':method': method, ':path': `${url.pathname}${url.search}`, [FORWARDED_BY]: this.node };
-    if (this.token !== undefined) h.authorization = `Bearer ${this.token}`;
+  /**
+   * Opens a request for `path` (sent as it is, never resolved against anything: the peer sees
+   * what this node was asked) at `base`'s origin; the caller writes the body and reads the answer.
+   */
+  open(base: string, path: string, method: string, headers: http2.OutgoingHttpHeaders): http2.ClientHttp2Stream {
+    if (!path.startsWith('/')) throw new Error(`not a path: ${JSON.stringify(path.slice(0, 100))}`);
+    const h: http2.OutgoingHttpHeaders = { ...headers, ':method': method, ':path': path, [FORWARDED_BY]: this.node };
+    if (this.token !== undefined) h[CLUSTER_TOKEN] = this.token;
     // Open for a body whatever the method (Node ends a GET's at once): the caller ends it.
-    return this.session(url.origin).request(h, { endStream: false });
+    return this.session(new URL(base).origin).request(h, { endStream: false });
   }
 
-  /** One whole request and its answer, failing after `timeout_ms` without one or once `signal` aborts. */
-  request(url: URL, method: string, headers: http2.OutgoingHttpHeaders, body: Buffer, { timeout_ms, signal }: { timeout_ms: number; signal?: AbortSignal }): Promise<PeerResponse> {
+  /**
+   * One whole request and its answer. Fails after `timeout_ms` without the whole answer, once
+   * `signal` aborts, or when the answer is cut off (a peer that dies mid-answer never passes for
+   * a short one).
+   */
+  request(base: string, path: string, method: string, headers: http2.OutgoingHttpHeaders, body: Buffer, { timeout_ms, signal }: { timeout_ms: number; signal?: AbortSignal }): Promise<PeerResponse> {
     return new Promise((resolve, reject) => {
       if (signal?.aborted === true) return reject(signal.reason as Error);
       let stream: http2.ClientHttp2Stream;
       try {
-        stream = this.open(url, method, { ...headers, 'content-length': String(body.length) });
+        stream = this.open(base, path, method, { ...headers, 'content-length': String(body.length) });
       } catch (err) {
         return reject(err as Error);
       }
       let answer: Omit<PeerResponse, 'body'> | undefined;
+      let ended = false;
+      let failure: Error | undefined;
       const chunks: Buffer[] = [];
-      const cancel = (why: Error): void => stream.close(http2.constants.NGHTTP2_CANCEL, () => reject(why));
-      stream.setTimeout(timeout_ms, () => cancel(new Error(`no answer in ${timeout_ms} ms`)));
-      const aborted = (): void => cancel(signal!.reason as Error);
+      const fail = (why: Error): void => {
+        failure ??= why;
+        stream.destroy(why);
+      };
+      stream.setTimeout(timeout_ms, () => fail(new Error(`no answer in ${timeout_ms} ms`)));
+      const aborted = (): void => fail(signal!.reason as Error);
       signal?.addEventListener('abort', aborted, { once: true });
       stream.on('response', (h) => void (answer = { status: Number(h[':status']), headers: h }));
       stream.on('data', (c: Buffer) => chunks.push(c));
-      stream.on('error', reject);
+      stream.on('end', () => void (ended = true));
+      stream.on('error', (err) => void (failure ??= err));
       stream.on('close', () => {
         signal?.removeEventListener('abort', aborted);
-        if (answer === undefined) return reject(new Error(`the stream closed without an answer (code ${stream.rstCode})`));
+        if (failure !== undefined) return reject(failure);
+        if (answer === undefined || !ended || stream.rstCode !== http2.constants.NGHTTP2_NO_ERROR) {
+          return reject(new Error(`the answer was cut off (HTTP/2 code ${stream.rstCode})`));
+        }
         resolve({ ...answer, body: Buffer.concat(chunks) });
       });
       stream.end(body);
@@ -76,12 +101,17 @@ export class PeerClient {
 
   private session(origin: string): http2.ClientHttp2Session {
     const open = this.sessions.get(origin);
-    if (open !== undefined && !open.closed && !open.destroyed) return open;
+    if (open !== undefined && !open.closed && !open.destroyed && (open.state.nextStreamID ?? 0) < MAX_STREAM_ID) return open;
+    open?.close(); // its streams finish; new ones go to a new session
     if (this.sessions.size >= MAX_SESSIONS) this.close();
     const session = http2.connect(origin);
-    // A session's failure (refused, reset) fails its streams, which report it to their callers.
+    // A session's failure (refused, reset, not connected in time) fails its streams, which report it to their callers.
     session.on('error', () => {});
+    const connecting = setTimeout(() => session.destroy(new Error(`no connection to ${origin} in ${CONNECT_TIMEOUT_MS} ms`)), CONNECT_TIMEOUT_MS);
+    connecting.unref();
+    session.once('connect', () => clearTimeout(connecting));
     const forget = (): void => {
+      clearTimeout(connecting);
       if (this.sessions.get(origin) === session) this.sessions.delete(origin);
     };
     session.on('close', forget);

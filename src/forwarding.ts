@@ -13,7 +13,7 @@ import type { Logger } from './common/logger.js';
 import { catalogue, KeelError, type ErrorCode } from './errors/index.js';
 import type { PgQueries } from './admin/pgwire.js';
 import { PG_ANSWER_TYPE } from './admin/routes/query.js';
-import { FORWARDED_BY as FORWARDED, type PeerClient, type PeerResponse } from './cluster-peers.js';
+import { CLUSTER_HEADERS, FORWARDED_BY as FORWARDED, type PeerClient, type PeerResponse } from './cluster-peers.js';
 
 /** A standby's SQL waits this long for the active node's rows (the query engine bounds its own work first). */
 const PG_QUERY_TIMEOUT_MS = 300_000;
@@ -33,7 +33,8 @@ let lastWarning_ms = 0;
 export function forwardWhenStandby(app: FastifyInstance, route: Route, peers: PeerClient, logger: Logger): void {
   app.addHook('onRequest', async (request, reply) => {
     const path = request.url.split('?')[0]!;
-    if (LOCAL_PATH.test(path)) return;
+    // Only an origin-form target goes on (an absolute URL is answered here, as any unknown path).
+    if (LOCAL_PATH.test(path) || !path.startsWith('/')) return;
     const to = route();
     if (to === 'local') return;
     if (to === undefined || request.headers[FORWARDED] !== undefined) {
@@ -118,27 +119,34 @@ export interface PartitionLeaders {
 function forward(req: http.IncomingMessage, res: http.ServerResponse, base: string, peers: PeerClient, logger: Logger, instead: { body?: Buffer; url?: string; method?: string; hops?: number } = {}): void {
   const { body, url = req.url ?? '/', method = req.method ?? 'GET' } = instead;
   const headers: http2.OutgoingHttpHeaders = {};
-  // A request that arrived over HTTP/2 keeps its fields, not its pseudo-header fields.
-  for (const [name, value] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(name) && !name.startsWith(':') && value !== undefined) headers[name] = value;
+  // A request that arrived over HTTP/2 keeps its fields, not its pseudo-header fields; what a
+  // client sent as if it were a node goes no further.
+  for (const [name, value] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(name) && !CLUSTER_HEADERS.includes(name) && !name.startsWith(':') && value !== undefined) headers[name] = value;
   if (body !== undefined) headers['content-length'] = String(body.length);
   if (instead.hops !== undefined) headers[HOPS] = String(instead.hops);
-  const target = new URL(url, base);
+  const origin = new URL(base).origin;
+  let settled = false;
   const failed = (err: Error): void => {
+    if (settled || res.destroyed) return; // answered already, or the client went away
+    settled = true;
     if (Date.now() - lastWarning_ms >= WARN_INTERVAL_MS) {
       lastWarning_ms = Date.now();
-      logger.warn({ err, code: 'KEEL0803', to: target.origin }, 'forwarding requests to the active node fails; answering 503 until another is active');
+      logger.warn({ err, code: 'KEEL0803', to: origin }, 'forwarding requests to the active node fails; answering 503 until another is active');
     }
     if (res.headersSent) return void res.destroy();
     res.writeHead(503, { 'content-type': 'application/json', 'retry-after': '1' });
-    res.end(JSON.stringify({ code: 'KEEL0803', message: `the active node (${target.origin}) cannot be reached from ${peers.node}: ${err.message}; retry in a moment` }));
+    res.end(JSON.stringify({ code: 'KEEL0803', message: `the active node (${origin}) cannot be reached from ${peers.node}: ${err.message}; retry in a moment` }));
   };
   let upstream: http2.ClientHttp2Stream;
   try {
-    upstream = peers.open(target, method, headers);
+    // The path as it came (an absolute-form target or `//host/...` is not resolved into another host).
+    upstream = peers.open(base, url, method, headers);
   } catch (err) {
     return failed(err as Error);
   }
   upstream.on('response', (answer) => {
+    if (settled || res.destroyed) return;
+    settled = true;
     const out: http.OutgoingHttpHeaders = {};
     for (const [name, value] of Object.entries(answer)) if (!name.startsWith(':') && !HOP_BY_HOP.has(name) && value !== undefined) out[name] = value;
     res.writeHead(Number(answer[':status'] ?? 502), out);
@@ -173,7 +181,7 @@ export function routePgQueries(engine: PgQueries, route: Route, peers: PeerClien
       try {
         const headers = { 'content-type': 'application/json', accept: PG_ANSWER_TYPE, ...(admin_token !== undefined ? { authorization: `Bearer ${admin_token}` } : {}) };
         const body = Buffer.from(JSON.stringify({ query: sql, ...(opts.params !== undefined ? { params: opts.params } : {}) }));
-        res = await peers.request(new URL('/query', to), 'POST', headers, body, { timeout_ms: PG_QUERY_TIMEOUT_MS, ...(opts.signal !== undefined ? { signal: opts.signal } : {}) });
+        res = await peers.request(to, '/query', 'POST', headers, body, { timeout_ms: PG_QUERY_TIMEOUT_MS, ...(opts.signal !== undefined ? { signal: opts.signal } : {}) });
       } catch (err) {
         throw new KeelError('KEEL0803', `the active node (${new URL(to).origin}) cannot be reached from ${node}: ${(err as Error).message}; retry in a moment`, undefined, { cause: err });
       }

@@ -5,9 +5,11 @@
 // cluster's token; a partition without a leader is waited for, then refused with KEEL0805; a
 // request that has gone round too many nodes is refused at once.
 import t from 'tap';
+import http from 'node:http';
 import http2 from 'node:http2';
+import net from 'node:net';
 import Fastify from 'fastify';
-import { attachAtLeader, forwardToLeader } from '../dist/forwarding.js';
+import { attachAtLeader, forwardToLeader, forwardWhenStandby } from '../dist/forwarding.js';
 import { PeerClient } from '../dist/cluster-peers.js';
 import { silentLogger } from '../dist/common/logger.js';
 
@@ -18,7 +20,7 @@ async function echoLeader(t) {
     let body = '';
     req.on('data', (c) => (body += c));
     req.on('end', () => {
-      const got = { method: req.method, url: req.url, hops: req.headers['x-keel-hops'], by: req.headers['x-keel-forwarded-by'], authorization: req.headers.authorization, body };
+      const got = { method: req.method, url: req.url, hops: req.headers['x-keel-hops'], by: req.headers['x-keel-forwarded-by'], authorization: req.headers.authorization, cluster: req.headers['x-keel-cluster-token'], body };
       seen.push(got);
       res.writeHead(201, { 'content-type': 'application/json', 'x-from': 'leader' });
       res.end(JSON.stringify(got));
@@ -68,11 +70,59 @@ t.test('a request for a partition led elsewhere reaches the leader over HTTP/2 w
   t.same(many.map((m) => m.body), Array.from({ length: 50 }, (_, i) => String(i)), 'fifty at once on one session, each answered with its own');
 });
 
-t.test("with a cluster token, the leader gets it in place of the client's (the node asked checked the client's)", async (t) => {
+t.test("with a cluster token, the leader gets it in a header of its own; the client's goes on as it came", async (t) => {
   const leader = await echoLeader(t);
   const asked = await askedNode(t, { self, leaderOf: () => leader.address }, 'cluster-secret');
-  const res = await post(`${asked}/call/0`, 1, { authorization: 'Bearer client' });
-  t.equal((await res.json()).authorization, 'Bearer cluster-secret');
+  const res = await post(`${asked}/call/0`, 1, { authorization: 'Bearer client', 'x-keel-cluster-token': 'forged', 'x-keel-hops': '0' });
+  t.match(await res.json(), { authorization: 'Bearer client', cluster: 'cluster-secret', hops: '1' }, "what a client sent as a node's is replaced");
+  const open = await askedNode(t, { self, leaderOf: () => leader.address });
+  const bare = await (await post(`${open}/call/0`, 1, { 'x-keel-cluster-token': 'forged' })).json();
+  t.equal(bare.cluster, undefined, 'without a cluster token, a forged one goes no further');
+});
+
+t.test('a standby forwards the request target as it came: `//host/...` or an absolute URL never sends it (or the token) to another host', async (t) => {
+  const leader = await echoLeader(t);
+  const app = Fastify();
+  const peers = new PeerClient('standby', 'cluster-secret');
+  forwardWhenStandby(app, () => leader.address.ingress, peers, silentLogger);
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => app.close());
+  t.teardown(() => peers.close());
+  const raw = (target) => new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port: app.server.address().port, method: 'POST', path: target, headers: { 'content-type': 'text/plain' } }, (res) => {
+      let body = '';
+      res.on('data', (c) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode, body }));
+    });
+    req.on('error', reject);
+    req.end('x');
+  });
+  const slashes = await raw('//evil.example:9/Greeter/greet');
+  t.same([slashes.status, JSON.parse(slashes.body).url], [201, '//evil.example:9/Greeter/greet'], 'the leader got it, with the path as it came');
+  const absolute = await raw('http://evil.example:9/Greeter/greet');
+  t.equal(absolute.status, 404, 'an absolute-form target is not forwarded at all: answered where it was asked');
+  t.equal(leader.seen.length, 1, 'only the first reached the leader');
+});
+
+t.test('a whole answer or none: a peer that dies mid-answer, or never answers, fails the request', async (t) => {
+  const server = http2.createServer((req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.write('{"appended":1}');
+    setTimeout(() => res.stream.session.destroy(), 50);
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => server.close());
+  const peers = new PeerClient('me', undefined);
+  t.teardown(() => peers.close());
+  const cut = await peers.request(`http://127.0.0.1:${server.address().port}`, '/x', 'POST', {}, Buffer.from('{}'), { timeout_ms: 5_000 }).then(() => 'resolved', (err) => err.message);
+  t.match(cut, /cut off/, `an answer whose stream was reset is no answer, though what came parses (${cut})`);
+  const silent = net.createServer(() => {});
+  await new Promise((r) => silent.listen(0, '127.0.0.1', r));
+  t.teardown(() => silent.close());
+  const started = performance.now();
+  const none = await peers.request(`http://127.0.0.1:${silent.address().port}`, '/x', 'POST', {}, Buffer.alloc(0), { timeout_ms: 300 }).then(() => 'resolved', (err) => err.message);
+  t.match(none, /no answer in 300 ms/);
+  t.ok(performance.now() - started < 2_000, 'in time');
 });
 
 t.test('a request that has gone round as many nodes as allowed is refused at once: KEEL0805, retry-after', async (t) => {

@@ -10,7 +10,7 @@ import { KeelError } from '../errors/index.js';
 import type { Registry } from '../metadata/registry.js';
 import type { KeelMetrics } from '../telemetry/metrics.js';
 import type { AdminContext } from './context.js';
-import { acceptedTokens, bearerAuth } from '../ingress/auth.js';
+import { bearerAuth } from '../ingress/auth.js';
 import { edgeServerOptions, hardenServer, type EdgeErrors, type PartitionRouting } from '../ingress/edge.js';
 import { errorBody, installErrorHandling } from './errors.js';
 import { emptySource, type IntrospectionSource } from './introspection.js';
@@ -112,7 +112,7 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
   compileSchemasLazily(app);
   // Before any route: every route, /metrics and later ones included, is behind the checks.
   hardenServer(app, edge);
-  bearerAuth(app, { tokens: acceptedTokens(opts.config.admin.auth_tokens, opts.config.cluster?.auth_tokens), realm: 'keel-admin', open: (path) => OPEN_PATH.test(path), errors: ADMIN_ERRORS, logger });
+  bearerAuth(app, { tokens: opts.config.admin.auth_tokens, cluster: opts.config.cluster?.auth_tokens ?? [], realm: 'keel-admin', open: (path) => OPEN_PATH.test(path), errors: ADMIN_ERRORS, logger });
   parseAnyAsJson(app);
   installErrorHandling(app, opts.routing);
   if (opts.engine === undefined) app.addHook('onClose', async () => engine.close());

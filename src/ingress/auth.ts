@@ -18,21 +18,15 @@ export interface BearerAuthOptions {
 
 const digest = (s: string): Buffer => createHash('sha256').update(s).digest();
 
-/**
- * The tokens a server takes: its own and, where it has any, the cluster's (a node's requests to
- * another carry the cluster's token in place of the client's, which the node asked checked).
- */
-export function acceptedTokens(own: readonly string[], cluster: readonly string[] | undefined): string[] {
-  return own.length === 0 ? [] : [...own, ...(cluster ?? [])];
-}
+/** The header carrying a cluster's own token on requests between its nodes (cluster-peers.ts). */
+export const CLUSTER_TOKEN_HEADER = 'x-keel-cluster-token';
 
-/** Whether a request's `Authorization: Bearer` carries one of `tokens`. */
-export function bearerMatcher(tokens: readonly string[]): (header: string | undefined) => boolean {
+/** Whether a header's value is one of `tokens`, compared in constant time. */
+export function tokenMatcher(tokens: readonly string[]): (value: string | string[] | undefined) => boolean {
   const accepted = tokens.map(digest);
-  return (header) => {
-    const m = typeof header === 'string' ? /^Bearer[ \t]+([\x21-\x7e]+)[ \t]*$/i.exec(header) : null;
-    if (m === null) return false;
-    const d = digest(m[1]!);
+  return (value) => {
+    if (typeof value !== 'string') return false;
+    const d = digest(value);
     // Every token is compared, whichever matches: the time taken says nothing about which.
     let ok = false;
     for (const a of accepted) ok = timingSafeEqual(a, d) || ok;
@@ -40,15 +34,21 @@ export function bearerMatcher(tokens: readonly string[]): (header: string | unde
   };
 }
 
-/** Installs the check as the instance's first onRequest hook, so every route (later ones too, /metrics) is covered. */
-export function bearerAuth(app: FastifyInstance, o: BearerAuthOptions): void {
+/**
+ * Installs the check as the instance's first onRequest hook, so every route (later ones too,
+ * /metrics) is covered. `cluster`: a request from another node of the cluster passes on the
+ * cluster's token (its own header), whatever `authorization` it carries for its client.
+ */
+export function bearerAuth(app: FastifyInstance, o: BearerAuthOptions & { cluster?: readonly string[] }): void {
   if (o.tokens.length === 0) return;
-  const matches = bearerMatcher(o.tokens);
+  const matches = tokenMatcher(o.tokens);
+  const fromNode = tokenMatcher(o.cluster ?? []);
+  const bearer = (header: string | undefined): string | undefined => (typeof header === 'string' ? /^Bearer[ \t]+([\x21-\x7e]+)[ \t]*$/i.exec(header)?.[1] : undefined);
   app.addHook('onRequest', async (req: FastifyRequest, reply: FastifyReply) => {
     const path = req.url.split('?', 1)[0]!;
     if (o.open(path)) return undefined;
     const header = req.headers.authorization;
-    if (matches(header)) return undefined;
+    if (matches(bearer(header)) || fromNode(req.headers[CLUSTER_TOKEN_HEADER])) return undefined;
     const presented = header !== undefined;
     if (presented) o.logger.warn({ code: 'KEEL0401', method: req.method, url: path, remote: req.ip }, 'request refused: invalid bearer token');
     const message = presented

@@ -11,6 +11,7 @@ import type { IngressSpan, Telemetry } from '../telemetry/index.js';
 import { MAX_DELAY_MS, MAX_DELAY_TEXT_CHARS, MAX_IDEMPOTENCY_KEY_CHARS, MAX_KEY_CHARS } from './limits.js';
 import { flowOf } from './flow.js';
 import { ingressError, respond } from './respond.js';
+import { CLUSTER_TOKEN_HEADER } from './auth.js';
 
 /** What the ingress needs of the schema registry. */
 export interface IngressRegistry {
@@ -21,10 +22,11 @@ export interface IngressRegistry {
   catchUp?(): Promise<void>;
 }
 
-/** Headers that describe the hop, not the request: they do not reach the handler. */
+/** Headers that describe the hop, not the request (between clients and nodes, or nodes of a cluster): they do not reach the handler. */
 const DROPPED_HEADERS = new Set([
   'connection', 'host', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'trailer',
   'content-length', 'idempotency-key', 'idempotency-expires',
+  CLUSTER_TOKEN_HEADER, 'x-keel-forwarded-by', 'x-keel-hops',
 ]);
 
 export interface InvokeDeps {

@@ -4,7 +4,7 @@ import { KeelError } from '../errors/index.js';
 import type { Logger } from '../common/logger.js';
 import { NotLedHereError, PartitionMovedError, type Worker } from '../partition/worker.js';
 import type { Telemetry } from '../telemetry/index.js';
-import { acceptedTokens, bearerAuth } from './auth.js';
+import { bearerAuth } from './auth.js';
 import { discardOversizedBody, edgeServerOptions, hardenServer, schemaError, type EdgeErrors, type PartitionRouting } from './edge.js';
 import { invoke, type IngressRegistry } from './invoke.js';
 import { pathSegments } from './paths.js';
@@ -35,7 +35,7 @@ export async function createIngressServer(opts: { config: Config; registry: Ingr
   });
   compileSchemasLazily(app);
   hardenServer(app, edge);
-  bearerAuth(app, { tokens: acceptedTokens(opts.config.ingress.auth_tokens, opts.config.cluster?.auth_tokens), realm: 'keel-ingress', open: (path) => path === '/restate/health', errors: INGRESS_ERRORS, logger: deps.logger });
+  bearerAuth(app, { tokens: opts.config.ingress.auth_tokens, cluster: opts.config.cluster?.auth_tokens ?? [], realm: 'keel-ingress', open: (path) => path === '/restate/health', errors: INGRESS_ERRORS, logger: deps.logger });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
 
