@@ -218,6 +218,15 @@ t.test('flow control', async (t) => {
     const entries = await query(keel, `SELECT entry_id, stage, status FROM sys_vqueues WHERE id = '${vqueueIdOf('lim', '')}' ORDER BY sequence_number LIMIT 1`);
     t.match(entries, [{ stage: 'inbox', status: 'new' }], 'sys_vqueues: the waiting entries');
     t.ok(sends.some((r) => r.body.invocationId === entries[0]?.entry_id), 'its head is one of the 495 (the holders run)');
+    await new Promise((r) => setTimeout(r, 300));
+    const blocked = await query(keel, `SELECT epoch(total_blocked_on_concurrency_rules) AS concurrency_s, epoch(latest_attempt_blocked_on_concurrency_rules) AS latest_s,
+      epoch(total_blocked_on_throttling_rules) AS rate_s, epoch(total_blocked_on_lock) AS lock_s, epoch(total_blocked_on_invoker_memory) AS memory_s,
+      total_blocked_on_deployment_concurrency IS NULL AS deployment_unknown, num_attempts, first_runnable_at IS NOT NULL AS runnable
+      FROM sys_vqueue_entry_status WHERE vqueue_id = '${vqueueIdOf('lim', '')}' ORDER BY sequence_number LIMIT 1`);
+    t.ok(blocked[0]?.concurrency_s >= 0.3, `sys_vqueue_entry_status: the head has waited ${blocked[0]?.concurrency_s} s on the concurrency rule`);
+    t.match(blocked[0], { latest_s: blocked[0]?.concurrency_s, rate_s: 0, lock_s: 0, memory_s: 0, deployment_unknown: true, num_attempts: 0, runnable: true }, 'for its first attempt; nothing on a rate or a lock');
+    const head = await query(keel, `SELECT epoch(concurrency_rules_block_duration) AS concurrency_s, epoch(throttling_rules_block_duration) AS rate_s, epoch(lock_block_duration) AS lock_s FROM sys_scheduler WHERE id = '${vqueueIdOf('lim', '')}'`);
+    t.ok(head[0]?.concurrency_s >= 0.3 && head[0]?.rate_s === 0 && head[0]?.lock_s === 0, `sys_scheduler: its head blocked on the concurrency rule for ${head[0]?.concurrency_s} s`);
     const limits = await query(keel, `SELECT scope, level, usage, concurrency_limit, rule_pattern, available, num_waiters FROM sys_user_limits WHERE scope = 'lim'`);
     t.same(limits, [{ scope: 'lim', level: 'Scope', usage: 5, concurrency_limit: 5, rule_pattern: 'lim', available: 0, num_waiters: 495 }], 'sys_user_limits: the scope counter, full');
     await eventually(async () => (await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE scope = 'lim' AND status = 'completed'`))[0].n === 500, { timeout_ms: 60_000 });

@@ -2,7 +2,7 @@
 // limit-key level, the queues of those waiting (fair between limit keys), slots freed by
 // suspension and completion, rule changes, cancel/kill of a waiter, and a reload from the store.
 import t from 'tap';
-import { partition, invoke, ended, completeWith, kinds, find, ManageAction, Outcome, InvocationId } from './helpers/fold.mjs';
+import { partition, invoke, ended, completeWith, kinds, find, ManageAction, Outcome, InvocationId, append, output, objectId, objectInvoke, MessageType } from './helpers/fold.mjs';
 import { scopePartitionKey } from '../dist/common/ids.js';
 import { loadState } from '../dist/partition/recovery.js';
 import { openWorkerStore } from '../dist/storage/store.js';
@@ -234,4 +234,48 @@ t.test('a queue\'s meta (sys_vqueue_meta): suspended, paused and finished counte
   t.match(p.state.queueMeta('m1', 'lk'), { finished: 1, last_finish_at_ms: p.now }, 'b finished');
   t.equal(p.state.queueMeta('m1', ''), undefined, 'another queue of the scope: nothing');
   t.equal(p.state.queueMeta('other', 'lk'), undefined);
+});
+
+t.test('the log time each waited to start, by what it waited for: a concurrency slot, a rate, its key lock (sys_vqueue_entry_status)', async (t) => {
+  const p = partition();
+  const at0 = p.now + 1000;
+  const endAt = (id, at, outcome = Outcome.END, fields = {}) => {
+    const s = p.status(id);
+    if (outcome === Outcome.END) p.apply(append(id, s.epoch, MessageType.OutputCommand, output('x')), at);
+    return p.apply(ended(id, s.epoch, outcome, fields), at);
+  };
+  p.apply(rules(1, [['s', 1]]), at0);
+  const [a, b] = [scopedId('s'), scopedId('s')];
+  p.apply(scoped(a, 's'), at0);
+  p.apply(scoped(b, 's'), at0 + 10);
+  t.equal(p.status(b).waits_on, 'concurrency_rules', 'b waits for a slot');
+  t.same(started(endAt(a, at0 + 260)), [b.text]);
+  t.same(p.status(b).blocked_ms, { attempt: 0, latest: { concurrency_rules: 250 }, total: { concurrency_rules: 250 } }, 'b waited 250 ms for its first attempt');
+  t.equal(p.status(b).waits_on, undefined);
+  // b suspends while another takes the slot; resumed, it waits again: its second attempt's wait is its own.
+  const c = scopedId('s');
+  p.apply(scoped(c, 's'), at0 + 300);
+  t.same(started(endAt(b, at0 + 400, Outcome.SUSPENDED, { waiting_signals: [17] })), [c.text]);
+  p.apply({ kind: 'signal', signal: { invocation_id: b.bytes, idx: 17, void: true } }, at0 + 500);
+  t.same(started(endAt(c, at0 + 600)), [b.text]);
+  t.same(p.status(b).blocked_ms, { attempt: 1, latest: { concurrency_rules: 100 }, total: { concurrency_rules: 350 } }, 'the second attempt waited 100 ms; 350 in all');
+
+  // A rate: the second start of `r` waits 500 ms for it.
+  p.apply({ kind: 'limit_rules', limit_rules: { version: 2, rules: [{ pattern: 'r', concurrency: 0, disabled: false, version: 2, rate_starts: 2, rate_interval_ms: 1000 }] } }, at0 + 1000);
+  const [r1, r2] = [scopedId('r'), scopedId('r')];
+  p.apply(scoped(r1, 'r'), at0 + 1001);
+  p.apply(scoped(r2, 'r'), at0 + 1002);
+  t.equal(p.status(r2).waits_on, 'throttling_rules');
+  const woke = p.apply({ kind: 'timer_fired', timer_fired: { invocation_id: r2.bytes, completion_id: 0, wake_up_ms: at0 + 1501, kind: 2 } }, at0 + 1501);
+  t.same(started(woke), [r2.text]);
+  t.same(p.status(r2).blocked_ms.total, { throttling_rules: 499 });
+
+  // An object's exclusive handler waits for its key's lock.
+  const [o1, o2] = [objectId('Obj', 'k'), objectId('Obj', 'k')];
+  p.apply(objectInvoke(o1, 'k'), at0 + 2000);
+  p.apply(objectInvoke(o2, 'k'), at0 + 2005);
+  t.equal(p.status(o2).waits_on, 'lock');
+  t.same(started(endAt(o1, at0 + 2080)), [o2.text]);
+  t.same(p.status(o2).blocked_ms, { attempt: 0, latest: { lock: 75 }, total: { lock: 75 } }, 'o2 waited 75 ms for the lock');
+  t.equal(p.status(o1).blocked_ms, undefined, 'one that never waited has nothing counted');
 });

@@ -9,6 +9,7 @@ import { objectPartitionKey, scopePartitionKey } from '../common/ids.js';
 import type { Schedule } from '../log/commands.js';
 import { scheduleTarget, type ScheduleRecord } from '../storage/tables/schedules.js';
 import type { VqueueMeta } from '../storage/tables/vqueue-meta.js';
+import type { BlockedOn } from '../storage/tables/invocations.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
 
 /** One stored journal entry: its message type and payload, undecoded (the query engine decodes). */
@@ -91,7 +92,7 @@ export interface IntrospectionSource {
   /** Invocations waiting in flow-control queues (sys_vqueues). */
   flowEntries?(): Iterable<FlowEntry>;
   /** What each flow-control queue with waiters is blocked on (sys_scheduler). */
-  flowScheduler?(): Iterable<{ scope: string; limit_key: string; waiting: number; head: string; blocked_on: string; blocked: Record<string, unknown>; ready_at_ms?: number }>;
+  flowScheduler?(): Iterable<{ scope: string; limit_key: string; waiting: number; head: string; blocked_on: string; blocked: Record<string, unknown>; ready_at_ms?: number; head_wait?: Wait }>;
   /** Flow-control counters of every partition (sys_user_limits); absent in sources without partitions. */
   userLimits?(): Iterable<UserLimitRow & { partition_key: bigint }>;
   locks(): AsyncIterable<LockRow>;
@@ -145,7 +146,8 @@ export { stateVersion } from '../partition/state-version.js';
 // ---------------------------------------------------------------------------------------------
 // Table schemas. Kinds drive both the DuckDB declaration and the output encoding.
 
-export type ColumnKind = 'utf8' | 'int64' | 'uint32' | 'uint64' | 'float64' | 'bool' | 'ts' | 'binary';
+/** `interval`: a duration, given in ms in a row (Restate's Duration columns). */
+export type ColumnKind = 'utf8' | 'int64' | 'uint32' | 'uint64' | 'float64' | 'bool' | 'ts' | 'binary' | 'interval';
 
 export type TableSchema = Array<[name: string, kind: ColumnKind]>;
 
@@ -359,9 +361,31 @@ export const TABLES: Record<string, TableSchema> = {
     ['created_at', 'ts'],
     ['transitioned_at', 'ts'],
     ['num_attempts', 'uint32'],
+    ['num_errors', 'uint32'],
+    ['num_pauses', 'uint32'],
+    ['num_suspensions', 'uint32'],
+    ['num_yields', 'uint32'],
     ['first_attempt_at', 'ts'],
     ['latest_attempt_at', 'ts'],
+    ['first_runnable_at', 'ts'],
     ['deployment', 'utf8'],
+    ['needed_memory', 'uint64'],
+    ['retry_attempts', 'uint32'],
+    ['retry_count_since_last_stored_command', 'uint32'],
+    ['latest_attempt_blocked_on_invoker_concurrency', 'interval'],
+    ['latest_attempt_blocked_on_throttling_rules', 'interval'],
+    ['latest_attempt_blocked_on_invoker_throttling', 'interval'],
+    ['latest_attempt_blocked_on_invoker_memory', 'interval'],
+    ['latest_attempt_blocked_on_concurrency_rules', 'interval'],
+    ['latest_attempt_blocked_on_lock', 'interval'],
+    ['latest_attempt_blocked_on_deployment_concurrency', 'interval'],
+    ['total_blocked_on_invoker_concurrency', 'interval'],
+    ['total_blocked_on_throttling_rules', 'interval'],
+    ['total_blocked_on_invoker_throttling', 'interval'],
+    ['total_blocked_on_invoker_memory', 'interval'],
+    ['total_blocked_on_concurrency_rules', 'interval'],
+    ['total_blocked_on_lock', 'interval'],
+    ['total_blocked_on_deployment_concurrency', 'interval'],
   ],
   // Flow control: what each queue with waiters is blocked on, as Restate's.
   sys_scheduler: [
@@ -373,6 +397,13 @@ export const TABLES: Record<string, TableSchema> = {
     ['scheduled_at', 'ts'],
     ['blocked_on', 'utf8'],
     ['blocked_on_json', 'utf8'],
+    ['invoker_concurrency_block_duration', 'interval'],
+    ['throttling_rules_block_duration', 'interval'],
+    ['invoker_throttling_block_duration', 'interval'],
+    ['invoker_memory_block_duration', 'interval'],
+    ['concurrency_rules_block_duration', 'interval'],
+    ['lock_block_duration', 'interval'],
+    ['deployment_concurrency_block_duration', 'interval'],
   ],
   // Object and workflow locks with their holder, as Restate 1.8's (scope set for scoped keys).
   sys_locks: [
@@ -591,7 +622,7 @@ const pinned = (filter: TableFilter, column: string, value: string): boolean => 
 const keyed = (filter: TableFilter, service: string, key: string) => pinned(filter, 'service_name', service) && pinned(filter, 'service_key', key);
 
 /** An invocation waiting in a flow-control queue, as the partitions report it. */
-export interface FlowEntry {
+export interface FlowEntry extends Wait {
   scope: string;
   limit_key: string;
   id: string;
@@ -602,6 +633,64 @@ export interface FlowEntry {
   started_before: boolean;
   last_start_at_ms?: number;
   deployment_id?: string;
+  /** When it could first run: its scheduled time, or its creation. */
+  runnable_at_ms?: number;
+  retry_count?: number;
+  retries_since_command?: number;
+}
+
+/** A waiting invocation's wait: what it waits for now, since when, and what it waited for before (InvocationStatus.blocked_ms). */
+export interface Wait {
+  inboxed_at_ms?: number;
+  waits_on?: BlockedOn;
+  blocked_ms?: InvocationStatus['blocked_ms'];
+  /** The attempt it waits to start. */
+  next_attempt: number;
+}
+
+/** Restate's resources an invocation can be blocked on, in its columns' order. */
+const BLOCKED_ON = ['invoker_concurrency', 'throttling_rules', 'invoker_throttling', 'invoker_memory', 'concurrency_rules', 'lock', 'deployment_concurrency'] as const;
+
+/**
+ * A waiting invocation's blocked time by resource, in ms, for the attempt it waits to start
+ * (`latest`) and over all (`total`), its wait so far counted against what it waits on now. What
+ * Keel has no counterpart of (an invoker memory pool, node-level throttling) is 0; the invoker's
+ * own waits (its concurrency, a deployment's limit) are not folded: null.
+ */
+function blockedTimes(w: Wait, now_ms: number): { latest: Record<string, number | null>; total: Record<string, number | null> } {
+  const waited_ms = w.waits_on !== undefined && w.inboxed_at_ms !== undefined ? Math.max(0, now_ms - w.inboxed_at_ms) : 0;
+  const before = w.blocked_ms?.attempt === w.next_attempt ? w.blocked_ms.latest : {};
+  const all = w.blocked_ms?.total ?? {};
+  const latest: Record<string, number | null> = {};
+  const total: Record<string, number | null> = {};
+  for (const on of BLOCKED_ON) {
+    if (on === 'concurrency_rules' || on === 'throttling_rules' || on === 'lock') {
+      const now = w.waits_on === on ? waited_ms : 0;
+      latest[on] = (before[on] ?? 0) + now;
+      total[on] = (all[on] ?? 0) + now;
+    } else {
+      latest[on] = total[on] = on === 'invoker_throttling' || on === 'invoker_memory' ? 0 : null;
+    }
+  }
+  return { latest, total };
+}
+
+/** sys_scheduler's: the time its head waited, by resource, for the attempt it waits to start. */
+function schedulerBlocked(head: Wait | undefined, now_ms: number): Row {
+  const row: Row = {};
+  const latest = head === undefined ? undefined : blockedTimes(head, now_ms).latest;
+  for (const on of BLOCKED_ON) row[`${on}_block_duration`] = latest?.[on] ?? null;
+  return row;
+}
+
+function blockedColumns(e: FlowEntry, now_ms: number): Row {
+  const { latest, total } = blockedTimes(e, now_ms);
+  const row: Row = {};
+  for (const on of BLOCKED_ON) {
+    row[`latest_attempt_blocked_on_${on}`] = latest[on]!;
+    row[`total_blocked_on_${on}`] = total[on]!;
+  }
+  return row;
 }
 
 /** A flow-control entry waiting in its queue, with the columns of sys_vqueues and sys_vqueue_entry_status. */
@@ -610,8 +699,11 @@ function entryRow(e: FlowEntry): Row {
   return {
     partition_key: scopePartitionKey(e.scope).toString(), id: queue, vqueue_id: queue, entry_id: e.id, entry_kind: 'invocation',
     stage: 'inbox', status: e.started_before ? 'yielded' : 'new', has_lock: 0, next_at: null, sequence_number: e.seq,
-    created_at: ts(e.created_at_ms), transitioned_at: ts(e.inboxed_at_ms), num_attempts: e.started_before ? 1 : 0,
-    first_attempt_at: null, latest_attempt_at: ts(e.last_start_at_ms), deployment: e.deployment_id ?? null,
+    created_at: ts(e.created_at_ms), transitioned_at: ts(e.inboxed_at_ms), num_attempts: e.started_before ? e.next_attempt : 0,
+    num_errors: e.retry_count ?? 0, num_pauses: null, num_suspensions: null, num_yields: null,
+    first_attempt_at: null, latest_attempt_at: ts(e.last_start_at_ms), first_runnable_at: ts(e.runnable_at_ms), deployment: e.deployment_id ?? null,
+    needed_memory: null, retry_attempts: e.retry_count ?? 0, retry_count_since_last_stored_command: e.retries_since_command ?? 0,
+    ...blockedColumns(e, Date.now()),
   };
 }
 
@@ -662,6 +754,7 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
       yield {
         partition_key: scopePartitionKey(q.scope).toString(), id: vqueueId(q.scope, q.limit_key), num_inbox: q.waiting, status: 'blocked', head_entry_id: q.head,
         scheduled_at: ts(q.ready_at_ms), blocked_on: q.blocked_on, blocked_on_json: JSON.stringify(q.blocked),
+        ...schedulerBlocked(q.head_wait, Date.now()),
       };
     }
   },

@@ -9,7 +9,7 @@ import { objectKeyOf, splitObjectKey } from '../storage/keys.js';
 import { KeelError } from '../errors/index.js';
 import { splitPromiseKey } from '../storage/tables/promises.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
-import type { FlowEntry, FlowQueueRow, IntrospectionSource, InvocationChanges, LockRow, ManageAction, PartitionInfo, RawJournalEntry, StateEntryRow, StepAttempts } from './introspection.js';
+import type { FlowEntry, FlowQueueRow, IntrospectionSource, InvocationChanges, LockRow, ManageAction, PartitionInfo, RawJournalEntry, StateEntryRow, StepAttempts, Wait } from './introspection.js';
 
 /** The admin API's view of the partitions, through the worker's read interface. */
 export class WorkerIntrospection implements IntrospectionSource {
@@ -134,8 +134,10 @@ export class WorkerIntrospection implements IntrospectionSource {
           for (const e of q) {
             const s = p.state.peekStatus(e.id);
             yield {
-              scope, limit_key: limitKey, id: e.id, seq: e.seq, created_at_ms: s?.created_at_ms, inboxed_at_ms: s?.inboxed_at_ms,
+              scope, limit_key: limitKey, id: e.id, seq: e.seq, created_at_ms: s?.created_at_ms,
               started_before: s?.last_start_at_ms !== undefined, last_start_at_ms: s?.last_start_at_ms, deployment_id: s?.deployment_id,
+              runnable_at_ms: s?.execute_at_ms ?? s?.created_at_ms, retry_count: s?.retry_count, retries_since_command: s?.retries_since_command,
+              ...(s === undefined ? { next_attempt: 0 } : waitOf(s)),
             };
           }
         }
@@ -143,8 +145,13 @@ export class WorkerIntrospection implements IntrospectionSource {
     }
   }
 
-  *flowScheduler(): Iterable<{ scope: string; limit_key: string; waiting: number; head: string; blocked_on: string; blocked: Record<string, unknown>; ready_at_ms?: number }> {
-    for (const p of this.worker.views()) yield* p.state.flow.schedulerRows();
+  *flowScheduler(): Iterable<{ scope: string; limit_key: string; waiting: number; head: string; blocked_on: string; blocked: Record<string, unknown>; ready_at_ms?: number; head_wait?: Wait }> {
+    for (const p of this.worker.views()) {
+      for (const row of p.state.flow.schedulerRows()) {
+        const s = p.state.peekStatus(row.head);
+        yield s === undefined ? row : { ...row, head_wait: waitOf(s) };
+      }
+    }
   }
 
   async *promises(): AsyncIterable<{ service: string; key: string; name: string; scope?: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }> {
@@ -262,4 +269,9 @@ export class WorkerIntrospection implements IntrospectionSource {
     });
     return { status: 200, body: { new_invocation_id: fresh.text } };
   }
+}
+
+/** A waiting invocation's wait, as sys_vqueue_entry_status and sys_scheduler show it. */
+function waitOf(s: InvocationStatus): Wait {
+  return { inboxed_at_ms: s.inboxed_at_ms, waits_on: s.waits_on, blocked_ms: s.blocked_ms, next_attempt: s.epoch + (s.last_start_at_ms !== undefined ? 1 : 0) };
 }

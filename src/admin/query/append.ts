@@ -2,7 +2,7 @@
 // no JSON to read back (a journal by id took ~8 ms that way). A value that does not fit its
 // column's type is NULL, as a TRY_CAST would make it: every stored value renders.
 
-import { DuckDBTimestampValue, type DuckDBAppender, type DuckDBConnection } from '@duckdb/node-api';
+import { DuckDBIntervalValue, DuckDBTimestampValue, type DuckDBAppender, type DuckDBConnection } from '@duckdb/node-api';
 import type { ColumnKind, Row, TableSchema } from '../introspection.js';
 
 /** The widest instant the API renders (±100,000,000 days around 1970), in ms. */
@@ -66,6 +66,8 @@ function appendCell(a: DuckDBAppender, kind: ColumnKind, v: unknown): void {
     }
     case 'binary':
       return v instanceof Uint8Array ? a.appendBlob(v) : typeof v === 'string' ? a.appendBlob(Buffer.from(v, 'utf8')) : a.appendNull();
+    case 'interval':
+      return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? a.appendInterval(new DuckDBIntervalValue(0, 0, BigInt(Math.round(v * 1000)))) : a.appendNull();
   }
 }
 

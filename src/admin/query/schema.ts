@@ -11,7 +11,7 @@ import { INFORMATION_SCHEMA_COPIES, PG_CATALOG_COPIES } from './analyze.js';
 export const SERVER_RESTATE_VERSION = '1.7.12';
 
 const DUCK_TYPE: Record<ColumnKind, string> = {
-  utf8: 'VARCHAR', int64: 'BIGINT', uint32: 'UINTEGER', uint64: 'UBIGINT', float64: 'DOUBLE', bool: 'BOOLEAN', ts: 'TIMESTAMP', binary: 'BLOB',
+  utf8: 'VARCHAR', int64: 'BIGINT', uint32: 'UINTEGER', uint64: 'UBIGINT', float64: 'DOUBLE', bool: 'BOOLEAN', ts: 'TIMESTAMP', binary: 'BLOB', interval: 'INTERVAL',
 };
 
 export const quote = (name: string): string => `"${name.replaceAll('"', '""')}"`;

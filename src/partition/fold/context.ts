@@ -70,9 +70,12 @@ function run(ctx: FoldContext, s: InvocationStatus): void {
 function waitsForSlot(ctx: FoldContext, s: InvocationStatus): boolean {
   if (s.scope === undefined) return false;
   const limitKey = s.limit_key ?? '';
-  if (ctx.state.flow.mayRun(s.scope, limitKey)) return false;
+  const flow = ctx.state.flow;
+  if (flow.mayRun(s.scope, limitKey)) return false;
   s.status = 'inboxed';
   s.inboxed_at_ms = ctx.now_ms;
+  if (flow.isPaused(s.scope, limitKey)) delete s.waits_on;
+  else s.waits_on = flow.fullCounter(s.scope, limitKey) === undefined && flow.rateReadyAt(s.scope, limitKey) > ctx.now_ms ? 'throttling_rules' : 'concurrency_rules';
   s.flow_seq = ctx.state.flow.enqueue(s.scope, limitKey, s.id, s.priority ?? 0);
   // Looked at again after the command: one waiting only for its rate needs a wake-up timer.
   ctx.state.flow.released.add(s.scope);
@@ -94,6 +97,7 @@ export function admitWaiting(ctx: FoldContext): void {
       flow.remove(scope, next.limitKey, s.id, true);
       delete s.flow_seq;
       s.modified_at_ms = ctx.now_ms;
+      endWait(ctx, s);
       run(ctx, s);
       ctx.state.putStatus(s);
     }
@@ -143,14 +147,33 @@ export function needsLock(s: InvocationStatus): boolean {
   return (s.service_type === 'VirtualObject' && s.handler_type !== 'Shared') || (s.service_type === 'Workflow' && s.handler_type === 'Workflow');
 }
 
+/**
+ * A wait to start ends (it takes its slot, or its key's lock): the time it waited is counted
+ * against what it waited for, for the attempt it waited for and in all.
+ */
+function endWait(ctx: FoldContext, s: InvocationStatus): void {
+  const on = s.waits_on;
+  delete s.waits_on;
+  if (on === undefined || s.inboxed_at_ms === undefined) return;
+  const waited_ms = Math.max(0, ctx.now_ms - s.inboxed_at_ms);
+  const attempt = s.last_start_at_ms === undefined ? s.epoch : s.epoch + 1;
+  const b = s.blocked_ms?.attempt === attempt ? s.blocked_ms : { attempt, latest: {}, total: s.blocked_ms?.total ?? {} };
+  b.latest[on] = (b.latest[on] ?? 0) + waited_ms;
+  b.total[on] = (b.total[on] ?? 0) + waited_ms;
+  s.blocked_ms = b;
+}
+
 /** A new (or scheduled) invocation starts now, or waits in its key's inbox for the lock, or for a flow-control slot. */
 export function startOrEnqueue(ctx: FoldContext, s: InvocationStatus): void {
   s.modified_at_ms = ctx.now_ms;
+  // One that waited in its key's inbox takes the lock now.
+  if (s.status === 'inboxed') endWait(ctx, s);
   if (needsLock(s)) {
     const key = objectKeyOf(s.service, s.key, s.scope);
     if (ctx.state.lockOf(key) !== undefined) {
       s.status = 'inboxed';
       s.inboxed_at_ms = ctx.now_ms;
+      s.waits_on = 'lock';
       ctx.state.enqueueInbox(key, s.id);
       return;
     }

@@ -56,6 +56,7 @@ export function cancelNotStarted(ctx: FoldContext, s: InvocationStatus): boolean
 function unqueue(ctx: FoldContext, s: InvocationStatus): void {
   if (s.status === 'inboxed' && s.flow_seq !== undefined) leaveQueue(ctx, s);
   else if (s.status === 'inboxed') ctx.state.removeFromInbox(objectKeyOf(s.service, s.key, s.scope), s.id);
+  delete s.waits_on; // it waits no more: a wait ended without a start is not counted
   if (s.status === 'scheduled' && s.execute_at_ms !== undefined) {
     ctx.state.deleteTimer({ id: s.id, completion_id: 0, wake_up_ms: s.execute_at_ms, kind: TimerKind.INVOKE });
   }

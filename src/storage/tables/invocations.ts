@@ -88,7 +88,18 @@ export interface InvocationStatus {
   output?: InvocationResult;
   completed_at_ms?: number;
   result?: InvocationResult;
+  /** Keel's: what it waits for while `inboxed` (absent: nothing counted, as a paused queue). */
+  waits_on?: BlockedOn;
+  /**
+   * Keel's: the log time it spent waiting to start, by what it waited for — before the attempt
+   * numbered `attempt` (the latest, or the next while it waits) and over all attempts
+   * (sys_vqueue_entry_status's latest_attempt_blocked_on_* and total_blocked_on_*).
+   */
+  blocked_ms?: { attempt: number; latest: Partial<Record<BlockedOn, number>>; total: Partial<Record<BlockedOn, number>> };
 }
+
+/** What an invocation waiting to start waits for: a concurrency rule's slot, a rate's next start, its key's lock. */
+export type BlockedOn = 'concurrency_rules' | 'throttling_rules' | 'lock';
 
 const TABLE = 'inv';
 
