@@ -36,8 +36,13 @@ export interface Follower {
 
 /** What the node does to its partitions as leadership moves (server.ts wires them to the worker). */
 export interface ClusterHooks {
-  /** Opens partitions to lead them: each catches up from the log and announces a new epoch. */
+  /**
+   * Opens partitions to lead them: each catches up from the log and announces a new epoch. Those
+   * that open stay open though another fails (the failure is thrown after).
+   */
   open(log: KafkaLogClient, partitions: number[]): Promise<void>;
+  /** Whether this node has the partition open. */
+  isOpen(partition: number): boolean;
   /** Closes a partition this node leads: another node leads it from now on. */
   close(partition: number): Promise<void>;
   /** Starts what runs beside the partitions (once, when this node first leads any); returns what stops it. */
@@ -279,21 +284,36 @@ export class ClusterNode {
     this.logger.info({ partition: p, to: this.view.leaders[p]?.node, took_ms: Math.round(performance.now() - started) }, 'partition handed over');
   }
 
+  /**
+   * A takeover that failed for some of `take`. With the partitions spread, a node that joined
+   * meanwhile may have been given them and announced first: no longer assigned here, they are
+   * left to it (the next reconciliation follows them). One still assigned here was taken by a
+   * node this one does not know of: it is deposed (throws). Returns the partitions that opened.
+   */
+  private lostTakeover(take: number[], err: unknown): number[] {
+    const failed = take.filter((p) => !this.hooks.isOpen(p));
+    if (!this.spread || failed.some((p) => this.view.assigned.includes(p))) throw err;
+    this.logger.warn({ err, code: 'KEEL0802', partitions: failed }, 'another node took partitions this node was taking over (the shares moved meanwhile); this node leads its new share');
+    return take.filter((p) => !failed.includes(p));
+  }
+
   /** Brings what this node leads and follows in line with the view it has now. */
   private async reconcile(): Promise<void> {
     if (this.stopping) return;
     const view = this.view;
     const want = new Set(view.assigned);
     for (const p of [...this.leading].filter((p) => !want.has(p))) await this.handOver(p);
-    const take = view.assigned.filter((p) => !this.leading.has(p));
+    let take = view.assigned.filter((p) => !this.leading.has(p));
     if (take.length > 0) {
       const started = performance.now();
       for (const p of take) this.taking.add(p);
       await this.stopFollowing(take);
       try {
         await this.hooks.open(this.log, take);
+      } catch (err) {
+        take = this.lostTakeover(take, err);
       } finally {
-        for (const p of take) this.taking.delete(p);
+        this.taking.clear();
       }
       for (const p of take) this.leading.add(p);
       if (!this.workStarted) {

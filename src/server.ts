@@ -111,21 +111,23 @@ export class KeelServer {
       const opened = db;
       worker.useStore(opened);
       const openPartitions = async (log?: KafkaLogClient, partitions?: number[]) => {
+        let failure: KeelError | undefined;
         await worker.open(opened, log, partitions).catch((err: unknown) => {
-          if (err instanceof KeelError) throw err;
           // A read that fails its checksum, or state that breaks an invariant: never run on it.
-          throw new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(err as Error)?.message ?? String(err)}`, 500, { cause: err });
+          failure = err instanceof KeelError ? err : new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(err as Error)?.message ?? String(err)}`, 500, { cause: err });
         });
         // A partition whose log has an older rule book than the metadata (a crash between a
         // change's commit and its append, or a change made while this node stood by) catches up
-        // before anything is served.
+        // before anything is served: those that opened, though another failed.
         await worker.setLimitRules(known.limitRules());
         await worker.setStateTtls(known.stateTtls(), { onlyWhereDiffers: true });
         await applySchedules();
+        if (failure !== undefined) throw failure;
       };
       const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, metrics, opened, { ingress, admin }, routing, worker, {
         open: (log, partitions) => openPartitions(log, partitions),
         close: (partition) => worker.closePartition(partition),
+        isOpen: (partition) => worker.leads(partition),
         startWork: async (log) => {
           worker.start(invoker);
           subscriptions.start();
@@ -219,7 +221,7 @@ export class KeelServer {
  * A cluster node: a standby forwards requests to the active node; `GET /cluster` (admin) says
  * where this node stands. A node deposed while it leads partitions exits (see cluster-node.ts).
  */
-function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, metrics: KeelMetrics, db: Db, servers: { ingress: FastifyInstance; admin: FastifyInstance }, routing: { ingress: PartitionRouting; admin: PartitionRouting }, worker: Worker, partitions: Pick<ClusterHooks, 'open' | 'close' | 'startWork'>): ClusterNode {
+function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, metrics: KeelMetrics, db: Db, servers: { ingress: FastifyInstance; admin: FastifyInstance }, routing: { ingress: PartitionRouting; admin: PartitionRouting }, worker: Worker, partitions: Pick<ClusterHooks, 'open' | 'close' | 'isOpen' | 'startWork'>): ClusterNode {
   const deposed = (reason: string): void => {
     logger.fatal({ code: 'KEEL0802', node: cluster.node_name }, `this node stops: ${reason}`);
     process.exit(1);

@@ -320,6 +320,18 @@ t.test('a SIGKILLed node under mixed load: its partitions go to the others withi
 });
 
 
+t.test('two nodes started at once: one taking every partition over while the other joins; both lead a share, neither steps down', async (t) => {
+  // The first may be taking all of them over when the second joins and announces its share
+  // first: the first leaves those to it and leads its own (it used to exit, KEEL0802).
+  for (let round = 1; round <= 3; round++) {
+    const topic = `keel-spread-${++topics}`;
+    const [a, b] = await Promise.all([node(t, 'a', topic), node(t, 'b', topic)]);
+    const led = await spreadOver([a, b], ['a', 'b']);
+    t.same([a.proc.exitCode, b.proc.exitCode], [null, null], `round ${round}: both running, leading ${led.join(' ')}`);
+    await Promise.all([a.stop(), b.stop()]);
+  }
+});
+
 t.test('a node joins: partitions move to it while calls wait on them; each call is answered once, from the new leader', async (t) => {
   const topic = `keel-spread-${++topics}`;
   const [a, b] = [await node(t, 'a', topic), await node(t, 'b', topic)];

@@ -164,7 +164,9 @@ export class Worker implements Effects {
       observe: (partition: number, writes: readonly StateWrite[]) => this.observeBatch(partition, writes),
       ...(client !== undefined ? { openLog: (p: number) => KafkaLog.open(db, p, writer, client) } : {}),
     };
-    const opened = await Promise.all(wanted.map((p) => PartitionProcessor.open(db, writer, p, { ...options, owns: (key) => this.partitionIndexOf(key) === p })));
+    // Each that opens is kept though another fails: it announced its epoch, so it is led here.
+    const settled = await Promise.allSettled(wanted.map((p) => PartitionProcessor.open(db, writer, p, { ...options, owns: (key) => this.partitionIndexOf(key) === p })));
+    const opened = settled.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
     for (const p of opened) {
       assert(this.byPartition[p.partition] === undefined, () => `partition ${p.partition} opened twice`);
       this.byPartition[p.partition] = p;
@@ -175,6 +177,8 @@ export class Worker implements Effects {
       if (this.runner !== undefined) this.startPartition(p);
     }
     this.processors.sort((a, b) => a.partition - b.partition);
+    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed !== undefined) throw failed.reason;
   }
 
   /**
