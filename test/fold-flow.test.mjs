@@ -270,12 +270,42 @@ t.test('the log time each waited to start, by what it waited for: a concurrency 
   t.same(started(woke), [r2.text]);
   t.same(p.status(r2).blocked_ms.total, { throttling_rules: 499 });
 
-  // An object's exclusive handler waits for its key's lock.
-  const [o1, o2] = [objectId('Obj', 'k'), objectId('Obj', 'k')];
-  p.apply(objectInvoke(o1, 'k'), at0 + 2000);
-  p.apply(objectInvoke(o2, 'k'), at0 + 2005);
+  // A scoped object's exclusive handler waits for its key's lock.
+  const [o1, o2] = [scopedId('so'), scopedId('so')];
+  p.apply(objectInvoke(o1, 'k', { scope: 'so' }), at0 + 2000);
+  p.apply(objectInvoke(o2, 'k', { scope: 'so' }), at0 + 2005);
   t.equal(p.status(o2).waits_on, 'lock');
   t.same(started(endAt(o1, at0 + 2080)), [o2.text]);
   t.same(p.status(o2).blocked_ms, { attempt: 0, latest: { lock: 75 }, total: { lock: 75 } }, 'o2 waited 75 ms for the lock');
   t.equal(p.status(o1).blocked_ms, undefined, 'one that never waited has nothing counted');
+  t.same([p.status(o1).starts, p.status(b).starts], [1, 2], 'attempts started, counted');
+  // Unscoped invocations are never shown in these tables: their waits cost nothing.
+  const [u1, u2] = [objectId('Obj', 'u'), objectId('Obj', 'u')];
+  p.apply(objectInvoke(u1, 'u'), at0 + 3000);
+  p.apply(objectInvoke(u2, 'u'), at0 + 3001);
+  endAt(u1, at0 + 3050);
+  t.same([p.status(u2).waits_on, p.status(u2).blocked_ms, p.status(u2).starts], [undefined, undefined, undefined], 'nothing recorded for an unscoped one');
+});
+
+t.test('a paused queue: its waiters stop counting while it is paused, and count again once resumed', async (t) => {
+  const p = partition();
+  const at0 = p.now + 1000;
+  p.apply(rules(1, [['q', 1]]), at0);
+  const [a, b] = [scopedId('q'), scopedId('q')];
+  p.apply(scoped(a, 'q', 't'), at0);
+  p.apply(scoped(b, 'q', 't'), at0 + 100);
+  t.match(p.status(b), { waits_on: 'concurrency_rules', wait_since_ms: at0 + 100 });
+  p.apply({ kind: 'flow_queue', flow_queue: { scope: 'q', limit_key: 't', paused: true } }, at0 + 200);
+  t.same([p.status(b).waits_on, p.status(b).blocked_ms.total], [undefined, { concurrency_rules: 100 }], 'paused: the 100 ms before counted, nothing now');
+  p.apply({ kind: 'flow_queue', flow_queue: { scope: 'q', limit_key: 't', paused: false } }, at0 + 700);
+  t.match(p.status(b), { waits_on: 'concurrency_rules', wait_since_ms: at0 + 700 }, 'resumed: still no slot, it counts again');
+  const s = p.status(a);
+  p.apply(append(a, s.epoch, MessageType.OutputCommand, output('x')), at0 + 750);
+  t.same(started(p.apply(ended(a, s.epoch, Outcome.END), at0 + 750)), [b.text]);
+  t.same(p.status(b).blocked_ms.total, { concurrency_rules: 150 }, '100 before the pause + 50 after it, not the 500 paused');
+  // A delayed scoped invocation keeps when it became due.
+  const d = scopedId('q');
+  p.apply(scoped(d, 'q', 'u', { execute_at_ms: at0 + 2000 }), at0 + 800);
+  p.apply({ kind: 'timer_fired', timer_fired: { invocation_id: d.bytes, completion_id: 0, wake_up_ms: at0 + 2000, kind: 1 } }, at0 + 2000);
+  t.equal(p.status(d).runnable_at_ms, at0 + 2000, 'first runnable when its delay ended');
 });

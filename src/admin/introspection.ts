@@ -637,11 +637,14 @@ export interface FlowEntry extends Wait {
   runnable_at_ms?: number;
   retry_count?: number;
   retries_since_command?: number;
+  /** Attempts it started. */
+  starts: number;
 }
 
 /** A waiting invocation's wait: what it waits for now, since when, and what it waited for before (InvocationStatus.blocked_ms). */
 export interface Wait {
-  inboxed_at_ms?: number;
+  /** The start of its current stretch of waiting for `waits_on`. */
+  since_ms?: number;
   waits_on?: BlockedOn;
   blocked_ms?: InvocationStatus['blocked_ms'];
   /** The attempt it waits to start. */
@@ -658,7 +661,7 @@ const BLOCKED_ON = ['invoker_concurrency', 'throttling_rules', 'invoker_throttli
  * own waits (its concurrency, a deployment's limit) are not folded: null.
  */
 function blockedTimes(w: Wait, now_ms: number): { latest: Record<string, number | null>; total: Record<string, number | null> } {
-  const waited_ms = w.waits_on !== undefined && w.inboxed_at_ms !== undefined ? Math.max(0, now_ms - w.inboxed_at_ms) : 0;
+  const waited_ms = w.waits_on !== undefined && w.since_ms !== undefined ? Math.max(0, now_ms - w.since_ms) : 0;
   const before = w.blocked_ms?.attempt === w.next_attempt ? w.blocked_ms.latest : {};
   const all = w.blocked_ms?.total ?? {};
   const latest: Record<string, number | null> = {};
@@ -693,17 +696,17 @@ function blockedColumns(e: FlowEntry, now_ms: number): Row {
   return row;
 }
 
-/** A flow-control entry waiting in its queue, with the columns of sys_vqueues and sys_vqueue_entry_status. */
-function entryRow(e: FlowEntry): Row {
+/** A flow-control entry waiting in its queue, with the columns of sys_vqueues and sys_vqueue_entry_status (`now_ms`: its blocked times). */
+function entryRow(e: FlowEntry, now_ms?: number): Row {
   const queue = vqueueId(e.scope, e.limit_key);
   return {
     partition_key: scopePartitionKey(e.scope).toString(), id: queue, vqueue_id: queue, entry_id: e.id, entry_kind: 'invocation',
     stage: 'inbox', status: e.started_before ? 'yielded' : 'new', has_lock: 0, next_at: null, sequence_number: e.seq,
-    created_at: ts(e.created_at_ms), transitioned_at: ts(e.inboxed_at_ms), num_attempts: e.started_before ? e.next_attempt : 0,
+    created_at: ts(e.created_at_ms), transitioned_at: ts(e.inboxed_at_ms), num_attempts: e.starts,
     num_errors: e.retry_count ?? 0, num_pauses: null, num_suspensions: null, num_yields: null,
     first_attempt_at: null, latest_attempt_at: ts(e.last_start_at_ms), first_runnable_at: ts(e.runnable_at_ms), deployment: e.deployment_id ?? null,
     needed_memory: null, retry_attempts: e.retry_count ?? 0, retry_count_since_last_stored_command: e.retries_since_command ?? 0,
-    ...blockedColumns(e, Date.now()),
+    ...(now_ms !== undefined ? blockedColumns(e, now_ms) : {}),
   };
 }
 
@@ -747,14 +750,16 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
     for (const e of source.flowEntries?.() ?? []) yield entryRow(e);
   },
   sys_vqueue_entry_status: function* ({ source }) {
-    for (const e of source.flowEntries?.() ?? []) yield entryRow(e);
+    const now_ms = Date.now();
+    for (const e of source.flowEntries?.() ?? []) yield entryRow(e, now_ms);
   },
   sys_scheduler: function* ({ source }) {
+    const now_ms = Date.now();
     for (const q of source.flowScheduler?.() ?? []) {
       yield {
         partition_key: scopePartitionKey(q.scope).toString(), id: vqueueId(q.scope, q.limit_key), num_inbox: q.waiting, status: 'blocked', head_entry_id: q.head,
         scheduled_at: ts(q.ready_at_ms), blocked_on: q.blocked_on, blocked_on_json: JSON.stringify(q.blocked),
-        ...schedulerBlocked(q.head_wait, Date.now()),
+        ...schedulerBlocked(q.head_wait, now_ms),
       };
     }
   },

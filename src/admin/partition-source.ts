@@ -134,9 +134,10 @@ export class WorkerIntrospection implements IntrospectionSource {
           for (const e of q) {
             const s = p.state.peekStatus(e.id);
             yield {
-              scope, limit_key: limitKey, id: e.id, seq: e.seq, created_at_ms: s?.created_at_ms,
+              scope, limit_key: limitKey, id: e.id, seq: e.seq, created_at_ms: s?.created_at_ms, inboxed_at_ms: s?.inboxed_at_ms,
               started_before: s?.last_start_at_ms !== undefined, last_start_at_ms: s?.last_start_at_ms, deployment_id: s?.deployment_id,
-              runnable_at_ms: s?.execute_at_ms ?? s?.created_at_ms, retry_count: s?.retry_count, retries_since_command: s?.retries_since_command,
+              runnable_at_ms: s?.runnable_at_ms ?? s?.execute_at_ms ?? s?.created_at_ms, retry_count: s?.retry_count, retries_since_command: s?.retries_since_command,
+              starts: s?.starts ?? 0,
               ...(s === undefined ? { next_attempt: 0 } : waitOf(s)),
             };
           }
@@ -273,5 +274,5 @@ export class WorkerIntrospection implements IntrospectionSource {
 
 /** A waiting invocation's wait, as sys_vqueue_entry_status and sys_scheduler show it. */
 function waitOf(s: InvocationStatus): Wait {
-  return { inboxed_at_ms: s.inboxed_at_ms, waits_on: s.waits_on, blocked_ms: s.blocked_ms, next_attempt: s.epoch + (s.last_start_at_ms !== undefined ? 1 : 0) };
+  return { since_ms: s.wait_since_ms, waits_on: s.waits_on, blocked_ms: s.blocked_ms, next_attempt: s.epoch + (s.last_start_at_ms !== undefined ? 1 : 0) };
 }

@@ -22,7 +22,7 @@ import { vqueueMetaTable, type VqueueMeta } from '../storage/tables/vqueue-meta.
 import { ownCopy } from '../common/bytes.js';
 import { StateTtls } from './state-ttl.js';
 
-export type { InvocationResult, InvocationStatus, LastFailure, Status } from '../storage/tables/invocations.js';
+export type { BlockedOn, InvocationResult, InvocationStatus, LastFailure, Status } from '../storage/tables/invocations.js';
 export type { JournalEntry } from '../storage/tables/journal.js';
 export type { OutboxEntry } from '../storage/tables/outbox.js';
 export type { PromiseState } from '../storage/tables/promises.js';

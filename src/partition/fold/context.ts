@@ -2,7 +2,7 @@ import { assert } from '../../common/assert.js';
 import { InvocationId } from '../../common/ids.js';
 import { TimerKind, encodeCommand, type CommandKind, type ResultMsg } from '../../log/commands.js';
 import { MessageType, decode, encode, isNotification, pb, type Notification } from '../../protocol/messages.js';
-import { objectKeyOf, type Action, type InvocationResult, type InvocationStatus, type JournalEntry, type PartitionState } from '../state.js';
+import { objectKeyOf, type Action, type BlockedOn, type InvocationResult, type InvocationStatus, type JournalEntry, type PartitionState } from '../state.js';
 
 /** What every fold gets: the state to change, the actions to ask for, and the command's time. */
 export interface FoldContext {
@@ -57,6 +57,7 @@ export function resume(ctx: FoldContext, s: InvocationStatus): void {
 /** Starts an attempt now: the first, or (for one that ran before) the next. */
 function run(ctx: FoldContext, s: InvocationStatus): void {
   if (s.last_start_at_ms !== undefined) s.epoch += 1;
+  if (s.scope !== undefined) s.starts = (s.starts ?? 0) + 1;
   s.status = 'running';
   s.last_start_at_ms = ctx.now_ms;
   ctx.actions.push({ kind: 'start', id: s.id, epoch: s.epoch });
@@ -74,8 +75,7 @@ function waitsForSlot(ctx: FoldContext, s: InvocationStatus): boolean {
   if (flow.mayRun(s.scope, limitKey)) return false;
   s.status = 'inboxed';
   s.inboxed_at_ms = ctx.now_ms;
-  if (flow.isPaused(s.scope, limitKey)) delete s.waits_on;
-  else s.waits_on = flow.fullCounter(s.scope, limitKey) === undefined && flow.rateReadyAt(s.scope, limitKey) > ctx.now_ms ? 'throttling_rules' : 'concurrency_rules';
+  startWait(ctx, s, waitReason(ctx, s.scope, limitKey));
   s.flow_seq = ctx.state.flow.enqueue(s.scope, limitKey, s.id, s.priority ?? 0);
   // Looked at again after the command: one waiting only for its rate needs a wake-up timer.
   ctx.state.flow.released.add(s.scope);
@@ -148,14 +148,40 @@ export function needsLock(s: InvocationStatus): boolean {
 }
 
 /**
- * A wait to start ends (it takes its slot, or its key's lock): the time it waited is counted
- * against what it waited for, for the attempt it waited for and in all.
+ * What one joining the (scope, limit key) queue now waits for: nothing counted while the queue is
+ * paused; a rate when a slot is free but the rate is not; otherwise a concurrency slot (or the
+ * ones ahead of it). Decided as the wait (or a stretch of it) begins.
  */
-function endWait(ctx: FoldContext, s: InvocationStatus): void {
-  const on = s.waits_on;
+export function waitReason(ctx: FoldContext, scope: string, limitKey: string): BlockedOn | undefined {
+  const flow = ctx.state.flow;
+  if (flow.isPaused(scope, limitKey)) return undefined;
+  return flow.fullCounter(scope, limitKey) === undefined && flow.rateReadyAt(scope, limitKey) > ctx.now_ms ? 'throttling_rules' : 'concurrency_rules';
+}
+
+/** A stretch of waiting for `on` begins now (scoped invocations only: only theirs are shown; none while paused). */
+export function startWait(ctx: FoldContext, s: InvocationStatus, on: BlockedOn | undefined): void {
+  if (on === undefined || s.scope === undefined) return dropWait(s);
+  s.waits_on = on;
+  s.wait_since_ms = ctx.now_ms;
+}
+
+/** It waits no more without a stretch being counted (cancelled, killed). */
+export function dropWait(s: InvocationStatus): void {
   delete s.waits_on;
-  if (on === undefined || s.inboxed_at_ms === undefined) return;
-  const waited_ms = Math.max(0, ctx.now_ms - s.inboxed_at_ms);
+  delete s.wait_since_ms;
+}
+
+/**
+ * A stretch of waiting ends (it takes its slot or its key's lock, or its queue is paused): its
+ * time is counted against what it waited for, for the attempt it waits to start and in all.
+ */
+export function endWait(ctx: FoldContext, s: InvocationStatus): void {
+  const on = s.waits_on;
+  const since = s.wait_since_ms;
+  dropWait(s);
+  if (on === undefined || since === undefined) return;
+  const waited_ms = Math.max(0, ctx.now_ms - since);
+  if (waited_ms === 0 && s.blocked_ms === undefined) return;
   const attempt = s.last_start_at_ms === undefined ? s.epoch : s.epoch + 1;
   const b = s.blocked_ms?.attempt === attempt ? s.blocked_ms : { attempt, latest: {}, total: s.blocked_ms?.total ?? {} };
   b.latest[on] = (b.latest[on] ?? 0) + waited_ms;
@@ -173,7 +199,7 @@ export function startOrEnqueue(ctx: FoldContext, s: InvocationStatus): void {
     if (ctx.state.lockOf(key) !== undefined) {
       s.status = 'inboxed';
       s.inboxed_at_ms = ctx.now_ms;
-      s.waits_on = 'lock';
+      startWait(ctx, s, 'lock');
       ctx.state.enqueueInbox(key, s.id);
       return;
     }

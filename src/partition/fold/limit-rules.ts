@@ -1,6 +1,6 @@
 import type { FlowQueue, LimitRule as RuleMsg, LimitRules } from '../../log/commands.js';
 import type { LimitRule, RuleBook } from '../../common/limit-rules.js';
-import type { FoldContext } from './context.js';
+import { endWait, startWait, waitReason, type FoldContext } from './context.js';
 
 /**
  * The rule book changed: a newer book replaces the partition's (a repeat or an older one, from
@@ -41,8 +41,19 @@ function ruleOf(r: RuleMsg, now_ms: number): LimitRule {
   };
 }
 
-/** An operator pauses or resumes a (scope, limit key) queue; resumed, its waiters may start in this fold. */
+/**
+ * An operator pauses or resumes a (scope, limit key) queue; resumed, its waiters may start in this
+ * fold. Its waiters' waits stop counting while it is paused (O(waiters), on an operator's command).
+ */
 export function foldFlowQueue(ctx: FoldContext, cmd: FlowQueue): void {
   if (!cmd.scope) return;
-  ctx.state.flow.setPaused(cmd.scope, cmd.limit_key ?? '', cmd.paused ?? false);
+  const limitKey = cmd.limit_key ?? '';
+  ctx.state.flow.setPaused(cmd.scope, limitKey, cmd.paused ?? false);
+  for (const e of ctx.state.flow.queues.get(cmd.scope)?.get(limitKey) ?? []) {
+    const s = ctx.state.status(e.id);
+    if (s === undefined) continue;
+    endWait(ctx, s);
+    startWait(ctx, s, waitReason(ctx, cmd.scope, limitKey));
+    ctx.state.putStatus(s);
+  }
 }

@@ -3,7 +3,7 @@ import { InvocationId } from '../../common/ids.js';
 import { ManageAction, TimerKind, type Manage } from '../../log/commands.js';
 import { MessageType } from '../../protocol/messages.js';
 import { objectKeyOf, type InvocationStatus } from '../state.js';
-import { complete, leaveQueue, notification, notify, resume, sendTo, statusOf, type FoldContext } from './context.js';
+import { complete, dropWait, leaveQueue, notification, notify, resume, sendTo, statusOf, type FoldContext } from './context.js';
 
 export const CANCEL_SIGNAL = 1;
 /** The result of a killed invocation (metrics tell it from other failures by it). */
@@ -56,7 +56,7 @@ export function cancelNotStarted(ctx: FoldContext, s: InvocationStatus): boolean
 function unqueue(ctx: FoldContext, s: InvocationStatus): void {
   if (s.status === 'inboxed' && s.flow_seq !== undefined) leaveQueue(ctx, s);
   else if (s.status === 'inboxed') ctx.state.removeFromInbox(objectKeyOf(s.service, s.key, s.scope), s.id);
-  delete s.waits_on; // it waits no more: a wait ended without a start is not counted
+  dropWait(s); // a wait ended without a start is not counted
   if (s.status === 'scheduled' && s.execute_at_ms !== undefined) {
     ctx.state.deleteTimer({ id: s.id, completion_id: 0, wake_up_ms: s.execute_at_ms, kind: TimerKind.INVOKE });
   }

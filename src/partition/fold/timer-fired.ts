@@ -20,6 +20,7 @@ export function foldTimerFired(ctx: FoldContext, cmd: TimerFired): void {
   if (s === undefined) return;
   if (kind === TimerKind.INVOKE) {
     if (s.status !== 'scheduled') return;
+    if (s.scope !== undefined) s.runnable_at_ms = s.execute_at_ms;
     delete s.execute_at_ms;
     startOrEnqueue(ctx, s);
   } else {

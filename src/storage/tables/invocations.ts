@@ -88,8 +88,15 @@ export interface InvocationStatus {
   output?: InvocationResult;
   completed_at_ms?: number;
   result?: InvocationResult;
-  /** Keel's: what it waits for while `inboxed` (absent: nothing counted, as a paused queue). */
+  /**
+   * Keel's, scoped invocations only: what it waits for while `inboxed`, since when (absent:
+   * nothing counted, as while its queue is paused), and how many attempts it started.
+   */
   waits_on?: BlockedOn;
+  wait_since_ms?: number;
+  starts?: number;
+  /** Keel's, scoped invocations only: when a delayed one became due (its `execute_at_ms` is gone by then). */
+  runnable_at_ms?: number;
   /**
    * Keel's: the log time it spent waiting to start, by what it waited for — before the attempt
    * numbered `attempt` (the latest, or the next while it waits) and over all attempts
