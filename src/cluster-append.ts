@@ -10,8 +10,8 @@ import type { Logger } from './common/logger.js';
 import { assert } from './common/assert.js';
 import { KeelError } from './errors/index.js';
 import type { PartitionLeaders } from './forwarding.js';
-import { CLUSTER_TOKEN, type PeerClient } from './cluster-peers.js';
-import { tokenMatcher } from './ingress/auth.js';
+import type { PeerClient } from './cluster-peers.js';
+import { NODE_HEADERS, tokenMatcher } from './ingress/auth.js';
 import { NotLedHereError, type RemotePartitions, type Worker } from './partition/worker.js';
 
 /** Entries per request, and bytes: a backlog goes in a few requests, none of them huge. */
@@ -137,7 +137,7 @@ export function serveAppends(app: FastifyInstance, worker: Worker, cluster_token
   const fromNode = cluster_tokens.length === 0 ? () => true : tokenMatcher(cluster_tokens);
   app.post('/cluster/append', {
     onRequest: async (req) => {
-      if (!fromNode(req.headers[CLUSTER_TOKEN])) throw new KeelError('KEEL0401', `POST /cluster/append takes the cluster's own token (cluster.auth_token, in ${CLUSTER_TOKEN}), which this request did not carry`);
+      if (!fromNode(req.headers[NODE_HEADERS.token])) throw new KeelError('KEEL0401', `POST /cluster/append takes the cluster's own token (cluster.auth_token, in ${NODE_HEADERS.token}), which this request did not carry`);
     },
     schema: {
       body: {

@@ -6,14 +6,8 @@
 // it in a header of their own: the client's `authorization` goes on untouched (it is the client's,
 // and may reach a handler), and the cluster's never does.
 import http2 from 'node:http2';
-import { CLUSTER_TOKEN_HEADER } from './ingress/auth.js';
+import { NODE_HEADERS } from './ingress/auth.js';
 
-/** The node asked, named on every request it makes (a request already forwarded is not forwarded again). */
-export const FORWARDED_BY = 'x-keel-forwarded-by';
-/** The cluster's own token, on requests between nodes. */
-export const CLUSTER_TOKEN = CLUSTER_TOKEN_HEADER;
-/** Headers of the hop between nodes: never stored with an invocation nor handed to a handler. */
-export const CLUSTER_HEADERS: readonly string[] = [FORWARDED_BY, CLUSTER_TOKEN, 'x-keel-hops'];
 /**
  * A session with no traffic for this long is closed: below the servers' `http.idle_timeout`
  * (60 s by default), so this side closes first rather than race the peer's GOAWAY with a request.
@@ -47,8 +41,8 @@ export class PeerClient {
    */
   open(base: string, path: string, method: string, headers: http2.OutgoingHttpHeaders): http2.ClientHttp2Stream {
     if (!path.startsWith('/')) throw new Error(`not a path: ${JSON.stringify(path.slice(0, 100))}`);
-    const h: http2.OutgoingHttpHeaders = { ...headers, ':method': method, ':path': path, [FORWARDED_BY]: this.node };
-    if (this.token !== undefined) h[CLUSTER_TOKEN] = this.token;
+    const h: http2.OutgoingHttpHeaders = { ...headers, ':method': method, ':path': path, [NODE_HEADERS.forwarded_by]: this.node };
+    if (this.token !== undefined) h[NODE_HEADERS.token] = this.token;
     // Open for a body whatever the method (Node ends a GET's at once): the caller ends it.
     return this.session(new URL(base).origin).request(h, { endStream: false });
   }

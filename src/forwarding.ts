@@ -13,7 +13,8 @@ import type { Logger } from './common/logger.js';
 import { catalogue, KeelError, type ErrorCode } from './errors/index.js';
 import type { PgQueries } from './admin/pgwire.js';
 import { PG_ANSWER_TYPE } from './admin/routes/query.js';
-import { CLUSTER_HEADERS, FORWARDED_BY as FORWARDED, type PeerClient, type PeerResponse } from './cluster-peers.js';
+import type { PeerClient, PeerResponse } from './cluster-peers.js';
+import { NODE_HEADERS, NODE_HEADER_NAMES } from './ingress/auth.js';
 
 /** A standby's SQL waits this long for the active node's rows (the query engine bounds its own work first). */
 const PG_QUERY_TIMEOUT_MS = 300_000;
@@ -37,7 +38,7 @@ export function forwardWhenStandby(app: FastifyInstance, route: Route, peers: Pe
     if (LOCAL_PATH.test(path) || !path.startsWith('/')) return;
     const to = route();
     if (to === 'local') return;
-    if (to === undefined || request.headers[FORWARDED] !== undefined) {
+    if (to === undefined || request.headers[NODE_HEADERS.forwarded_by] !== undefined) {
       const entry = catalogue.get('KEEL0803')!;
       reply.code(entry.status).header('retry-after', '1');
       return reply.send({ code: 'KEEL0803', message: `no node of the cluster is active yet (asked: ${peers.node}); retry in a moment` });
@@ -52,7 +53,6 @@ const LEADER_WAIT_MS = 10_000;
 const LEADER_POLL_MS = 50;
 /** Forwards a request may take while the nodes' views of who leads what converge. */
 const MAX_HOPS = 3;
-const HOPS = 'x-keel-hops';
 
 /** The partition's leader, waiting up to LEADER_WAIT_MS while none is known (a node is taking it over). */
 async function leaderFor(partition: number, leaders: PartitionLeaders): Promise<NodeAddress | undefined> {
@@ -71,7 +71,7 @@ async function leaderFor(partition: number, leaders: PartitionLeaders): Promise<
  * its leader (`server`: the leader's ingress or admin), with the body as this node parsed it.
  */
 export async function forwardToLeader(req: FastifyRequest, reply: FastifyReply, partition: number, leaders: PartitionLeaders, peers: PeerClient, server: 'ingress' | 'admin', logger: Logger): Promise<void> {
-  const hops = Number(req.headers[HOPS] ?? 0) || 0;
+  const hops = Number(req.headers[NODE_HEADERS.hops] ?? 0) || 0;
   const leader = hops >= MAX_HOPS ? undefined : await leaderFor(partition, leaders);
   if (leader === undefined) return notLed(reply, partition, server, leaders.self.node, hops);
   const raw = req.body;
@@ -121,9 +121,9 @@ function forward(req: http.IncomingMessage, res: http.ServerResponse, base: stri
   const headers: http2.OutgoingHttpHeaders = {};
   // A request that arrived over HTTP/2 keeps its fields, not its pseudo-header fields; what a
   // client sent as if it were a node goes no further.
-  for (const [name, value] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(name) && !CLUSTER_HEADERS.includes(name) && !name.startsWith(':') && value !== undefined) headers[name] = value;
+  for (const [name, value] of Object.entries(req.headers)) if (!HOP_BY_HOP.has(name) && !NODE_HEADER_NAMES.includes(name) && !name.startsWith(':') && value !== undefined) headers[name] = value;
   if (body !== undefined) headers['content-length'] = String(body.length);
-  if (instead.hops !== undefined) headers[HOPS] = String(instead.hops);
+  if (instead.hops !== undefined) headers[NODE_HEADERS.hops] = String(instead.hops);
   const origin = new URL(base).origin;
   let settled = false;
   const failed = (err: Error): void => {

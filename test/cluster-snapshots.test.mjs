@@ -49,7 +49,6 @@ async function logStarts(client) {
   return Promise.all(Array.from({ length: PARTITIONS }, (_, p) => client.logStart(p)));
 }
 
-
 t.test('snapshots trim the log; a node with an empty disk starts from them and takes over with everything intact', async (t) => {
   const topic = 'keel-snapshots';
   const shared = tempDir(t);

@@ -258,7 +258,6 @@ for (const transactional of [false, true]) {
   });
 }
 
-
 t.test('under load: the broker leading the log partitions is SIGKILLed, then every node is restarted in turn; nothing answered is lost', async (t) => {
   const topic = `keel-${++topics}`;
   const nodes = [await active(await node(t, 'a', topic)), await node(t, 'b', topic), await node(t, 'c', topic)];

@@ -10,6 +10,7 @@ import { KeelError } from '../errors/index.js';
 import { splitPromiseKey } from '../storage/tables/promises.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
 import type { FlowEntry, FlowQueueRow, IntrospectionSource, InvocationChanges, LockRow, ManageAction, PartitionInfo, RawJournalEntry, StateEntryRow, StepAttempts, Wait } from './introspection.js';
+import { nextAttempt } from '../storage/tables/invocations.js';
 
 /** The admin API's view of the partitions, through the worker's read interface. */
 export class WorkerIntrospection implements IntrospectionSource {
@@ -274,5 +275,5 @@ export class WorkerIntrospection implements IntrospectionSource {
 
 /** A waiting invocation's wait, as sys_vqueue_entry_status and sys_scheduler show it. */
 function waitOf(s: InvocationStatus): Wait {
-  return { since_ms: s.wait_since_ms, waits_on: s.waits_on, blocked_ms: s.blocked_ms, next_attempt: s.epoch + (s.last_start_at_ms !== undefined ? 1 : 0) };
+  return { since_ms: s.wait_since_ms, waits_on: s.waits_on, blocked_ms: s.blocked_ms, next_attempt: nextAttempt(s) };
 }

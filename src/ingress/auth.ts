@@ -18,8 +18,13 @@ export interface BearerAuthOptions {
 
 const digest = (s: string): Buffer => createHash('sha256').update(s).digest();
 
-/** The header carrying a cluster's own token on requests between its nodes (cluster-peers.ts). */
-export const CLUSTER_TOKEN_HEADER = 'x-keel-cluster-token';
+/**
+ * The headers of a request between the nodes of a cluster (cluster-peers.ts, forwarding.ts): the
+ * node that sent it, how many nodes it went through, the cluster's own token. They describe the
+ * hop: never stored with an invocation nor handed to a handler, and never taken from a client.
+ */
+export const NODE_HEADERS = { forwarded_by: 'x-keel-forwarded-by', hops: 'x-keel-hops', token: 'x-keel-cluster-token' } as const;
+export const NODE_HEADER_NAMES: readonly string[] = Object.values(NODE_HEADERS);
 
 /** Whether a header's value is one of `tokens`, compared in constant time. */
 export function tokenMatcher(tokens: readonly string[]): (value: string | string[] | undefined) => boolean {
@@ -48,7 +53,7 @@ export function bearerAuth(app: FastifyInstance, o: BearerAuthOptions & { cluste
     const path = req.url.split('?', 1)[0]!;
     if (o.open(path)) return undefined;
     const header = req.headers.authorization;
-    if (matches(bearer(header)) || fromNode(req.headers[CLUSTER_TOKEN_HEADER])) return undefined;
+    if (matches(bearer(header)) || fromNode(req.headers[NODE_HEADERS.token])) return undefined;
     const presented = header !== undefined;
     if (presented) o.logger.warn({ code: 'KEEL0401', method: req.method, url: path, remote: req.ip }, 'request refused: invalid bearer token');
     const message = presented

@@ -11,7 +11,7 @@ import type { IngressSpan, Telemetry } from '../telemetry/index.js';
 import { MAX_DELAY_MS, MAX_DELAY_TEXT_CHARS, MAX_IDEMPOTENCY_KEY_CHARS, MAX_KEY_CHARS } from './limits.js';
 import { flowOf } from './flow.js';
 import { ingressError, respond } from './respond.js';
-import { CLUSTER_TOKEN_HEADER } from './auth.js';
+import { NODE_HEADER_NAMES } from './auth.js';
 
 /** What the ingress needs of the schema registry. */
 export interface IngressRegistry {
@@ -26,7 +26,7 @@ export interface IngressRegistry {
 const DROPPED_HEADERS = new Set([
   'connection', 'host', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'trailer',
   'content-length', 'idempotency-key', 'idempotency-expires',
-  CLUSTER_TOKEN_HEADER, 'x-keel-forwarded-by', 'x-keel-hops',
+  ...NODE_HEADER_NAMES,
 ]);
 
 export interface InvokeDeps {
@@ -82,8 +82,13 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   const { forceSend } = route;
   if (segments.length < 2) return ingressError(reply, 'KEEL0011', `no route for ${req.url}`);
   let service = registry.service(segments[0]!);
-  // Unknown here: it may have been registered through another node of a cluster a moment ago.
-  if (service === undefined && registry.catchUp !== undefined) service = await registry.catchUp().then(() => registry.service(segments[0]!));
+  // Unknown here: it may have been registered through another node of a cluster a moment ago
+  // (read once per request at most).
+  let caughtUp = registry.catchUp === undefined;
+  if (service === undefined && !caughtUp) {
+    caughtUp = true;
+    service = await registry.catchUp!().then(() => registry.service(segments[0]!));
+  }
   if (service === undefined) return ingressError(reply, 'KEEL0011', `service '${segments[0]}' not found, make sure to register the deployment that exposes it`);
   // RT0020: the latest deployment only speaks deprecated protocol versions (metadata stored by an
   // older server). New requests are refused; invocations already in flight fail with RT0013.
@@ -100,8 +105,8 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   const isSend = forceSend ?? (rest.length === 1 && rest[0] === 'send');
   if (rest.length > (forceSend === undefined && isSend ? 1 : 0)) return ingressError(reply, 'KEEL0011', `no route for ${req.url}`);
   let handler = service.handlers.find((h) => h.name === segments[handlerAt]);
-  if (handler === undefined && registry.catchUp !== undefined) {
-    await registry.catchUp();
+  if (handler === undefined && !caughtUp) {
+    await registry.catchUp!();
     service = registry.service(service.name) ?? service;
     handler = service.handlers.find((h) => h.name === segments[handlerAt]);
   }

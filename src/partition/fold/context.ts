@@ -3,6 +3,7 @@ import { InvocationId } from '../../common/ids.js';
 import { TimerKind, encodeCommand, type CommandKind, type ResultMsg } from '../../log/commands.js';
 import { MessageType, decode, encode, isNotification, pb, type Notification } from '../../protocol/messages.js';
 import { objectKeyOf, type Action, type BlockedOn, type InvocationResult, type InvocationStatus, type JournalEntry, type PartitionState } from '../state.js';
+import { nextAttempt } from '../../storage/tables/invocations.js';
 
 /** What every fold gets: the state to change, the actions to ask for, and the command's time. */
 export interface FoldContext {
@@ -76,9 +77,9 @@ function waitsForSlot(ctx: FoldContext, s: InvocationStatus): boolean {
   s.status = 'inboxed';
   s.inboxed_at_ms = ctx.now_ms;
   startWait(ctx, s, waitReason(ctx, s.scope, limitKey));
-  s.flow_seq = ctx.state.flow.enqueue(s.scope, limitKey, s.id, s.priority ?? 0);
+  s.flow_seq = flow.enqueue(s.scope, limitKey, s.id, s.priority ?? 0);
   // Looked at again after the command: one waiting only for its rate needs a wake-up timer.
-  ctx.state.flow.released.add(s.scope);
+  flow.released.add(s.scope);
   return true;
 }
 
@@ -182,7 +183,7 @@ export function endWait(ctx: FoldContext, s: InvocationStatus): void {
   if (on === undefined || since === undefined) return;
   const waited_ms = Math.max(0, ctx.now_ms - since);
   if (waited_ms === 0 && s.blocked_ms === undefined) return;
-  const attempt = s.last_start_at_ms === undefined ? s.epoch : s.epoch + 1;
+  const attempt = nextAttempt(s);
   const b = s.blocked_ms?.attempt === attempt ? s.blocked_ms : { attempt, latest: {}, total: s.blocked_ms?.total ?? {} };
   b.latest[on] = (b.latest[on] ?? 0) + waited_ms;
   b.total[on] = (b.total[on] ?? 0) + waited_ms;

@@ -105,6 +105,11 @@ export interface InvocationStatus {
   blocked_ms?: { attempt: number; latest: Partial<Record<BlockedOn, number>>; total: Partial<Record<BlockedOn, number>> };
 }
 
+/** The epoch of the attempt a waiting invocation waits to start (run() moves on from a started one's). */
+export function nextAttempt(s: Pick<InvocationStatus, 'epoch' | 'last_start_at_ms'>): number {
+  return s.last_start_at_ms === undefined ? s.epoch : s.epoch + 1;
+}
+
 /** What an invocation waiting to start waits for: a concurrency rule's slot, a rate's next start, its key's lock. */
 export type BlockedOn = 'concurrency_rules' | 'throttling_rules' | 'lock';
 
