@@ -121,9 +121,9 @@ export class Invoker implements AttemptRunner {
     this.drain();
   }
 
-  forward(id: string, epoch: number, type: number, payload: Uint8Array): void {
+  forward(id: string, epoch: number, type: number, payload: Uint8Array, entry_index?: number): void {
     const attempt = this.live.get(id);
-    if (attempt !== undefined && attempt.epoch === epoch) attempt.forward(type, payload);
+    if (attempt !== undefined && attempt.epoch === epoch) attempt.forward(type, payload, entry_index);
   }
 
   abort(id: string): void {

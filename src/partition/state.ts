@@ -35,10 +35,16 @@ export { promiseKeyOf } from '../storage/tables/promises.js';
 /** What a fold asks for once its batch is durable. */
 export type Action =
   | { kind: 'start'; id: string; epoch: number }
-  | { kind: 'forward'; id: string; epoch: number; type: number; payload: Uint8Array }
+  /**
+   * A message for the live attempt. `entry_index`: the notification's place in the journal, so
+   * that an attempt whose replay already held it (it started after this was folded, before this
+   * action ran) does not get it twice; absent for a reply to the attempt's own message.
+   */
+  | { kind: 'forward'; id: string; epoch: number; type: number; payload: Uint8Array; entry_index?: number }
   | { kind: 'timer'; timer: Timer }
   | { kind: 'retry'; id: string; epoch: number; at_ms: number }
-  | { kind: 'completed'; id: string }
+  /** `status` as completed (a later batch, folded before this action runs, may purge it). */
+  | { kind: 'completed'; id: string; status: InvocationStatus }
   | { kind: 'outbox'; entry: OutboxEntry }
   | { kind: 'abort'; id: string }
   /** The current attempt broke a rule (RT0017...): end it and record the failure under `epoch`. */
