@@ -196,7 +196,55 @@ t.test('a written batch is acknowledged once the next batch is being written, in
   t.same(await verifyPartition(db, 5), []);
 });
 
-t.test('a fold that throws while a written batch waits for its acknowledgement: that batch still resolves, its actions do not run', async (t) => {
+t.test("what the last batch's actions append (an outbox entry to the same partition) is written by the same flush; close() then returns", async (t) => {
+  const { db } = await setup(t);
+  let appended;
+  const p = await PartitionProcessor.open(db, new GroupWriter(db), 7, {
+    fsync: true,
+    effects: {
+      execute(processor, actions) {
+        // Appends while the batch is acknowledged, once, as the shuffle does for a call to this partition.
+        if (appended === undefined && actions.some((a) => a.kind === 'start')) appended = processor.append(invoke(99));
+      },
+    },
+    logger: silentLogger,
+  });
+  await p.append(invoke(1)); // alone: the last batch of its flush
+  t.ok(appended !== undefined, 'the action appended');
+  const outcome = await Promise.race([appended.then(() => 'written'), new Promise((r) => setTimeout(() => r('stranded'), 3_000))]);
+  t.equal(outcome, 'written', 'the append made during the acknowledgement is written without another command to carry it');
+  const closed = await Promise.race([p.close().then(() => 'closed'), new Promise((r) => setTimeout(() => r('hung'), 3_000))]);
+  t.equal(closed, 'closed');
+  t.equal((await EmbeddedLog.open(db, 7)).applied_position, 2);
+});
+
+t.test('an attempt started while the next batch is being written replays only the entries already written', async (t) => {
+  const { db } = await setup(t);
+  const seen = [];
+  let p;
+  p = await PartitionProcessor.open(db, new GroupWriter(db), 8, {
+    fsync: true,
+    effects: {
+      execute(processor, actions) {
+        for (const a of actions) if (a.kind === 'start') seen.push({ written: processor.writtenJournalLength(a.id), whole: processor.journal(a.id).length });
+      },
+    },
+    logger: silentLogger,
+  });
+  const cmd = invoke(1);
+  const id = InvocationId.fromBytes(cmd.invoke.invocation_id);
+  const first = p.append(cmd);
+  await new Promise((r) => setImmediate(r)); // batch 1 (the invoke: a start) is being written
+  // Batch 2 gives the journal a second entry; it is folded before batch 1's start runs.
+  const sleep = encode(pb.Sleep, { wake_up_time: Date.now() + 60_000, result_completion_id: 1 });
+  const second = p.append({ kind: 'journal_append', journal_append: { invocation_id: id.bytes, epoch: 0, entry_type: MessageType.SleepCommand, entry: Buffer.from(sleep) } });
+  await Promise.all([first, second]);
+  t.same(seen, [{ written: 1, whole: 2 }], 'the start saw 2 entries folded, 1 written: it replays 1');
+  t.equal(p.writtenJournalLength(id.text), 2, 'once batch 2 is written, both');
+  await p.close();
+});
+
+t.test('a fold that throws while a written batch waits for its acknowledgement: that batch still resolves, its actions but answers do not run', async (t) => {
   const { db, stats, effects } = await setup(t);
   const p = await PartitionProcessor.open(db, new GroupWriter(db), 6, { fsync: false, effects, logger: silentLogger });
   const good = p.append(invoke(1));
@@ -205,7 +253,7 @@ t.test('a fold that throws while a written batch waits for its acknowledgement: 
   const bad = p.append({ kind: 'manage', manage: { action: 0 } });
   await t.resolves(good, 'batch 1 is on disk: its append resolves');
   await t.rejects(bad, { code: 'KEEL0503' });
-  t.same(stats.executes, [], 'no action runs on a stopped partition (a restart derives them from the state)');
+  t.equal(stats.executes.reduce((n, e) => n + e.actions, 0), 0, "batch 1's start does not run on a stopped partition (a restart derives it from the state)");
   t.equal((await EmbeddedLog.open(db, 6)).applied_position, 1, 'batch 1 is in the log');
   t.same(await verifyPartition(db, 6), []);
 });

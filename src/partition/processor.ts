@@ -26,6 +26,13 @@ export interface AttemptHost {
   readonly retired: boolean;
   invocation(id: string): InvocationStatus | undefined;
   journal(id: string): readonly JournalEntry[];
+  /**
+   * How many of `journal(id)`'s entries are in written batches. An attempt replays only those:
+   * a batch folded after the one that started it may still be in flight (see flush), and
+   * nothing outside may see what is not written; its entries reach the attempt as forwards
+   * once their batch is.
+   */
+  writtenJournalLength(id: string): number;
   objectState(service: string, key: string, scope?: string): ReadonlyMap<string, Buffer>;
   append(kind: CommandKind, options?: AppendOptions): Promise<void>;
 }
@@ -237,6 +244,10 @@ export class PartitionProcessor implements AttemptHost {
     return this.state.journal(id);
   }
 
+  writtenJournalLength(id: string): number {
+    return this.state.writtenJournalLength(id) ?? this.state.journal(id).length;
+  }
+
   objectState(service: string, key: string, scope?: string): ReadonlyMap<string, Buffer> {
     return this.state.stateOf(objectKeyOf(service, key, scope));
   }
@@ -283,30 +294,37 @@ export class PartitionProcessor implements AttemptHost {
    * acknowledged in order, each exactly once, and before the partition goes idle or stops.
    */
   private async flush(): Promise<void> {
-    while ((this.queue.size > 0 || this.syncWanted) && this.failure === undefined) {
-      const next = this.foldBatch();
-      if (next === undefined) break;
-      const written = this.log.append(next.records, next.writes, next.sync);
-      if (this.written.size > 0) setImmediate(() => this.acknowledge());
-      try {
-        const last = await written;
-        assert(last === next.before + next.records.length, () => `partition ${this.partition}: log at ${last} after appending ${next.records.length} records at ${next.before}`);
-      } catch (err) {
+    // The last batch's acknowledgement may append here (an outbox entry to this partition, an
+    // attempt's refusal): what it queues is taken by this same flush.
+    do {
+      while (this.hasWork()) {
+        const next = this.foldBatch();
+        if (next === undefined) break;
+        const written = this.log.append(next.records, next.writes, next.sync);
+        if (this.written.size > 0) setImmediate(() => this.acknowledge());
+        try {
+          const last = await written;
+          assert(last === next.before + next.records.length, () => `partition ${this.partition}: log at ${last} after appending ${next.records.length} records at ${next.before}`);
+        } catch (err) {
+          this.halt(err, 'the partition log could not be written', next.batch);
+          break;
+        }
+        next.written_ms = performance.now() - next.write_start_ms;
         this.acknowledge();
-        this.halt(err, 'the partition log could not be written', next.batch);
-        break;
+        this.state.writesDurable();
+        // A synced write puts every earlier one on disk with it.
+        if (next.sync || !this.fsync || this.log.durable_on_append) this.settleDurable(next.number);
+        assert(this.written.size === 0, () => `partition ${this.partition}: ${this.written.size} batches written and not acknowledged`);
+        this.written.enqueue(next);
       }
-      next.written_ms = performance.now() - next.write_start_ms;
       this.acknowledge();
-      this.state.writesDurable();
-      // A synced write puts every earlier one on disk with it.
-      if (next.sync || !this.fsync || this.log.durable_on_append) this.settleDurable(next.number);
-      assert(this.written.size === 0, () => `partition ${this.partition}: ${this.written.size} batches written and not acknowledged`);
-      this.written.enqueue(next);
-    }
-    this.acknowledge();
+    } while (this.hasWork());
     this.writing = false;
     this.settleIdle?.();
+  }
+
+  private hasWork(): boolean {
+    return (this.queue.size > 0 || this.syncWanted) && this.failure === undefined;
   }
 
   /** Takes the next batch off the queue and folds it; undefined when a command could not be folded (the partition stopped). */
@@ -349,10 +367,12 @@ export class PartitionProcessor implements AttemptHost {
         this.logger.error({ err, code: 'RT0006' }, 'an observer of durable batches failed');
       }
       for (const p of b.batch) p.resolve();
-      // A partition stopped since: its state cannot be trusted; a restart derives what must run.
-      if (this.failure !== undefined) continue;
+      // A partition stopped since: its state cannot be trusted, and a restart derives what must
+      // run from the store, except the answers to clients waiting for a completion (it carries
+      // its status).
+      const actions = this.failure === undefined ? b.actions : b.actions.filter((a) => a.kind === 'completed');
       try {
-        this.effects.execute(this, b.actions);
+        this.effects.execute(this, actions);
       } catch (err) {
         // The batch is durable; effects are re-derived from the state at the next restart.
         this.logger.error({ err, code: 'RT0006' }, 'running the actions of a batch failed');

@@ -132,6 +132,12 @@ export class PartitionState {
    * must see these first, or it would cache what the batch deleted or changed.
    */
   private unflushed = new Map<string, Buffer | null>();
+  /**
+   * Journals appended to by the batch being folded, and by the batch being written: each one's
+   * length before the batch (writtenJournalLength). Bounded by the entries of a batch.
+   */
+  private journalMarks = new Map<string, number>();
+  private unflushedJournalMarks = new Map<string, number>();
 
   /** Idle statuses kept in memory (IDLE_STATUSES_IN_MEMORY unless a test asks for fewer). */
   private readonly idle_statuses_limit: number;
@@ -335,6 +341,7 @@ export class PartitionState {
     }
     const index = journal.length;
     assert(index === s.journal_length, () => `journal of ${s.id} has ${index} entries in memory, its status says ${s.journal_length}`);
+    if (!this.journalMarks.has(s.id)) this.journalMarks.set(s.id, index);
     journal.push(entry);
     s.journal_length = index + 1;
     this.entries_appended += 1;
@@ -616,12 +623,20 @@ export class PartitionState {
     this.statusWrites = new Map();
     this.unflushed = this.writes;
     this.writes = new Map();
+    this.unflushedJournalMarks = this.journalMarks;
+    this.journalMarks = new Map();
     return [...this.unflushed];
   }
 
   /** The batch taken last is in the store: reads may go to the store again. */
   writesDurable(): void {
     this.unflushed = new Map();
+    this.unflushedJournalMarks = new Map();
+  }
+
+  /** How many entries of `id`'s journal are in the store, when a batch not written yet appended to it (else undefined: all). */
+  writtenJournalLength(id: string): number | undefined {
+    return this.unflushedJournalMarks.get(id) ?? this.journalMarks.get(id);
   }
 
   /** Drops the writes of the current batch (the batch is abandoned: the partition stops). */
@@ -630,6 +645,8 @@ export class PartitionState {
     this.writes = new Map();
     this.statusWrites = new Map();
     this.unflushed = new Map();
+    this.journalMarks = new Map();
+    this.unflushedJournalMarks = new Map();
   }
 }
 
