@@ -7,7 +7,7 @@ import * as restate from '@restatedev/restate-sdk';
 import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { startKeel, serveServices, register, ingress, adminCall, query, eventually } from './helpers/keel.mjs';
+import { startKeel, serveServices, serveHandler, register, ingress, adminCall, query, eventually } from './helpers/keel.mjs';
 import { scopePartitionKey } from '../dist/common/ids.js';
 
 /** Per scope, the invocations whose handler body runs now (by id: a retried attempt is the same one) and the most at once. */
@@ -81,6 +81,23 @@ const signup = restate.workflow({
     confirm: async (ctx, how) => ctx.promise('confirmed').resolve(how),
   },
 });
+
+/** Answers a discovery request with the SDK's manifest plus `field` (what no SDK sends yet). */
+function withManifestField(inner, req, res, field, value) {
+  const chunks = [];
+  let head = [200, {}];
+  const capture = Object.create(res);
+  capture.writeHead = (status, headers) => ((head = [status, headers ?? {}]), capture);
+  capture.write = (chunk, cb) => (chunks.push(Buffer.from(chunk)), cb?.(), true);
+  capture.end = (cb) => {
+    const manifest = { ...JSON.parse(Buffer.concat(chunks).toString()), [field]: value };
+    const body = Buffer.from(JSON.stringify(manifest));
+    const headers = Object.fromEntries(Object.entries(head[1]).filter(([k]) => k.toLowerCase() !== 'content-length'));
+    res.writeHead(head[0], { ...headers, 'content-length': body.length });
+    res.end(body, cb);
+  };
+  inner(req, capture);
+}
 
 const CLI = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'node_modules', '.bin', 'restate');
 const { vqueueId: vqueueIdOf } = await import('../dist/common/limit-rules.js');
@@ -368,9 +385,9 @@ t.test('flow control', async (t) => {
   t.test('a deployment limit: at most N attempts against it at once, scoped or not; raised, the rest run', async (t) => {
     const deployments = (await adminCall(keel, 'GET', '/deployments')).json.deployments;
     const id = deployments[0].id;
-    t.same((await adminCall(keel, 'GET', `/deployments/${id}/limits`)).json, { deployment: id, concurrency: null }, 'no limit at first');
+    t.same((await adminCall(keel, 'GET', `/deployments/${id}/limits`)).json, { deployment: id, concurrency: null, manifest_invocations: null, effective_concurrency: null }, 'no limit at first');
     const set = await adminCall(keel, 'PUT', `/deployments/${id}/limits`, { concurrency: 2 });
-    t.same([set.status, set.json], [200, { deployment: id, concurrency: 2 }]);
+    t.same([set.status, set.json], [200, { deployment: id, concurrency: 2, manifest_invocations: null, effective_concurrency: 2 }]);
     g.max.delete('-');
     const calls = Promise.all(Array.from({ length: 12 }, (_, i) => ingress(keel, '/Work/hold', { ms: 100, tag: i })));
     await eventually(() => g.live.get('-')?.size === 2);
@@ -402,9 +419,66 @@ t.test('flow control', async (t) => {
     await adminCall(keel, 'PUT', `/deployments/${id}/limits`, { concurrency: 6 });
     // It survives a restart (metadata), and null lifts it.
     await keel.restart();
-    t.same((await adminCall(keel, 'GET', `/deployments/${id}/limits`)).json, { deployment: id, concurrency: 6 });
+    t.same((await adminCall(keel, 'GET', `/deployments/${id}/limits`)).json, { deployment: id, concurrency: 6, manifest_invocations: null, effective_concurrency: 6 });
     await adminCall(keel, 'PUT', `/deployments/${id}/limits`, { concurrency: null });
-    t.same((await adminCall(keel, 'GET', `/deployments/${id}/limits`)).json, { deployment: id, concurrency: null });
+    t.same((await adminCall(keel, 'GET', `/deployments/${id}/limits`)).json, { deployment: id, concurrency: null, manifest_invocations: null, effective_concurrency: null });
+  });
+
+  t.test("the manifest's limits.invocations: enforced as the deployment's limit, an operator's limit replaces it", async (t) => {
+    // No SDK declares it yet (Restate 1.7 stores the field for 1.8 and enforces nothing): the
+    // real SDK endpoint's manifest gets it on its way to Keel.
+    const capped = restate.service({
+      name: 'Capped',
+      handlers: {
+        hold: async (ctx, req) => {
+          const id = ctx.request().id;
+          g.enter('capped', id);
+          try {
+            await new Promise((r) => setTimeout(r, req?.ms ?? 50));
+          } finally {
+            g.leave('capped', id);
+          }
+          return { ok: true };
+        },
+      },
+    });
+    const inner = restate.createEndpointHandler({ services: [capped] });
+    let limits = { invocations: 2 };
+    const uri = await serveHandler(t, (req, res) => (req.url.startsWith('/discover') ? withManifestField(inner, req, res, 'limits', limits) : inner(req, res)));
+    const registered = await adminCall(keel, 'POST', '/deployments', { uri });
+    t.equal(registered.status, 201, registered.text);
+    const id = registered.json.id;
+    t.same((await adminCall(keel, 'GET', `/deployments/${id}/limits`)).json, { deployment: id, concurrency: null, manifest_invocations: 2, effective_concurrency: 2 });
+    /** `n` calls at once: how many ran at the same time, at most. */
+    const burst = async (n) => {
+      g.max.delete('capped');
+      const answers = await Promise.all(Array.from({ length: n }, () => ingress(keel, '/Capped/hold', { ms: 150 })));
+      t.equal(answers.filter((r) => r.status === 200).length, n, `${n} calls answered`);
+      return g.max.get('capped');
+    };
+    t.equal(await burst(8), 2, 'two at once (8 calls)');
+    const set = await adminCall(keel, 'PUT', `/deployments/${id}/limits`, { concurrency: 4 });
+    t.same(set.json, { deployment: id, concurrency: 4, manifest_invocations: 2, effective_concurrency: 4 }, "the operator's limit wins");
+    t.equal(await burst(12), 4, 'four at once (12 calls)');
+    await adminCall(keel, 'PUT', `/deployments/${id}/limits`, { concurrency: null });
+    await keel.restart();
+    t.same((await adminCall(keel, 'GET', `/deployments/${id}/limits`)).json, { deployment: id, concurrency: null, manifest_invocations: 2, effective_concurrency: 2 }, "lifted: the manifest's again, also after a restart");
+    t.equal(await burst(6), 2, 'two at once again (6 calls)');
+
+    // Bad values fail the registration (a bad discovery response: 502, as every META0013); 0 is no limit.
+    for (const [value, why] of [[{ invocations: -1 }, 'limits.invocations must be an integer from 0 (no limit) to 4294967295: got -1'], [{ invocations: 1.5 }, 'got 1.5'], [[3], 'limits must be an object']]) {
+      limits = value;
+      const r = await adminCall(keel, 'POST', '/deployments', { uri, force: true });
+      t.equal(r.status, 502, `${JSON.stringify(value)} → 502`);
+      t.match(r.json?.message, why);
+      t.equal(r.json?.restate_code, 'META0013');
+    }
+    limits = { invocations: 0 };
+    const unlimited = await adminCall(keel, 'POST', '/deployments', { uri, force: true });
+    t.equal(unlimited.status, 200, `replaced in place (force): ${unlimited.text}`);
+    t.same((await adminCall(keel, 'GET', `/deployments/${unlimited.json.id}/limits`)).json.effective_concurrency, null, '0: no limit');
+    const most = await burst(6);
+    t.ok(most > 2, `more than two at once (${most} of 6)`);
   });
 
   t.test('sys_vqueue_meta counts a queue\'s running, paused and finished invocations, and when one last started, attempted, finished', async (t) => {

@@ -32,6 +32,8 @@ export interface DiscoveryTarget {
 
 export type TransportName = 'HTTP/2.0' | 'HTTP/1.1' | 'Lambda';
 
+/** The highest `limits.invocations` taken (as an operator's limit: a u32). */
+const MAX_INVOCATION_LIMIT = 4_294_967_295;
 /** A manifest is a few kilobytes; anything near this is not one. */
 const MAX_MANIFEST_BYTES = 16 * 1024 * 1024;
 
@@ -228,13 +230,31 @@ export function parseManifest(
     seen.add(svc.name);
     return svc;
   });
+  const invocation_limit = invocationLimit(manifest.limits, where);
   return {
     protocol_type,
     min_protocol_version: minV as number,
     max_protocol_version: maxV as number,
     ...(ctx.sdk_version ? { sdk_version: ctx.sdk_version } : {}),
+    ...(invocation_limit !== undefined ? { invocation_limit } : {}),
     services,
   };
+}
+
+/**
+ * The deployment's `limits.invocations`: the most invocations it runs at once, 0 or absent for
+ * no limit. Restate 1.7 stores this field (kept for 1.8, where the manifest was to carry it) and
+ * enforces nothing; no SDK sends it yet. Keel enforces it.
+ */
+function invocationLimit(limits: unknown, where: string): number | undefined {
+  if (limits === undefined || limits === null) return undefined;
+  if (typeof limits !== 'object' || Array.isArray(limits)) throw bad(where, 'limits must be an object');
+  const n = (limits as Record<string, unknown>).invocations;
+  if (n === undefined || n === null || n === 0) return undefined;
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < 0 || n > MAX_INVOCATION_LIMIT) {
+    throw bad(where, `limits.invocations must be an integer from 0 (no limit) to ${MAX_INVOCATION_LIMIT}: got ${JSON.stringify(n)?.slice(0, 40)}`);
+  }
+  return n;
 }
 
 function optMs(o: Record<string, unknown>, key: string, where: string): number | undefined {

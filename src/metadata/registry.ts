@@ -89,6 +89,7 @@ function sameDiscovered(d: DeploymentSchema, e: DiscoveredEndpoint): boolean {
     d.protocol_type === e.protocol_type &&
     d.min_protocol_version === e.min_protocol_version &&
     d.max_protocol_version === e.max_protocol_version &&
+    d.invocation_limit === e.invocation_limit &&
     stable(d.services.map(strip)) === stable(e.services.map(strip))
   );
 }
@@ -306,8 +307,6 @@ export class Registry {
       if (!this.byId.has(id)) return false;
       await this.commit({ kind: 'deployment_removed', id });
       this.logger.info({ deployment: id }, 'deployment removed');
-      // Its limit went with it: attempts parked for it are looked at again (and fail or move on).
-      this.notifyDeploymentLimits();
       return true;
     });
   }
@@ -360,9 +359,15 @@ export class Registry {
     });
   }
 
-  /** The most attempts deployment `id` may run at once, if an operator limited it. */
+  /** The most attempts deployment `id` may run at once, if limited: an operator's limit, else its manifest's. */
   deploymentConcurrency(id: string): number | undefined {
-    return this.deploymentLimits.get(id);
+    return this.deploymentLimits.get(id) ?? this.byId.get(id)?.invocation_limit;
+  }
+
+  /** Deployment `id`'s limits apart (undefined for an unknown one): the operator's and the manifest's. */
+  deploymentLimitsOf(id: string): { operator: number | undefined; manifest: number | undefined } | undefined {
+    const d = this.byId.get(id);
+    return d === undefined ? undefined : { operator: this.deploymentLimits.get(id), manifest: d.invocation_limit };
   }
 
   /** Limits (or, with null, unlimits) the attempts a deployment runs at once; KEEL0004 for an unknown one. */
@@ -372,7 +377,6 @@ export class Registry {
       if ((this.deploymentLimits.get(id) ?? null) === concurrency) return;
       await this.commit({ kind: 'deployment_limit_set', id, concurrency });
       this.logger.info({ deployment: id, concurrency }, concurrency === null ? 'deployment concurrency limit removed' : 'deployment concurrency limit set');
-      this.notifyDeploymentLimits();
     });
   }
 
@@ -516,7 +520,7 @@ export class Registry {
     this.changes++;
     if (rec.kind === 'subscription_added') this.notifySubscription({ kind: 'added', subscription: rec.subscription });
     if (rec.kind === 'subscription_removed') this.notifySubscription({ kind: 'removed', id: rec.id });
-    if (rec.kind === 'deployment_limit_set' || rec.kind === 'deployment_removed') this.notifyDeploymentLimits();
+    if (rec.kind.startsWith('deployment_')) this.notifyDeploymentLimits();
     if (rec.kind.startsWith('deployment_') && rec.kind !== 'deployment_limit_set') this.notify(this.serviceListeners, undefined, 'services');
     this.logger.info({ kind: rec.kind }, 'metadata changed by another node');
     if (rec.kind === 'limit_rules_replaced' && this.rules === rec.book) this.notify(this.ruleListeners, rec.book, 'limit rules');
@@ -528,6 +532,9 @@ export class Registry {
     this.recompute();
     this.changes++;
     if (rec.kind.startsWith('deployment_') && rec.kind !== 'deployment_limit_set') this.notify(this.serviceListeners, undefined, 'services');
+    // Every deployment change may change a limit (an operator's, a manifest's, or one removed
+    // with its deployment): attempts parked on one are looked at again.
+    if (rec.kind.startsWith('deployment_')) this.notifyDeploymentLimits();
     if (rec.kind === 'limit_rules_replaced' && this.rules !== rec.book) {
       throw new KeelError('META0018', `another node changed the rule book at the same moment (it is now at version ${this.rules.version}); nothing was changed: retry`);
     }
@@ -664,6 +671,7 @@ export class Registry {
       min_protocol_version: found.min_protocol_version,
       max_protocol_version: found.max_protocol_version,
       ...(found.sdk_version ? { sdk_version: found.sdk_version } : {}),
+      ...(found.invocation_limit !== undefined ? { invocation_limit: found.invocation_limit } : {}),
       ...(metadata ? { metadata } : {}),
       created_at_ms: Date.now(),
       services: found.services.map((s) => ({ ...s, ...this.keptOptions(s.name), revision: this.nextRevision(s.name), deployment_id: id })),
@@ -755,6 +763,8 @@ export class Registry {
     };
     if (found.sdk_version) updated.sdk_version = found.sdk_version;
     else delete updated.sdk_version;
+    if (found.invocation_limit !== undefined) updated.invocation_limit = found.invocation_limit;
+    else delete updated.invocation_limit;
     delete updated.arn;
     delete updated.assume_role_arn;
     if (lambda) Object.assign(updated, lambda);

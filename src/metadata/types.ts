@@ -97,6 +97,12 @@ export interface DeploymentSchema {
   min_protocol_version: number;
   max_protocol_version: number;
   sdk_version?: string;
+  /**
+   * The most attempts against this deployment at once, as its endpoint's manifest declares
+   * (`limits.invocations`; absent or 0: none). Enforced by the invoker unless an operator's
+   * limit (PUT /deployments/{id}/limits) replaces it.
+   */
+  invocation_limit?: number;
   /** Free-form metadata given at registration (`--metadata k=v`). */
   metadata?: Record<string, string>;
   created_at_ms: number;
@@ -112,6 +118,8 @@ export interface DiscoveredEndpoint {
   min_protocol_version: number;
   max_protocol_version: number;
   sdk_version?: string;
+  /** The manifest's `limits.invocations`, when above 0. */
+  invocation_limit?: number;
   services: DiscoveredService[];
 }
 

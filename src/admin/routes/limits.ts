@@ -173,12 +173,15 @@ export function limitRuleRoutes(ctx: AdminContext) {
       ctx.logger.info({ vqueue: id, scope: q.scope, limit_key: q.limit_key }, `flow-control queue ${action === 'pause' ? 'paused' : 'resumed'}`);
       return reply.code(202).send();
     });
-    // Keel's own: the most attempts a deployment runs at once (null: no limit); the invoker holds the rest back.
-    r.get<{ Params: { id: string } }>('/deployments/:id/limits', async (req) => {
-      const { id } = req.params;
-      if (registry.deployment(id) === undefined) throw new KeelError('KEEL0004', `deployment '${id}' not found`);
-      return { deployment: id, concurrency: registry.deploymentConcurrency(id) ?? null };
-    });
+    // Keel's own: the most attempts a deployment runs at once (null: no limit); the invoker holds
+    // the rest back. `concurrency` is the operator's, `manifest_invocations` the endpoint's
+    // manifest's (limits.invocations); the operator's wins.
+    const limitsOf = (id: string) => {
+      const l = registry.deploymentLimitsOf(id);
+      if (l === undefined) throw new KeelError('KEEL0004', `deployment '${id}' not found`);
+      return { deployment: id, concurrency: l.operator ?? null, manifest_invocations: l.manifest ?? null, effective_concurrency: l.operator ?? l.manifest ?? null };
+    };
+    r.get<{ Params: { id: string } }>('/deployments/:id/limits', async (req) => limitsOf(req.params.id));
     r.put<{ Params: { id: string } }>('/deployments/:id/limits', async (req) => {
       const { id } = req.params;
       const body = req.body;
@@ -188,7 +191,7 @@ export function limitRuleRoutes(ctx: AdminContext) {
         throw new KeelError('KEEL0002', `the field concurrency must be an integer from 1 to ${MAX_U32}, or null for no limit: got ${JSON.stringify(c).slice(0, 40)}`);
       }
       await registry.setDeploymentConcurrency(id, c);
-      return { deployment: id, concurrency: c };
+      return limitsOf(id);
     });
     r.route({ method: ['GET', 'POST', 'PATCH', 'DELETE'], url: '/limits/rules', handler: notAllowed('PUT') });
     r.route({ method: ['GET', 'PUT', 'PATCH', 'DELETE'], url: '/limits/rules/bulk-delete', handler: notAllowed('POST') });
