@@ -248,6 +248,12 @@ t.test('flow control', async (t) => {
     t.same(limits, [{ scope: 'lim', level: 'Scope', usage: 5, concurrency_limit: 5, rule_pattern: 'lim', available: 0, num_waiters: 495 }], 'sys_user_limits: the scope counter, full');
     await eventually(async () => (await query(keel, `SELECT count(*) AS n FROM sys_invocation WHERE scope = 'lim' AND status = 'completed'`))[0].n === 500, { timeout_ms: 60_000 });
     t.equal(g.max.get('lim'), 5, 'at most 5 at once, and the limit was reached');
+    const [avg] = await query(keel, `SELECT epoch(avg_blocked_on_concurrency_rules) AS concurrency_s, epoch(avg_queue_duration) AS queue_s, epoch(avg_inbox_duration) AS inbox_s,
+      epoch(avg_run_duration) AS run_s, epoch(avg_end_to_end_duration) AS end_to_end_s, epoch(avg_blocked_on_lock) AS lock_s, epoch(avg_blocked_on_invoker_throttling) AS throttling_s,
+      avg_blocked_on_invoker_concurrency IS NULL AS invoker_unknown, avg_suspension_duration IS NULL AS never_suspended FROM sys_vqueue_meta WHERE id = '${vqueueIdOf('lim', '')}'`);
+    t.ok(avg.concurrency_s > 0.1 && avg.queue_s > 0.1 && avg.inbox_s > 0.1, `sys_vqueue_meta: on average ${avg.concurrency_s} s waited for the rule (queue ${avg.queue_s} s, inbox ${avg.inbox_s} s)`);
+    t.ok(avg.run_s >= 0.005 && avg.end_to_end_s >= avg.run_s, `ran ${avg.run_s} s on average, ${avg.end_to_end_s} s from due to end`);
+    t.match(avg, { lock_s: 0, throttling_s: 0, invoker_unknown: true, never_suspended: true }, 'nothing on a lock or the invoker\'s throttling; the invoker\'s own waits not kept; none suspended');
   });
 
   t.test('fair between tenants: a quiet tenant is not queued behind a busy one', async (t) => {

@@ -236,6 +236,33 @@ t.test('a queue\'s meta (sys_vqueue_meta): suspended, paused and finished counte
   t.equal(p.state.queueMeta('other', 'lk'), undefined);
 });
 
+t.test("a queue's moving averages (sys_vqueue_meta's avg_*), sampled as Restate samples them", async (t) => {
+  const p = partition();
+  const T = p.now + 1000;
+  const endAt = (id, at, outcome = Outcome.END, fields = {}) => {
+    const s = p.status(id);
+    if (outcome === Outcome.END) p.apply(append(id, s.epoch, MessageType.OutputCommand, output('x')), at);
+    return p.apply(ended(id, s.epoch, outcome, fields), at);
+  };
+  p.apply(rules(1, [['av', 1]]), T);
+  const [a, b, c] = [scopedId('av'), scopedId('av'), scopedId('av')];
+  p.apply(scoped(a, 'av'), T); // starts at once: 0 in the inbox, 0 waited
+  p.apply(scoped(b, 'av'), T + 10); // waits for a's slot
+  t.match(p.state.queueMeta('av', '').avg_ms, { inbox: 0, queue: 0, blocked_on_concurrency_rules: 0, blocked_on_lock: 0 });
+  endAt(a, T + 210); // a ran 210 ms; b waited 200 ms (an average at 0 takes the next sample whole)
+  t.match(p.state.queueMeta('av', '').avg_ms, { run: 210, end_to_end: 210, inbox: 200, queue: 200, blocked_on_concurrency_rules: 200, blocked_on_lock: 0 });
+  endAt(b, T + 310); // ran 100 ms: 210 * 0.95 + 100 * 0.05 = 204.5 → 205; due to end 300 → 214.5 → 215
+  t.match(p.state.queueMeta('av', '').avg_ms, { run: 205, end_to_end: 215 });
+  p.apply(scoped(c, 'av'), T + 400); // at once: 200 * 0.95 → 190
+  endAt(c, T + 450, Outcome.SUSPENDED, { waiting_signals: [17] }); // ran 50: 205 * 0.95 + 2.5 → 198
+  p.apply({ kind: 'signal', signal: { invocation_id: c.bytes, idx: 17, void: true } }, T + 700); // suspended 250; this attempt waited 0: 190 * 0.95 → 181
+  t.same(p.state.queueMeta('av', '').avg_ms, { inbox: 190, queue: 190, run: 198, end_to_end: 215, suspension: 250, blocked_on_concurrency_rules: 181, blocked_on_lock: 0 }, 'a resumption samples what it waited for, not the first-start wait');
+  t.equal(p.status(c).stage_since_ms, T + 700, 'running since its resumption');
+  const unscoped = InvocationId.random(scopePartitionKey('av'));
+  p.apply(invoke(unscoped), T + 800);
+  t.equal(p.status(unscoped).stage_since_ms, undefined, 'nothing kept for an unscoped one');
+});
+
 t.test('the log time each waited to start, by what it waited for: a concurrency slot, a rate, its key lock (sys_vqueue_entry_status)', async (t) => {
   const p = partition();
   const at0 = p.now + 1000;

@@ -310,6 +310,15 @@ export const TABLES: Record<string, TableSchema> = {
     ['last_start_at', 'ts'],
     ['last_attempt_at', 'ts'],
     ['last_finish_at', 'ts'],
+    ['avg_queue_duration', 'interval'],
+    ['avg_inbox_duration', 'interval'],
+    ['avg_run_duration', 'interval'],
+    ['avg_suspension_duration', 'interval'],
+    ['avg_end_to_end_duration', 'interval'],
+    ['avg_blocked_on_concurrency_rules', 'interval'],
+    ['avg_blocked_on_invoker_concurrency', 'interval'],
+    ['avg_blocked_on_invoker_throttling', 'interval'],
+    ['avg_blocked_on_lock', 'interval'],
     ['num_inbox', 'uint64'],
     ['num_running', 'uint64'],
     ['num_suspended', 'uint64'],
@@ -696,6 +705,21 @@ function blockedColumns(e: FlowEntry, now_ms: number): Row {
   return row;
 }
 
+/**
+ * sys_vqueue_meta's moving averages (NULL before a first sample). The invoker's own waits are not
+ * folded (NULL), and Keel has no invoker throttling (0 once an attempt started).
+ */
+function averageColumns(avg: VqueueMeta['avg_ms']): Row {
+  const a = avg ?? {};
+  const started = a.blocked_on_concurrency_rules !== undefined;
+  return {
+    avg_queue_duration: a.queue ?? null, avg_inbox_duration: a.inbox ?? null, avg_run_duration: a.run ?? null,
+    avg_suspension_duration: a.suspension ?? null, avg_end_to_end_duration: a.end_to_end ?? null,
+    avg_blocked_on_concurrency_rules: a.blocked_on_concurrency_rules ?? null, avg_blocked_on_invoker_concurrency: null,
+    avg_blocked_on_invoker_throttling: started ? 0 : null, avg_blocked_on_lock: a.blocked_on_lock ?? null,
+  };
+}
+
 /** A flow-control entry waiting in its queue, with the columns of sys_vqueues and sys_vqueue_entry_status (`now_ms`: its blocked times). */
 function entryRow(e: FlowEntry, now_ms?: number): Row {
   const queue = vqueueId(e.scope, e.limit_key);
@@ -741,6 +765,7 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
         service_name: null, scope: q.scope, limit_key: q.limit_key === '' ? null : q.limit_key, lock_name: null,
         created_at: ts(m?.created_at_ms ?? q.created_at_ms), last_enqueued_at: ts(q.last_enqueued_at_ms),
         last_start_at: ts(m?.last_start_at_ms), last_attempt_at: ts(m?.last_attempt_at_ms), last_finish_at: ts(m?.last_finish_at_ms),
+        ...averageColumns(m?.avg_ms),
         num_inbox: q.waiting, num_running: q.running, num_suspended: m?.suspended ?? 0, num_paused: m?.paused ?? 0, num_finished: m?.finished ?? 0,
       };
     }

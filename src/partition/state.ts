@@ -18,7 +18,7 @@ import { stateKeysTable } from '../storage/tables/state-keys.js';
 import { positionName, subscriptionPositionsTable, type SubscriptionPosition } from '../storage/tables/subscription-positions.js';
 import { schedulesTable, type ScheduleRecord } from '../storage/tables/schedules.js';
 import { timersTable, type Timer } from '../storage/tables/timers.js';
-import { vqueueMetaTable, type VqueueMeta } from '../storage/tables/vqueue-meta.js';
+import { ema, vqueueMetaTable, type VqueueAverage, type VqueueMeta } from '../storage/tables/vqueue-meta.js';
 import { ownCopy } from '../common/bytes.js';
 import { StateTtls } from './state-ttl.js';
 
@@ -302,6 +302,7 @@ export class PartitionState {
       if (before === undefined || before === 'scheduled' || before === 'inboxed') m.last_start_at_ms = s.modified_at_ms;
     }
     if (after === 'completed') m.last_finish_at_ms = s.completed_at_ms ?? s.modified_at_ms;
+    averageStages(m, s, before, after);
     this.writes.set(key, vqueueMetaTable.encode(m));
   }
 
@@ -648,6 +649,43 @@ export class PartitionState {
     this.journalMarks = new Map();
     this.unflushedJournalMarks = new Map();
   }
+}
+
+/** Restate's stage of a flow-control entry for a status (a backing-off attempt keeps its slot: running). */
+type Stage = 'inbox' | 'running' | 'suspended' | 'paused' | 'finished';
+const STAGE_OF: Record<Status, Stage> = { scheduled: 'inbox', inboxed: 'inbox', running: 'running', 'backing-off': 'running', suspended: 'suspended', paused: 'paused', completed: 'finished' };
+/** The stages whose time is averaged when an invocation leaves them (as Restate: not paused). */
+const DWELL: Partial<Record<Stage, VqueueAverage>> = { inbox: 'inbox', running: 'run', suspended: 'suspension' };
+
+/**
+ * A scoped invocation moves from `before` to `after` (at its modified time): the averages of
+ * its queue's meta take their samples as Restate's do — the time in the stage it leaves; on
+ * entering running, what this attempt waited for (and, the first time, how long since it was
+ * due); on finishing from running, how long since it was due. A new one enters the inbox when
+ * it is created.
+ */
+function averageStages(m: VqueueMeta, s: InvocationStatus, before: Status | undefined, after: Status | undefined): void {
+  if (after === undefined) return; // purged: it left the finished stage, which is not averaged
+  const now = s.modified_at_ms;
+  const from: Stage = before === undefined ? 'inbox' : STAGE_OF[before];
+  const to = STAGE_OF[after];
+  if (from === to) {
+    s.stage_since_ms ??= before === undefined ? s.created_at_ms : now;
+    return;
+  }
+  const avg = (m.avg_ms ??= {});
+  const sample = (name: VqueueAverage, ms: number): void => void (avg[name] = ema(avg[name], Math.max(0, ms)));
+  const dwell = DWELL[from];
+  if (dwell !== undefined) sample(dwell, now - (s.stage_since_ms ?? s.created_at_ms));
+  const due = s.runnable_at_ms ?? s.created_at_ms;
+  if (to === 'running') {
+    const waited = s.blocked_ms?.attempt === s.epoch ? s.blocked_ms.latest : {};
+    sample('blocked_on_concurrency_rules', waited.concurrency_rules ?? 0);
+    sample('blocked_on_lock', waited.lock ?? 0);
+    if (s.starts === 1 && from === 'inbox') sample('queue', now - due);
+  }
+  if (to === 'finished' && from === 'running') sample('end_to_end', now - due);
+  s.stage_since_ms = now;
 }
 
 function stateBytes(m: Map<string, Buffer>, objectKey: string): number {

@@ -97,6 +97,8 @@ export interface InvocationStatus {
   starts?: number;
   /** Keel's, scoped invocations only: when a delayed one became due (its `execute_at_ms` is gone by then). */
   runnable_at_ms?: number;
+  /** Keel's, scoped invocations only: when it entered its flow-control stage (stageOf), for sys_vqueue_meta's averages. */
+  stage_since_ms?: number;
   /**
    * Keel's: the log time it spent waiting to start, by what it waited for — before the attempt
    * numbered `attempt` (the latest, or the next while it waits) and over all attempts

@@ -18,6 +18,23 @@ export interface VqueueMeta {
   /** Any attempt started (a first one, a retry, a resumption). */
   last_attempt_at_ms?: number;
   last_finish_at_ms?: number;
+  /**
+   * Moving averages, in ms, as Restate keeps them (each sample moves it by 5%: `ema`): how long
+   * its invocations stayed in each stage, waited before their first start and took from due to
+   * end, and what each attempt waited for before it started (0 for one that did not wait).
+   */
+  avg_ms?: Partial<Record<VqueueAverage, number>>;
+}
+
+export type VqueueAverage = 'queue' | 'inbox' | 'run' | 'suspension' | 'end_to_end' | 'blocked_on_concurrency_rules' | 'blocked_on_lock';
+
+/**
+ * Restate's exponential moving average (alpha 0.05), seeded with the first sample: `previous`
+ * absent (or 0) takes the sample, so a change from zero shows at once.
+ */
+export function ema(previous: number | undefined, sample_ms: number): number {
+  if (previous === undefined || previous === 0) return sample_ms;
+  return Math.ceil(previous * 0.95 + sample_ms * 0.05);
 }
 
 const TABLE = 'vqm';
