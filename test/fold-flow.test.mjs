@@ -258,6 +258,14 @@ t.test("a queue's moving averages (sys_vqueue_meta's avg_*), sampled as Restate 
   p.apply({ kind: 'signal', signal: { invocation_id: c.bytes, idx: 17, void: true } }, T + 700); // suspended 250; this attempt waited 0: 190 * 0.95 → 181
   t.same(p.state.queueMeta('av', '').avg_ms, { inbox: 190, queue: 190, run: 198, end_to_end: 215, suspension: 250, blocked_on_concurrency_rules: 181, blocked_on_lock: 0 }, 'a resumption samples what it waited for, not the first-start wait');
   t.equal(p.status(c).stage_since_ms, T + 700, 'running since its resumption');
+  // A resumption that waits for a slot leaves the inbox too: an attempt, not a start.
+  const d = scopedId('av');
+  p.apply(scoped(d, 'av'), T + 750);
+  endAt(c, T + 800, Outcome.SUSPENDED, { waiting_signals: [18] }); // d starts
+  p.apply({ kind: 'signal', signal: { invocation_id: c.bytes, idx: 18, void: true } }, T + 900); // c waits for d's slot
+  t.equal(p.status(c).status, 'inboxed');
+  endAt(d, T + 1000);
+  t.match(p.state.queueMeta('av', ''), { last_start_at_ms: T + 800, last_attempt_at_ms: T + 1000 }, "c's second attempt is not a start");
   const unscoped = InvocationId.random(scopePartitionKey('av'));
   p.apply(invoke(unscoped), T + 800);
   t.equal(p.status(unscoped).stage_since_ms, undefined, 'nothing kept for an unscoped one');

@@ -261,8 +261,9 @@ export class PartitionProcessor implements AttemptHost {
     this.retiring = true;
   }
 
+  /** No attempt starts here: handed over, closed, or stopped (its memory may hold batches never written). */
   get retired(): boolean {
-    return this.retiring || this.closed;
+    return this.retiring || this.closed || this.failure !== undefined;
   }
 
   /** Waits for the batch in flight and every queued command, then refuses new ones. */

@@ -299,7 +299,8 @@ export class PartitionState {
     step('finished', 'completed');
     if (after === 'running') {
       m.last_attempt_at_ms = s.modified_at_ms;
-      if (before === undefined || before === 'scheduled' || before === 'inboxed') m.last_start_at_ms = s.modified_at_ms;
+      // (a resumption may leave the inbox too: only a first attempt is a start)
+      if ((before === undefined || before === 'scheduled' || before === 'inboxed') && (s.starts ?? 1) === 1) m.last_start_at_ms = s.modified_at_ms;
     }
     if (after === 'completed') m.last_finish_at_ms = s.completed_at_ms ?? s.modified_at_ms;
     averageStages(m, s, before, after);
@@ -670,7 +671,8 @@ function averageStages(m: VqueueMeta, s: InvocationStatus, before: Status | unde
   const from: Stage = before === undefined ? 'inbox' : STAGE_OF[before];
   const to = STAGE_OF[after];
   if (from === to) {
-    s.stage_since_ms ??= before === undefined ? s.created_at_ms : now;
+    // (absent on a status from before this was kept: counted from its creation)
+    s.stage_since_ms ??= s.created_at_ms;
     return;
   }
   const avg = (m.avg_ms ??= {});
