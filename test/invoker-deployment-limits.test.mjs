@@ -21,7 +21,7 @@ function setup() {
   const registry = { deployment: (id) => deployments.get(id), deploymentConcurrency: (id) => limits.get(id), service, handler: () => ({ service: service(), handler: { name: 'h' } }) };
   const endpoints = { openStream: () => ({ write() {}, end() {}, finish() {}, abort() {} }) };
   const statuses = new Map();
-  const host = { invocation: (id) => statuses.get(id), journal: () => [], writtenJournalLength: () => 0, objectState: () => [], append: async () => {} };
+  const host = { invocation: (id) => statuses.get(id), journal: () => [], objectState: () => [], append: async () => {} };
   const invoker = new Invoker(config, registry, endpoints, silentLogger);
   const ids = [];
   for (let i = 0; i < 5; i++) {

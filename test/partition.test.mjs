@@ -168,34 +168,6 @@ t.test('a fold that throws stops the partition: nothing of the batch is written,
   t.same(await verifyPartition(db, 2), [], 'the store is still the fold of its log');
 });
 
-t.test('a written batch is acknowledged once the next batch is being written, in order, each once', async (t) => {
-  const { db, stats, effects } = await setup(t);
-  const events = [];
-  const execute = effects.execute;
-  const p = await PartitionProcessor.open(db, new GroupWriter(db), 5, {
-    fsync: true,
-    effects: {
-      execute(processor, actions) {
-        execute(processor, actions);
-        events.push({ starts: actions.filter((a) => a.kind === 'start').length, writes_started: stats.batchWrites });
-      },
-    },
-    logger: silentLogger,
-  });
-  const resolved = [];
-  const append = (i) => p.append(invoke(i)).then(() => resolved.push(i));
-  const first = append(0);
-  await new Promise((r) => setImmediate(r)); // batch 1 is being written
-  const second = [1, 2, 3].map(append); // batch 2, folded and written once batch 1 is written
-  await Promise.all([first, ...second]);
-  t.same(resolved, [0, 1, 2, 3], 'appends resolve in the order they were made');
-  t.same(events.map((e) => e.starts), [1, 3], 'each batch acknowledged once, in order');
-  t.equal(events[0].writes_started, 2, "batch 1's actions ran after batch 2's write had started (it does not wait for them)");
-  t.ok(stats.executes.every((e) => e.stored), 'and only once their own batch was on disk');
-  await p.close();
-  t.same(await verifyPartition(db, 5), []);
-});
-
 t.test("what the last batch's actions append (an outbox entry to the same partition) is written by the same flush; close() then returns", async (t) => {
   const { db } = await setup(t);
   let appended;
@@ -216,46 +188,6 @@ t.test("what the last batch's actions append (an outbox entry to the same partit
   const closed = await Promise.race([p.close().then(() => 'closed'), new Promise((r) => setTimeout(() => r('hung'), 3_000))]);
   t.equal(closed, 'closed');
   t.equal((await EmbeddedLog.open(db, 7)).applied_position, 2);
-});
-
-t.test('an attempt started while the next batch is being written replays only the entries already written', async (t) => {
-  const { db } = await setup(t);
-  const seen = [];
-  let p;
-  p = await PartitionProcessor.open(db, new GroupWriter(db), 8, {
-    fsync: true,
-    effects: {
-      execute(processor, actions) {
-        for (const a of actions) if (a.kind === 'start') seen.push({ written: processor.writtenJournalLength(a.id), whole: processor.journal(a.id).length });
-      },
-    },
-    logger: silentLogger,
-  });
-  const cmd = invoke(1);
-  const id = InvocationId.fromBytes(cmd.invoke.invocation_id);
-  const first = p.append(cmd);
-  await new Promise((r) => setImmediate(r)); // batch 1 (the invoke: a start) is being written
-  // Batch 2 gives the journal a second entry; it is folded before batch 1's start runs.
-  const sleep = encode(pb.Sleep, { wake_up_time: Date.now() + 60_000, result_completion_id: 1 });
-  const second = p.append({ kind: 'journal_append', journal_append: { invocation_id: id.bytes, epoch: 0, entry_type: MessageType.SleepCommand, entry: Buffer.from(sleep) } });
-  await Promise.all([first, second]);
-  t.same(seen, [{ written: 1, whole: 2 }], 'the start saw 2 entries folded, 1 written: it replays 1');
-  t.equal(p.writtenJournalLength(id.text), 2, 'once batch 2 is written, both');
-  await p.close();
-});
-
-t.test('a fold that throws while a written batch waits for its acknowledgement: that batch still resolves, its actions but answers do not run', async (t) => {
-  const { db, stats, effects } = await setup(t);
-  const p = await PartitionProcessor.open(db, new GroupWriter(db), 6, { fsync: false, effects, logger: silentLogger });
-  const good = p.append(invoke(1));
-  await new Promise((r) => setImmediate(r)); // batch 1 is being written
-  // Folded right after batch 1 is written, before batch 1 is acknowledged.
-  const bad = p.append({ kind: 'manage', manage: { action: 0 } });
-  await t.resolves(good, 'batch 1 is on disk: its append resolves');
-  await t.rejects(bad, { code: 'KEEL0503' });
-  t.equal(stats.executes.reduce((n, e) => n + e.actions, 0), 0, "batch 1's start does not run on a stopped partition (a restart derives it from the state)");
-  t.equal((await EmbeddedLog.open(db, 6)).applied_position, 1, 'batch 1 is in the log');
-  t.same(await verifyPartition(db, 6), []);
 });
 
 /** Records of subscription `sub` for a plain service, whose invocation ids are in `pk`'s partition. */

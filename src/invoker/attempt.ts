@@ -85,14 +85,11 @@ export class Attempt {
   private recorded: Promise<void> = Promise.resolve();
   /** Records not settled yet. */
   private recording = 0;
-  /** Journal entries sent in the replay (the journal as it was when the attempt was launched). */
-  private readonly replayed_entries: number;
 
   constructor(private readonly o: AttemptOptions) {
     this.id = o.status.id;
     this.idBytes = InvocationId.parse(o.status.id)!.bytes;
     this.epoch = o.status.epoch;
-    this.replayed_entries = o.journal.length;
     this.decoder = new FrameDecoder(o.message_size_limit_bytes);
     this.bidi = o.deployment.protocol_type === 'BidiStream' && !o.deployment.use_http_11;
   }
@@ -155,13 +152,9 @@ export class Attempt {
     else this.armInactivity();
   }
 
-  /**
-   * Delivers a notification or ack to the endpoint, when the stream can still take it and, for
-   * a journal entry (`entry_index`), when the replay did not hold it already.
-   */
-  forward(type: number, payload: Uint8Array, entry_index?: number): void {
+  /** Delivers a notification or ack to the endpoint, when the stream can still take it. */
+  forward(type: number, payload: Uint8Array): void {
     if (this.finished || this.inputClosed || this.stream === undefined) return;
-    if (entry_index !== undefined && entry_index < this.replayed_entries) return;
     this.stream.write(encodeFrame(type, payload));
     this.armInactivity();
   }

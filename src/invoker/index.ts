@@ -121,9 +121,9 @@ export class Invoker implements AttemptRunner {
     this.drain();
   }
 
-  forward(id: string, epoch: number, type: number, payload: Uint8Array, entry_index?: number): void {
+  forward(id: string, epoch: number, type: number, payload: Uint8Array): void {
     const attempt = this.live.get(id);
-    if (attempt !== undefined && attempt.epoch === epoch) attempt.forward(type, payload, entry_index);
+    if (attempt !== undefined && attempt.epoch === epoch) attempt.forward(type, payload);
   }
 
   abort(id: string): void {
@@ -191,11 +191,8 @@ export class Invoker implements AttemptRunner {
     }
     // The snapshot is taken now: notifications folded before this point are in the journal,
     // later ones are forwarded to the live attempt.
-    const whole = host.journal(id);
-    assert(whole.length === status.journal_length, () => `${id}: journal of ${whole.length} entries, status says ${status.journal_length}`);
-    const written = host.writtenJournalLength(id);
-    assert(written <= whole.length, () => `${id}: ${written} journal entries written of ${whole.length}`);
-    const journal = written === whole.length ? whole : whole.slice(0, written);
+    const journal = host.journal(id);
+    assert(journal.length === status.journal_length, () => `${id}: journal of ${journal.length} entries, status says ${status.journal_length}`);
     const handler = service?.handlers.find((h) => h.name === status.handler);
     const policy = this.policyFor(status.service, status.handler);
     const invocationBytes = InvocationId.parse(id)!.bytes;

@@ -26,13 +26,6 @@ export interface AttemptHost {
   readonly retired: boolean;
   invocation(id: string): InvocationStatus | undefined;
   journal(id: string): readonly JournalEntry[];
-  /**
-   * How many of `journal(id)`'s entries are in written batches. An attempt replays only those:
-   * a batch folded after the one that started it may still be in flight (see flush), and
-   * nothing outside may see what is not written; its entries reach the attempt as forwards
-   * once their batch is.
-   */
-  writtenJournalLength(id: string): number;
   objectState(service: string, key: string, scope?: string): ReadonlyMap<string, Buffer>;
   append(kind: CommandKind, options?: AppendOptions): Promise<void>;
 }
@@ -52,24 +45,6 @@ export interface PartitionFailure {
   partition: number;
   reason: string;
   at_ms: number;
-}
-
-/** A batch folded, being written or written and not yet acknowledged. */
-interface FoldedBatch {
-  /** Numbered from 1 in the order folded. */
-  number: number;
-  batch: Pending[];
-  records: Buffer[];
-  actions: Action[];
-  writes: StateWrite[];
-  bytes: number;
-  /** Journal entries it appended. */
-  entries: number;
-  sync: boolean;
-  /** The log's last position before it. */
-  before: number;
-  write_start_ms: number;
-  written_ms: number;
 }
 
 interface Pending {
@@ -109,10 +84,8 @@ export class PartitionProcessor implements AttemptHost {
   /** Batches folded so far, numbered from 1, and the last of them known to be durable. */
   private folded_batches = 0;
   private durable_batches = 0;
-  /** Batches written and not yet acknowledged (one at most: see flush), and the last acknowledged. */
-  private readonly written = new Queue<FoldedBatch>();
-  private acknowledged_batches = 0;
-  /** Reads waiting for a batch to be durable (durableNow), in the order of their batch numbers (each waits for the newest batch folded when it came). */
+  /** Reads waiting for a batch to be durable (durableNow). */
+  /** In the order of their batch numbers (each waits for the newest batch folded when it came). */
   private newestWaited = 0;
   private readonly durableWaiters = new Queue<{ batch: number; resolve: () => void; reject: (err: Error) => void }>();
   /** A read waits for a batch written without fsync: the next write syncs, even one with no command. */
@@ -244,10 +217,6 @@ export class PartitionProcessor implements AttemptHost {
     return this.state.journal(id);
   }
 
-  writtenJournalLength(id: string): number {
-    return this.state.writtenJournalLength(id) ?? this.state.journal(id).length;
-  }
-
   objectState(service: string, key: string, scope?: string): ReadonlyMap<string, Buffer> {
     return this.state.stateOf(objectKeyOf(service, key, scope));
   }
@@ -261,7 +230,7 @@ export class PartitionProcessor implements AttemptHost {
     this.retiring = true;
   }
 
-  /** No attempt starts here: handed over, closed, or stopped (its memory may hold batches never written). */
+  /** No attempt starts here: handed over, closed, or stopped (its memory may hold a batch never written). */
   get retired(): boolean {
     return this.retiring || this.closed || this.failure !== undefined;
   }
@@ -287,91 +256,50 @@ export class PartitionProcessor implements AttemptHost {
     setImmediate(() => void this.flush());
   }
 
-  /**
-   * Folds and writes batches until nothing is queued. A written batch is acknowledged (its
-   * appends resolve, its observers and actions run) once the next batch's write has been
-   * submitted: the store writes the next batch while this one's answers go out, so a busy
-   * partition's writes follow each other without waiting for the acknowledgements. Batches are
-   * acknowledged in order, each exactly once, and before the partition goes idle or stops.
-   */
   private async flush(): Promise<void> {
-    // The last batch's acknowledgement may append here (an outbox entry to this partition, an
-    // attempt's refusal): what it queues is taken by this same flush.
-    do {
-      while (this.hasWork()) {
-        const next = this.foldBatch();
-        if (next === undefined) break;
-        const written = this.log.append(next.records, next.writes, next.sync);
-        if (this.written.size > 0) setImmediate(() => this.acknowledge());
-        try {
-          const last = await written;
-          assert(last === next.before + next.records.length, () => `partition ${this.partition}: log at ${last} after appending ${next.records.length} records at ${next.before}`);
-        } catch (err) {
-          this.halt(err, 'the partition log could not be written', next.batch);
-          break;
-        }
-        next.written_ms = performance.now() - next.write_start_ms;
-        this.acknowledge();
-        this.state.writesDurable();
-        // A synced write puts every earlier one on disk with it.
-        if (next.sync || !this.fsync || this.log.durable_on_append) this.settleDurable(next.number);
-        assert(this.written.size === 0, () => `partition ${this.partition}: ${this.written.size} batches written and not acknowledged`);
-        this.written.enqueue(next);
-      }
-      this.acknowledge();
-    } while (this.hasWork());
-    this.writing = false;
-    this.settleIdle?.();
-  }
-
-  private hasWork(): boolean {
-    return (this.queue.size > 0 || this.syncWanted) && this.failure === undefined;
-  }
-
-  /** Takes the next batch off the queue and folds it; undefined when a command could not be folded (the partition stopped). */
-  private foldBatch(): FoldedBatch | undefined {
-    const batch: Pending[] = [];
-    while (batch.length < MAX_BATCH_COMMANDS && this.queue.size > 0) batch.push(this.queue.dequeue()!);
-    const records: Buffer[] = [];
-    const actions: Action[] = [];
-    let bytes = 0;
-    const entriesBefore = this.state.entries_appended;
-    try {
-      for (const p of batch) {
-        const record = encodeCommand(p.command);
-        bytes += record.length;
-        records.push(record);
-        fold({ state: this.state, actions, now_ms: p.command.timestamp_ms ?? 0 }, p.command);
-      }
-    } catch (err) {
-      this.halt(err, 'a command could not be folded', batch);
-      return undefined;
-    }
-    // With fsync off, written is as durable as it gets (a crash of the process loses nothing).
-    const sync = this.fsync && (needsSync(batch, actions) || this.syncWanted);
-    this.syncWanted = false;
-    const entries = this.state.entries_appended - entriesBefore;
-    const writes = this.state.takeWrites();
-    return { number: ++this.folded_batches, batch, records, actions, writes, bytes, entries, sync, before: this.log.applied_position, write_start_ms: performance.now(), written_ms: 0 };
-  }
-
-  /** Acknowledges the batches written and not yet acknowledged, oldest first. */
-  private acknowledge(): void {
-    for (let b = this.written.dequeue(); b !== undefined; b = this.written.dequeue()) {
-      assert(b.number === this.acknowledged_batches + 1, () => `partition ${this.partition}: batch ${b.number} acknowledged after ${this.acknowledged_batches}`);
-      this.acknowledged_batches = b.number;
-      // (a batch of no command: only a sync that reads waited for, not one for the batch metrics)
-      if (b.batch.length > 0) this.observeBatch(b.records.length, b.bytes, b.written_ms, b.entries);
+    while ((this.queue.size > 0 || this.syncWanted) && this.failure === undefined) {
+      const batch: Pending[] = [];
+      while (batch.length < MAX_BATCH_COMMANDS && this.queue.size > 0) batch.push(this.queue.dequeue()!);
+      const records: Buffer[] = [];
+      const actions: Action[] = [];
+      let bytes = 0;
+      const entriesBefore = this.state.entries_appended;
       try {
-        this.observe?.(this.partition, b.writes);
+        for (const p of batch) {
+          const record = encodeCommand(p.command);
+          bytes += record.length;
+          records.push(record);
+          fold({ state: this.state, actions, now_ms: p.command.timestamp_ms ?? 0 }, p.command);
+        }
+      } catch (err) {
+        this.halt(err, 'a command could not be folded', batch);
+        break;
+      }
+      const number = ++this.folded_batches;
+      const before = this.log.applied_position;
+      const writes = this.state.takeWrites();
+      const writeStart = performance.now();
+      // With fsync off, written is as durable as it gets (a crash of the process loses nothing).
+      const sync = this.fsync && (needsSync(batch, actions) || this.syncWanted);
+      this.syncWanted = false;
+      try {
+        const last = await this.log.append(records, writes, sync);
+        assert(last === before + records.length, () => `partition ${this.partition}: log at ${last} after appending ${records.length} records at ${before}`);
+      } catch (err) {
+        this.halt(err, 'the partition log could not be written', batch);
+        break;
+      }
+      this.state.writesDurable();
+      // A synced write puts every earlier one on disk with it.
+      if (sync || !this.fsync || this.log.durable_on_append) this.settleDurable(number);
+      // (a batch of no command: only a sync that reads waited for, not one for the batch metrics)
+      if (batch.length > 0) this.observeBatch(records.length, bytes, performance.now() - writeStart, this.state.entries_appended - entriesBefore);
+      try {
+        this.observe?.(this.partition, writes);
       } catch (err) {
         this.logger.error({ err, code: 'RT0006' }, 'an observer of durable batches failed');
       }
-      for (const p of b.batch) p.resolve();
-      // A partition stopped since: its state cannot be trusted, and a restart derives what must
-      // run from the store, except the answers to clients waiting for a completion (it carries
-      // its status).
-      const actions = this.failure === undefined ? b.actions : b.actions.filter((a) => a.kind === 'completed');
+      for (const p of batch) p.resolve();
       try {
         this.effects.execute(this, actions);
       } catch (err) {
@@ -379,6 +307,8 @@ export class PartitionProcessor implements AttemptHost {
         this.logger.error({ err, code: 'RT0006' }, 'running the actions of a batch failed');
       }
     }
+    this.writing = false;
+    this.settleIdle?.();
   }
 
   /** One written batch: its size, its write time, the journal entries it appended. */

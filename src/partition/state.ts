@@ -35,16 +35,10 @@ export { promiseKeyOf } from '../storage/tables/promises.js';
 /** What a fold asks for once its batch is durable. */
 export type Action =
   | { kind: 'start'; id: string; epoch: number }
-  /**
-   * A message for the live attempt. `entry_index`: the notification's place in the journal, so
-   * that an attempt whose replay already held it (it started after this was folded, before this
-   * action ran) does not get it twice; absent for a reply to the attempt's own message.
-   */
-  | { kind: 'forward'; id: string; epoch: number; type: number; payload: Uint8Array; entry_index?: number }
+  | { kind: 'forward'; id: string; epoch: number; type: number; payload: Uint8Array }
   | { kind: 'timer'; timer: Timer }
   | { kind: 'retry'; id: string; epoch: number; at_ms: number }
-  /** `status` as completed (a later batch, folded before this action runs, may purge it). */
-  | { kind: 'completed'; id: string; status: InvocationStatus }
+  | { kind: 'completed'; id: string }
   | { kind: 'outbox'; entry: OutboxEntry }
   | { kind: 'abort'; id: string }
   /** The current attempt broke a rule (RT0017...): end it and record the failure under `epoch`. */
@@ -132,12 +126,6 @@ export class PartitionState {
    * must see these first, or it would cache what the batch deleted or changed.
    */
   private unflushed = new Map<string, Buffer | null>();
-  /**
-   * Journals appended to by the batch being folded, and by the batch being written: each one's
-   * length before the batch (writtenJournalLength). Bounded by the entries of a batch.
-   */
-  private journalMarks = new Map<string, number>();
-  private unflushedJournalMarks = new Map<string, number>();
 
   /** Idle statuses kept in memory (IDLE_STATUSES_IN_MEMORY unless a test asks for fewer). */
   private readonly idle_statuses_limit: number;
@@ -343,7 +331,6 @@ export class PartitionState {
     }
     const index = journal.length;
     assert(index === s.journal_length, () => `journal of ${s.id} has ${index} entries in memory, its status says ${s.journal_length}`);
-    if (!this.journalMarks.has(s.id)) this.journalMarks.set(s.id, index);
     journal.push(entry);
     s.journal_length = index + 1;
     this.entries_appended += 1;
@@ -625,20 +612,12 @@ export class PartitionState {
     this.statusWrites = new Map();
     this.unflushed = this.writes;
     this.writes = new Map();
-    this.unflushedJournalMarks = this.journalMarks;
-    this.journalMarks = new Map();
     return [...this.unflushed];
   }
 
   /** The batch taken last is in the store: reads may go to the store again. */
   writesDurable(): void {
     this.unflushed = new Map();
-    this.unflushedJournalMarks = new Map();
-  }
-
-  /** How many entries of `id`'s journal are in the store, when a batch not written yet appended to it (else undefined: all). */
-  writtenJournalLength(id: string): number | undefined {
-    return this.unflushedJournalMarks.get(id) ?? this.journalMarks.get(id);
   }
 
   /** Drops the writes of the current batch (the batch is abandoned: the partition stops). */
@@ -647,8 +626,6 @@ export class PartitionState {
     this.writes = new Map();
     this.statusWrites = new Map();
     this.unflushed = new Map();
-    this.journalMarks = new Map();
-    this.unflushedJournalMarks = new Map();
   }
 }
 

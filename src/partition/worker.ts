@@ -32,7 +32,7 @@ import { TimerWindow } from './timers.js';
  */
 export interface AttemptRunner {
   start(host: AttemptHost, id: string, epoch: number): void;
-  forward(id: string, epoch: number, type: number, payload: Uint8Array, entry_index?: number): void;
+  forward(id: string, epoch: number, type: number, payload: Uint8Array): void;
   abort(id: string): void;
   reject(host: AttemptHost, action: Extract<Action, { kind: 'reject' }>): void;
   stop(): void;
@@ -484,7 +484,7 @@ export class Worker implements Effects {
           this.runner?.start(processor, a.id, a.epoch);
           break;
         case 'forward':
-          this.runner?.forward(a.id, a.epoch, a.type, a.payload, a.entry_index);
+          this.runner?.forward(a.id, a.epoch, a.type, a.payload);
           break;
         case 'timer':
           this.timerWindows.get(processor.partition)!.add(a.timer);
@@ -505,7 +505,7 @@ export class Worker implements Effects {
           this.runner?.reject(processor, a);
           break;
         case 'completed': {
-          const s = a.status;
+          const s = processor.invocation(a.id)!;
           this.observeCompletion(s);
           const list = this.waiters.get(a.id);
           if (list === undefined) break;

@@ -222,10 +222,10 @@ export interface NotificationId {
  */
 export function notify(ctx: FoldContext, s: InvocationStatus, entry: JournalEntry, id: NotificationId): void {
   assert(s.status !== 'completed', () => `notification for ${s.id}, which has completed`);
-  const entry_index = ctx.state.appendEntry(s, entry);
+  ctx.state.appendEntry(s, entry);
   s.modified_at_ms = ctx.now_ms;
   if (s.status === 'running') {
-    ctx.actions.push({ kind: 'forward', id: s.id, epoch: s.epoch, type: entry.type, payload: entry.payload, entry_index });
+    ctx.actions.push({ kind: 'forward', id: s.id, epoch: s.epoch, type: entry.type, payload: entry.payload });
   } else if (s.status === 'suspended' && s.waiting !== undefined && awaits(s.waiting, id)) {
     resume(ctx, s);
   }
@@ -309,7 +309,7 @@ export function complete(ctx: FoldContext, s: InvocationStatus, result: Invocati
   if (s.caller_id !== undefined) sendResult(ctx, s.caller_id, s.caller_completion_id ?? 0, MessageType.CallCompletion, resultMsg(result));
   for (const a of s.attachers ?? []) sendResult(ctx, a.id, a.completion_id, a.entry_type, resultMsg(result));
   delete s.attachers;
-  ctx.actions.push({ kind: 'completed', id: s.id, status: s });
+  ctx.actions.push({ kind: 'completed', id: s.id });
 }
 
 function releaseLock(ctx: FoldContext, s: InvocationStatus): void {
