@@ -101,6 +101,45 @@ t.test('a store whose writes fail: the partition stops, nothing is acknowledged 
   t.same(acknowledged.filter((id) => again.invocation(id) === undefined), [], 'every acknowledged invocation is there after a restart');
 });
 
+t.test('a partition stopped by a failed write starts no attempt from what that batch folded', async (t) => {
+  const db = await openWorkerStore(path.join(tempDir(t), 'worker'));
+  t.teardown(() => db.close());
+  let failing = false;
+  const batch = db.batch.bind(db);
+  db.batch = (...args) => {
+    const b = batch(...args);
+    const write = b.write.bind(b);
+    b.write = (...w) => (failing ? Promise.reject(new Error('Input/output error')) : write(...w));
+    return b;
+  };
+  const p = await PartitionProcessor.open(db, new GroupWriter(db), 0, { fsync: true, effects: { execute() {} }, logger: silentLogger });
+  t.notOk(p.retired);
+  failing = true;
+  const cmd = { kind: 'invoke', invoke: { invocation_id: InvocationId.random(randomPartitionKey()).bytes, service: 'S', handler: 'h', service_type: 'Service' } };
+  await t.rejects(p.append(cmd), { code: 'KEEL0503' });
+  const id = InvocationId.fromBytes(cmd.invoke.invocation_id).text;
+  t.equal(p.invocation(id)?.status, 'running', 'its memory still holds the invocation the failed batch folded');
+  t.ok(p.retired, 'a stopped partition is retired');
+  // An attempt the invoker had parked (or queued) before the stop reaches launch only now.
+  const { Invoker } = await import('../dist/invoker/index.js');
+  const config = {
+    worker: { partitions: 1, invoker: { concurrent_invocations_limit: 10, inactivity_timeout_ms: 60_000, abort_timeout_ms: 60_000, message_size_limit_bytes: 1e9, disable_eager_state: false } },
+    default_retry_policy: { initial_interval_ms: 50, max_interval_ms: 100, max_attempts: 10, exponentiation_factor: 2, on_max_attempts: 'pause' },
+  };
+  const service = { name: 'S', ty: 'Service', deployment_id: 'D1', handlers: [{ name: 'h' }] };
+  const registry = {
+    deployment: () => ({ id: 'D1', uri: 'http://127.0.0.1:9', use_http_11: false, additional_headers: {}, min_protocol_version: 5, max_protocol_version: 5 }),
+    deploymentConcurrency: () => undefined,
+    service: () => service,
+    handler: () => ({ service, handler: { name: 'h' } }),
+  };
+  let opened = 0;
+  const invoker = new Invoker(config, registry, { openStream: () => (opened++, { write() {}, end() {}, finish() {}, abort() {} }) }, silentLogger);
+  invoker.start(p, id, 0);
+  t.equal(opened, 0, 'no attempt opens a stream for an invocation that was never written');
+  invoker.stop();
+});
+
 /**
  * Mounts a tmpfs of `size` at a new directory (the tests run as root, as CI does). Where the
  * machine forbids mounts, undefined: the in-process write-failure test above covers the path.
