@@ -114,9 +114,24 @@ export class KafkaLogClient {
         { name: 'max.message.bytes', value: String(MAX_BATCH_BYTES) },
       ] }],
     });
-    const meta = await admin.fetchTopicMetadata({ topics: [s.topic] });
-    const count = meta.topics[0]?.partitions.length ?? 0;
+    const count = (await this.topicMetadata(admin)).topics[0]?.partitions.length ?? 0;
     if (count < s.partitions) throw new Error(`the log topic ${s.topic} has ${count} partitions; Keel has ${s.partitions} (give the topic at least as many, or another name)`);
+  }
+
+  /**
+   * The log topic's metadata. A node that found the topic just created by another (two started at
+   * once) may ask a broker that does not know it yet: a retriable UNKNOWN_TOPIC_OR_PARTITION, read
+   * again after a pause (it made such a node exit).
+   */
+  private async topicMetadata(admin: Admin): ReturnType<Admin['fetchTopicMetadata']> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await admin.fetchTopicMetadata({ topics: [this.settings.topic] });
+      } catch (err) {
+        if ((err as { retriable?: unknown }).retriable !== true || attempt >= LOG_BOUNDS_TRIES) throw err;
+        await new Promise((r) => setTimeout(r, LOG_BOUNDS_RETRY_MS * attempt));
+      }
+    }
   }
 
   /**
