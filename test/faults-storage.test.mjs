@@ -72,14 +72,7 @@ t.test('a truncated write-ahead log: either refused with a code, or the store st
 t.test('a store whose writes fail: the partition stops, nothing is acknowledged that was not written', async (t) => {
   const db = await openWorkerStore(path.join(tempDir(t), 'worker'));
   t.teardown(() => db.close());
-  let failing = false;
-  const batch = db.batch.bind(db);
-  db.batch = (...args) => {
-    const b = batch(...args);
-    const write = b.write.bind(b);
-    b.write = (...w) => (failing ? Promise.reject(Object.assign(new Error('No space left on device'), { code: 'ENOSPC' })) : write(...w));
-    return b;
-  };
+  const writes = failingWrites(db);
   const p = await PartitionProcessor.open(db, new GroupWriter(db), 0, { fsync: true, effects: { execute() {} }, logger: silentLogger });
   const invoke = () => ({ kind: 'invoke', invoke: { invocation_id: InvocationId.random(randomPartitionKey()).bytes, service: 'S', handler: 'h', service_type: 'Service' } });
   const acknowledged = [];
@@ -88,12 +81,12 @@ t.test('a store whose writes fail: the partition stops, nothing is acknowledged 
     await p.append(cmd);
     acknowledged.push(InvocationId.fromBytes(cmd.invoke.invocation_id).text);
   }
-  failing = true;
+  writes.failing = true;
   const refused = await Promise.allSettled([p.append(invoke()), p.append(invoke())]);
   t.same(refused.map((r) => r.status), ['rejected', 'rejected'], 'appends during the fault are refused');
   t.match(refused[0].reason, { code: 'KEEL0503', status: 503 });
   t.match(p.health, { reason: /could not be written.*No space left/ }, 'the partition says why it stopped');
-  failing = false;
+  writes.failing = false;
   await t.rejects(p.append(invoke()), { code: 'KEEL0503' }, 'and stays stopped until a restart');
   t.equal((await EmbeddedLog.open(db, 0)).applied_position, 5, 'the log holds exactly what was acknowledged');
   t.same(await verifyPartition(db, 0), []);
@@ -104,17 +97,10 @@ t.test('a store whose writes fail: the partition stops, nothing is acknowledged 
 t.test('a partition stopped by a failed write starts no attempt from what that batch folded', async (t) => {
   const db = await openWorkerStore(path.join(tempDir(t), 'worker'));
   t.teardown(() => db.close());
-  let failing = false;
-  const batch = db.batch.bind(db);
-  db.batch = (...args) => {
-    const b = batch(...args);
-    const write = b.write.bind(b);
-    b.write = (...w) => (failing ? Promise.reject(new Error('Input/output error')) : write(...w));
-    return b;
-  };
+  const writes = failingWrites(db);
   const p = await PartitionProcessor.open(db, new GroupWriter(db), 0, { fsync: true, effects: { execute() {} }, logger: silentLogger });
   t.notOk(p.retired);
-  failing = true;
+  writes.failing = true;
   const cmd = { kind: 'invoke', invoke: { invocation_id: InvocationId.random(randomPartitionKey()).bytes, service: 'S', handler: 'h', service_type: 'Service' } };
   await t.rejects(p.append(cmd), { code: 'KEEL0503' });
   const id = InvocationId.fromBytes(cmd.invoke.invocation_id).text;
@@ -139,6 +125,19 @@ t.test('a partition stopped by a failed write starts no attempt from what that b
   t.equal(opened, 0, 'no attempt opens a stream for an invocation that was never written');
   invoker.stop();
 });
+
+/** Makes `db`'s batch writes fail (ENOSPC) while the returned switch's `failing` is set. */
+function failingWrites(db) {
+  const store = { failing: false };
+  const batch = db.batch.bind(db);
+  db.batch = (...args) => {
+    const b = batch(...args);
+    const write = b.write.bind(b);
+    b.write = (...w) => (store.failing ? Promise.reject(Object.assign(new Error('No space left on device'), { code: 'ENOSPC' })) : write(...w));
+    return b;
+  };
+  return store;
+}
 
 /**
  * Mounts a tmpfs of `size` at a new directory (the tests run as root, as CI does). Where the

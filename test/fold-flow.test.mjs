@@ -14,6 +14,12 @@ const scopedId = (scope) => InvocationId.random(scopePartitionKey(scope));
 const rules = (version, list) => ({ kind: 'limit_rules', limit_rules: { version, rules: list.map(([pattern, concurrency, disabled = false]) => ({ pattern, concurrency, disabled, version })) } });
 const scoped = (id, scope, limit_key, fields = {}) => invoke(id, { scope, ...(limit_key ? { limit_key } : {}), ...fields });
 const started = (actions) => find(actions, 'start').map((a) => a.id);
+/** Ends `id`'s current attempt at log time `at`: with an output first when it ends (END), else as `outcome` says. */
+function endAttempt(p, id, at, outcome = Outcome.END, fields = {}) {
+  const s = p.status(id);
+  if (outcome === Outcome.END) p.apply(append(id, s.epoch, MessageType.OutputCommand, output('x')), at);
+  return p.apply(ended(id, s.epoch, outcome, fields), at);
+}
 
 t.test('a scope limit of 2: the third waits as pending, and starts when a slot frees', async (t) => {
   const p = partition();
@@ -239,11 +245,7 @@ t.test('a queue\'s meta (sys_vqueue_meta): suspended, paused and finished counte
 t.test("a queue's moving averages (sys_vqueue_meta's avg_*), sampled as Restate samples them", async (t) => {
   const p = partition();
   const T = p.now + 1000;
-  const endAt = (id, at, outcome = Outcome.END, fields = {}) => {
-    const s = p.status(id);
-    if (outcome === Outcome.END) p.apply(append(id, s.epoch, MessageType.OutputCommand, output('x')), at);
-    return p.apply(ended(id, s.epoch, outcome, fields), at);
-  };
+  const endAt = (id, at, outcome, fields) => endAttempt(p, id, at, outcome, fields);
   p.apply(rules(1, [['av', 1]]), T);
   const [a, b, c] = [scopedId('av'), scopedId('av'), scopedId('av')];
   p.apply(scoped(a, 'av'), T); // starts at once: 0 in the inbox, 0 waited
@@ -274,11 +276,7 @@ t.test("a queue's moving averages (sys_vqueue_meta's avg_*), sampled as Restate 
 t.test('the log time each waited to start, by what it waited for: a concurrency slot, a rate, its key lock (sys_vqueue_entry_status)', async (t) => {
   const p = partition();
   const at0 = p.now + 1000;
-  const endAt = (id, at, outcome = Outcome.END, fields = {}) => {
-    const s = p.status(id);
-    if (outcome === Outcome.END) p.apply(append(id, s.epoch, MessageType.OutputCommand, output('x')), at);
-    return p.apply(ended(id, s.epoch, outcome, fields), at);
-  };
+  const endAt = (id, at, outcome, fields) => endAttempt(p, id, at, outcome, fields);
   p.apply(rules(1, [['s', 1]]), at0);
   const [a, b] = [scopedId('s'), scopedId('s')];
   p.apply(scoped(a, 's'), at0);

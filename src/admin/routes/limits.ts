@@ -179,7 +179,7 @@ export function limitRuleRoutes(ctx: AdminContext) {
     const limitsOf = (id: string) => {
       const l = registry.deploymentLimitsOf(id);
       if (l === undefined) throw new KeelError('KEEL0004', `deployment '${id}' not found`);
-      return { deployment: id, concurrency: l.operator ?? null, manifest_invocations: l.manifest ?? null, effective_concurrency: l.operator ?? l.manifest ?? null };
+      return { deployment: id, concurrency: l.operator ?? null, manifest_invocations: l.manifest ?? null, effective_concurrency: registry.deploymentConcurrency(id) ?? null };
     };
     r.get<{ Params: { id: string } }>('/deployments/:id/limits', async (req) => limitsOf(req.params.id));
     r.put<{ Params: { id: string } }>('/deployments/:id/limits', async (req) => {
