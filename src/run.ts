@@ -1,4 +1,5 @@
 import { existsSync } from 'node:fs';
+import { installLeanAsyncBind } from './common/async-bind.js';
 import { loadConfig } from './config/index.js';
 import { createLogger, logProcessWarnings } from './common/logger.js';
 import { isKeelError } from './errors/index.js';
@@ -14,6 +15,8 @@ function configFile(argv: string[]): string | undefined {
 }
 
 async function main(): Promise<void> {
+  // Node's HTTP/2 client binds a function per request; the server sends one per invocation.
+  installLeanAsyncBind();
   const early = createLogger(process.env.KEEL_LOG__LEVEL ?? 'info', 'auto');
   logProcessWarnings(early);
   let server: KeelServer;
