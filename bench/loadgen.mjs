@@ -7,7 +7,8 @@
 //         keys?, keyPrefix?         – object mode: `{key}` in url is replaced by keyPrefix + i, i = 0..keys-1,
 //                                     round robin over all requests; successes per key are counted in every
 //                                     phase (warmup too), so they can be compared with the object's state }
-// CPU of the pids' process trees is sampled right before and right after the measured window (after the drain).
+// CPU of the pids' process trees is sampled right before and right after the measured window (after the drain);
+// `cpuMs.loadgen` is this process's own over the same window.
 import * as http from 'node:http';
 import { sampleCpu } from './proc.mjs';
 
@@ -124,16 +125,20 @@ const rec = (r) => {
 
 const pids = spec.pids ?? {};
 const cpu0 = sampleCpu(pids);
+const own0 = process.cpuUsage();
 const t0 = nowMs();
 await phase(fixed ? { total: spec.total } : { durationMs: spec.durationMs }, rec);
 const t1 = nowMs();
 const cpu1 = sampleCpu(pids);
+const own1 = process.cpuUsage(own0);
 agent.destroy();
 
 const sorted = lat.subarray(0, ok).sort();
 const elapsedMs = t1 - t0;
 const cpuMs = {};
 for (const k of Object.keys(pids)) cpuMs[k] = cpu0[k] != null && cpu1[k] != null ? cpu1[k] - cpu0[k] : null;
+// Its own share of the machine: on a small one the server, the service and this compete for the cores.
+cpuMs.loadgen = (own1.user + own1.system) / 1000;
 let sum = 0;
 for (const v of sorted) sum += v;
 const out = {

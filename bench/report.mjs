@@ -333,14 +333,20 @@ export function scalingTables(res) {
     if (r.error) rows.push([r.target, '-', r.error, '', '', '', '']);
     for (const c of r.cpuSets ?? []) {
       const cell = (sc) => (c[sc]?.error ? c[sc].error : `${fmt(c[sc]?.rps, 0)}/s, p99 ${ms(c[sc]?.p99, 1)} ms, ${ms(c[sc]?.cpuMsPerInvocation, 3)} ms CPU`);
-      rows.push([r.target, r.workers ?? '-', c.cpus, c.cores, cell('noop'), cell('steps'), c === r.cpuSets.at(-1) && r.ratio ? `${x(r.ratio.noop)} / ${x(r.ratio.steps)}` : '']);
+      rows.push([r.target, r.workers ?? '-', c.cpus, c.cores, cell('noop'), cell('steps'), `${busy(c.noop)} / ${busy(c.steps)}`, c === r.cpuSets.at(-1) && r.ratio ? `${x(r.ratio.noop)} / ${x(r.ratio.steps)}` : '']);
     }
   }
   const notes = [
     'noop and steps at c=32 with the server process pinned (taskset) to each CPU set, on a fresh server each; median of --rounds; "× first set": throughput on the largest set ÷ on the smallest (noop / steps). The SDK service and the load generator are not pinned (on 2 cores they share them with the server).',
+    '"busy": cores the whole machine kept busy during the cell (server + SDK service + load generator) of the cores it has, the server\'s share in brackets (noop / steps). A set whose machine is busy on ≥ 90% of its cores is machine-bound: the service and the load generator took what the server did not, and a ratio to it measures the machine, not the server.',
   ];
-  return [{ title: 'Scaling: throughput by the cores the server may use', columns: ['target', 'workers', 'cores', 'n', 'noop', 'steps', '× first set'], rows, notes }];
+  return [{ title: 'Scaling: throughput by the cores the server may use', columns: ['target', 'workers', 'cores', 'n', 'noop', 'steps', 'busy', '× first set'], rows, notes }];
 }
+
+/** The share of its cores a machine must keep busy for a cell to be machine-bound. */
+const MACHINE_BOUND = 0.9;
+const isMachineBound = (cell) => cell?.busyCores?.machine != null && cell.busyCores.machine >= MACHINE_BOUND * cell.busyCores.of;
+const busy = (cell) => (cell?.busyCores?.machine == null ? '-' : `${fmt(cell.busyCores.machine, 2)} of ${cell.busyCores.of} (${fmt(cell.busyCores.server, 2)})`);
 
 function scalingGoals(res, add) {
   const k = (res.scaling ?? []).find((r) => r.target === 'keel');
@@ -350,7 +356,8 @@ function scalingGoals(res, add) {
   for (const sc of ['noop', 'steps']) {
     const v = k.ratio?.[sc];
     const label = first && last ? `${last.cores} cores ÷ ${first.cores}` : 'cores';
-    add(`scaling ${sc}: throughput on ${label} ≥ ${GOALS.scaling.minRatio}×`, 'keel', v == null ? (k.error ?? '-') : `${x(v)}${r?.ratio?.[sc] != null ? ` (restate ${x(r.ratio[sc])})` : ''}`, v == null ? null : v >= GOALS.scaling.minRatio);
+    const bound = isMachineBound(last?.[sc]) ? `; machine-bound on ${last.cores} cores: ${busy(last[sc])} busy` : '';
+    add(`scaling ${sc}: throughput on ${label} ≥ ${GOALS.scaling.minRatio}×`, 'keel', v == null ? (k.error ?? '-') : `${x(v)}${r?.ratio?.[sc] != null ? ` (restate ${x(r.ratio[sc])})` : ''}${bound}`, v == null ? null : v >= GOALS.scaling.minRatio);
   }
 }
 

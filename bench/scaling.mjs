@@ -8,6 +8,7 @@
 // taskset -c 8-15 npm run bench -- --scaling-only` (the server's own taskset replaces the mask it inherits).
 import { execFileSync } from 'node:child_process';
 import { rmSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { stopGroup } from './children.mjs';
 import { log, median } from './common.mjs';
 import { SCENARIOS, closedLoopCell, warmup } from './scenarios.mjs';
@@ -63,13 +64,25 @@ async function pinnedCells(target, node, service, cpus, opts) {
       Object.entries(rows).map(([sc, rs]) => {
         const ok = rs.filter((r) => !r.failed && r.ok > 0);
         if (ok.length === 0) return [sc, { error: rs[0]?.failed ?? 'no successful call' }];
-        return [sc, { rps: median(ok.map((r) => r.rps)), p99: median(ok.map((r) => r.latencyMs.p99)), cpuMsPerInvocation: median(ok.map((r) => r.cpuMsPerInvocation?.server)), roundsRps: ok.map((r) => r.rps), errors: rs.reduce((n, r) => n + (r.errors ?? 0), 0) }];
+        return [sc, { rps: median(ok.map((r) => r.rps)), p99: median(ok.map((r) => r.latencyMs.p99)), cpuMsPerInvocation: median(ok.map((r) => r.cpuMsPerInvocation?.server)), ...busyCores(ok), roundsRps: ok.map((r) => r.rps), errors: rs.reduce((n, r) => n + (r.errors ?? 0), 0) }];
       }),
     );
   } finally {
     await stopGroup(s.child);
     if (!opts.keepDirs) rmSync(s.dataDir, { recursive: true, force: true });
   }
+}
+
+/**
+ * How many cores the cell kept busy (medians over its rounds): the server's, and the whole
+ * machine's (server, SDK service and load generator). Where the machine's is near every core it
+ * has, more cores for the server cannot show: the service and the load generator have the rest.
+ */
+function busyCores(rounds) {
+  const cores = (r, ...who) => who.reduce((n, k) => n + (r.cpuMs?.[k] ?? NaN), 0) / r.elapsedMs;
+  const server = median(rounds.map((r) => cores(r, 'server')).filter(Number.isFinite));
+  const machine = median(rounds.map((r) => cores(r, 'server', 'service', 'loadgen')).filter(Number.isFinite));
+  return { busyCores: { server: server ?? null, machine: machine ?? null, of: availableParallelism() } };
 }
 
 /**

@@ -38,10 +38,23 @@ t.test('the table and the goal: 2-core ÷ 1-core ≥ 1.7, Restate beside', async
   const res = { meta: { opts: parseArgs(['--scaling-only', '--targets', 'restate,keel']) }, results: [], objects: [], burst: {}, startup: {}, recovery: {}, logs: {}, scaling: [run('restate', 700, 1300), run('keel', 1500, 1800)] };
   const [table] = scalingTables(res);
   t.equal(table.rows.length, 4, 'a row per target and CPU set');
-  t.match(table.rows[3], ['keel', 1, '0-1', 2, /1800\/s/, /900\/s/, '1.20x / 1.20x']);
+  t.match(table.rows[3], ['keel', 1, '0-1', 2, /1800\/s/, /900\/s/, '- / -', '1.20x / 1.20x']);
   const goals = checkGoals(res).filter((g) => g.goal.startsWith('scaling'));
   t.equal(goals.length, 2);
   t.match(goals[0], { goal: 'scaling noop: throughput on 2 cores ÷ 1 ≥ 1.7×', target: 'keel', value: '1.20x (restate 1.86x)', pass: false });
   res.scaling[1] = run('keel', 1000, 1800);
   t.equal(checkGoals(res).find((g) => g.goal.startsWith('scaling noop')).pass, true);
+});
+
+t.test('a set whose machine was busy on ≥ 90% of its cores is said to be machine-bound', async (t) => {
+  const busy = (machine, server) => ({ busyCores: { machine, server, of: 2 } });
+  const keel = run('keel', 1200, 1400);
+  Object.assign(keel.cpuSets[1].noop, busy(1.92, 0.81));
+  Object.assign(keel.cpuSets[1].steps, busy(1.2, 0.6));
+  const res = { meta: { opts: parseArgs(['--scaling-only', '--targets', 'keel']) }, results: [], objects: [], burst: {}, startup: {}, recovery: {}, logs: {}, scaling: [keel] };
+  const [table] = scalingTables(res);
+  t.equal(table.rows[1][6], '1.92 of 2 (0.81) / 1.20 of 2 (0.60)', 'busy cores: machine of cores (server), noop / steps');
+  const [noop, steps] = checkGoals(res).filter((g) => g.goal.startsWith('scaling'));
+  t.match(noop, { value: '1.17x; machine-bound on 2 cores: 1.92 of 2 (0.81) busy', pass: false });
+  t.equal(steps.value, '1.17x', 'a set with cores to spare is not');
 });
