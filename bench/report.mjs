@@ -338,7 +338,7 @@ export function scalingTables(res) {
   }
   const notes = [
     'noop and steps at c=32 with the server process pinned (taskset) to each CPU set, on a fresh server each; median of --rounds; "× first set": throughput on the largest set ÷ on the smallest (noop / steps). The SDK service and the load generator are not pinned (on 2 cores they share them with the server).',
-    '"busy": cores the whole machine kept busy during the cell (server + SDK service + load generator) of the cores it has, the server\'s share in brackets (noop / steps). A set whose machine is busy on ≥ 90% of its cores is machine-bound: the service and the load generator took what the server did not, and a ratio to it measures the machine, not the server.',
+    '"busy": cores the whole machine kept busy during the cell (server + SDK service + load generator) of the cores it has, the server\'s share in brackets (noop / steps). A set whose machine is busy on ≥ 90% of its cores is machine-bound: the service and the load generator took what the server did not, and a ratio to it measures the machine, not the server. A server that used < 90% of the cores it was pinned to was not what limited its set.',
   ];
   return [{ title: 'Scaling: throughput by the cores the server may use', columns: ['target', 'workers', 'cores', 'n', 'noop', 'steps', 'busy', '× first set'], rows, notes }];
 }
@@ -346,6 +346,16 @@ export function scalingTables(res) {
 /** The share of its cores a machine must keep busy for a cell to be machine-bound. */
 const MACHINE_BOUND = 0.9;
 const isMachineBound = (cell) => cell?.busyCores?.machine != null && cell.busyCores.machine >= MACHINE_BOUND * cell.busyCores.of;
+/**
+ * Said when the smallest set's server left its cores partly idle: the load, not the server,
+ * limited it (on a small machine the SDK service and the load generator cannot drive it harder),
+ * so what more cores buy the server does not show.
+ */
+function limitedElsewhere(set, sc) {
+  const b = set?.[sc]?.busyCores;
+  if (b?.server == null || b.server >= MACHINE_BOUND * set.cores) return undefined;
+  return `; not server-bound on ${set.cores} core${set.cores === 1 ? '' : 's'}: the server used ${fmt(b.server, 2)} (machine ${fmt(b.machine, 2)} of ${b.of} busy)`;
+}
 const busy = (cell) => (cell?.busyCores?.machine == null ? '-' : `${fmt(cell.busyCores.machine, 2)} of ${cell.busyCores.of} (${fmt(cell.busyCores.server, 2)})`);
 
 function scalingGoals(res, add) {
@@ -356,7 +366,7 @@ function scalingGoals(res, add) {
   for (const sc of ['noop', 'steps']) {
     const v = k.ratio?.[sc];
     const label = first && last ? `${last.cores} cores ÷ ${first.cores}` : 'cores';
-    const bound = isMachineBound(last?.[sc]) ? `; machine-bound on ${last.cores} cores: ${busy(last[sc])} busy` : '';
+    const bound = limitedElsewhere(first, sc) ?? (isMachineBound(last?.[sc]) ? `; machine-bound on ${last.cores} cores: ${busy(last[sc])} busy` : '');
     add(`scaling ${sc}: throughput on ${label} ≥ ${GOALS.scaling.minRatio}×`, 'keel', v == null ? (k.error ?? '-') : `${x(v)}${r?.ratio?.[sc] != null ? ` (restate ${x(r.ratio[sc])})` : ''}${bound}`, v == null ? null : v >= GOALS.scaling.minRatio);
   }
 }

@@ -46,7 +46,7 @@ t.test('the table and the goal: 2-core ÷ 1-core ≥ 1.7, Restate beside', async
   t.equal(checkGoals(res).find((g) => g.goal.startsWith('scaling noop')).pass, true);
 });
 
-t.test('a set whose machine was busy on ≥ 90% of its cores is said to be machine-bound', async (t) => {
+t.test('a set whose machine was busy on ≥ 90% of its cores is machine-bound; a server that left its cores idle was not what limited it', async (t) => {
   const busy = (machine, server) => ({ busyCores: { machine, server, of: 2 } });
   const keel = run('keel', 1200, 1400);
   Object.assign(keel.cpuSets[1].noop, busy(1.92, 0.81));
@@ -57,4 +57,7 @@ t.test('a set whose machine was busy on ≥ 90% of its cores is said to be machi
   const [noop, steps] = checkGoals(res).filter((g) => g.goal.startsWith('scaling'));
   t.match(noop, { value: '1.17x; machine-bound on 2 cores: 1.92 of 2 (0.81) busy', pass: false });
   t.equal(steps.value, '1.17x', 'a set with cores to spare is not');
+  Object.assign(keel.cpuSets[0].noop, busy(1.63, 0.81));
+  const [limited] = checkGoals(res).filter((g) => g.goal.startsWith('scaling'));
+  t.equal(limited.value, '1.17x; not server-bound on 1 core: the server used 0.81 (machine 1.63 of 2 busy)', 'a first set whose server left its core partly idle says so first');
 });
