@@ -38,11 +38,9 @@ export interface Follower {
 export interface ClusterHooks {
   /**
    * Opens partitions to lead them: each catches up from the log and announces a new epoch. Those
-   * that open stay open though another fails (the failure is thrown after).
+   * that open stay open though another fails: the answer says which are open, and the failure.
    */
-  open(log: KafkaLogClient, partitions: number[]): Promise<void>;
-  /** Whether this node has the partition open. */
-  isOpen(partition: number): boolean;
+  open(log: KafkaLogClient, partitions: number[]): Promise<{ opened: number[]; failure?: unknown }>;
   /** Closes a partition this node leads: another node leads it from now on. */
   close(partition: number): Promise<void>;
   /** Starts what runs beside the partitions (once, when this node first leads any); returns what stops it. */
@@ -290,11 +288,11 @@ export class ClusterNode {
    * left to it (the next reconciliation follows them). One still assigned here was taken by a
    * node this one does not know of: it is deposed (throws). Returns the partitions that opened.
    */
-  private lostTakeover(take: number[], err: unknown): number[] {
-    const failed = take.filter((p) => !this.hooks.isOpen(p));
+  private lostTakeover(take: number[], opened: readonly number[], err: unknown): number[] {
+    const failed = take.filter((p) => !opened.includes(p));
     if (!this.spread || failed.some((p) => this.view.assigned.includes(p))) throw err;
     this.logger.warn({ err, code: 'KEEL0802', partitions: failed }, 'another node took partitions this node was taking over (the shares moved meanwhile); this node leads its new share');
-    return take.filter((p) => !failed.includes(p));
+    return take.filter((p) => opened.includes(p));
   }
 
   /** Brings what this node leads and follows in line with the view it has now. */
@@ -309,9 +307,8 @@ export class ClusterNode {
       for (const p of take) this.taking.add(p);
       await this.stopFollowing(take);
       try {
-        await this.hooks.open(this.log, take);
-      } catch (err) {
-        take = this.lostTakeover(take, err);
+        const { opened, failure } = await this.hooks.open(this.log, take);
+        if (failure !== undefined) take = this.lostTakeover(take, opened, failure);
       } finally {
         this.taking.clear();
       }

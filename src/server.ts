@@ -10,7 +10,7 @@ import { Invoker } from './invoker/index.js';
 import { DEFAULT_ENDPOINT_CLIENT_OPTIONS, EndpointClient } from './endpoint/client.js';
 import { RequestSigner } from './endpoint/identity.js';
 import { Registry } from './metadata/registry.js';
-import { stateCacheBytesPerPartition, Worker } from './partition/worker.js';
+import { stateCacheBytesPerPartition, Worker, type PartitionsOpened } from './partition/worker.js';
 import { ClusterNode, type ClusterHooks, type Follower } from './cluster-node.js';
 import { PartitionFollower } from './partition/catch-up.js';
 import { Snapshotter } from './partition/snapshotter.js';
@@ -110,24 +110,22 @@ export class KeelServer {
       phase('store_opened');
       const opened = db;
       worker.useStore(opened);
-      const openPartitions = async (log?: KafkaLogClient, partitions?: number[]) => {
-        let failure: KeelError | undefined;
-        await worker.open(opened, log, partitions).catch((err: unknown) => {
-          // A read that fails its checksum, or state that breaks an invariant: never run on it.
-          failure = err instanceof KeelError ? err : new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(err as Error)?.message ?? String(err)}`, 500, { cause: err });
-        });
+      const openPartitions = async (log?: KafkaLogClient, partitions?: number[]): Promise<PartitionsOpened> => {
+        const { opened: open, failure } = await worker.open(opened, log, partitions);
         // A partition whose log has an older rule book than the metadata (a crash between a
         // change's commit and its append, or a change made while this node stood by) catches up
         // before anything is served: those that opened, though another failed.
         await worker.setLimitRules(known.limitRules());
         await worker.setStateTtls(known.stateTtls(), { onlyWhereDiffers: true });
         await applySchedules();
-        if (failure !== undefined) throw failure;
+        if (failure === undefined) return { opened: open };
+        // A read that fails its checksum, or state that breaks an invariant: never run on it.
+        const err = failure instanceof KeelError ? failure : new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(failure as Error)?.message ?? String(failure)}`, 500, { cause: failure });
+        return { opened: open, failure: err };
       };
       const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, metrics, opened, { ingress, admin }, routing, worker, {
         open: (log, partitions) => openPartitions(log, partitions),
         close: (partition) => worker.closePartition(partition),
-        isOpen: (partition) => worker.leads(partition),
         startWork: async (log) => {
           worker.start(invoker);
           subscriptions.start();
@@ -135,7 +133,10 @@ export class KeelServer {
         },
       });
       // In a cluster the partitions open once this node is chosen to lead them (after it listens).
-      if (cluster === undefined) await openPartitions();
+      if (cluster === undefined) {
+        const { failure } = await openPartitions();
+        if (failure !== undefined) throw failure;
+      }
       phase('partitions_loaded');
       await listen(ingress, config.ingress.bind_address, 'ingress');
       let pgsql: PgServer;
@@ -221,7 +222,7 @@ export class KeelServer {
  * A cluster node: a standby forwards requests to the active node; `GET /cluster` (admin) says
  * where this node stands. A node deposed while it leads partitions exits (see cluster-node.ts).
  */
-function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, metrics: KeelMetrics, db: Db, servers: { ingress: FastifyInstance; admin: FastifyInstance }, routing: { ingress: PartitionRouting; admin: PartitionRouting }, worker: Worker, partitions: Pick<ClusterHooks, 'open' | 'close' | 'isOpen' | 'startWork'>): ClusterNode {
+function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, metrics: KeelMetrics, db: Db, servers: { ingress: FastifyInstance; admin: FastifyInstance }, routing: { ingress: PartitionRouting; admin: PartitionRouting }, worker: Worker, partitions: Pick<ClusterHooks, 'open' | 'close' | 'startWork'>): ClusterNode {
   const deposed = (reason: string): void => {
     logger.fatal({ code: 'KEEL0802', node: cluster.node_name }, `this node stops: ${reason}`);
     process.exit(1);

@@ -65,6 +65,13 @@ const LINES_PER_CHUNK_BYTES = 1024 * 1024;
 
 /** setTimeout takes at most a signed 32-bit delay; longer timers are re-armed in steps. */
 const MAX_TIMEOUT_MS = 2_147_483_647;
+
+/** What an open of partitions did: those of the asked that are open now, and why another did not open. */
+export interface PartitionsOpened {
+  opened: number[];
+  failure?: unknown;
+}
+
 const MAX_WAITERS_PER_INVOCATION = 10_000;
 
 /**
@@ -108,12 +115,12 @@ export class Worker implements Effects {
    * Opens `partitions` (default: every one): on the embedded log in `db`, or on the cluster's
    * Kafka log (`kafkaLog`, in a cluster). More can be opened, and any closed, later.
    */
-  async open(db: Db, kafkaLog?: KafkaLogClient, partitions: readonly number[] = this.allPartitions()): Promise<void> {
+  async open(db: Db, kafkaLog?: KafkaLogClient, partitions: readonly number[] = this.allPartitions()): Promise<PartitionsOpened> {
     assert((kafkaLog !== undefined) === (this.config.cluster !== undefined), () => 'a cluster node opens its partitions on the Kafka log, a single node on its own');
     this.useStore(db);
     this.writer ??= new GroupWriter(db);
     this.kafkaLog = kafkaLog;
-    await this.openPartitions(partitions);
+    return this.openPartitions(partitions);
   }
 
   /** The store the partitions live in (before any opens: reads of partitions followed here go to it). */
@@ -146,8 +153,12 @@ export class Worker implements Effects {
     return Array.from({ length: this.config.worker.partitions }, (_, p) => p);
   }
 
-  /** Opens partitions not open yet; once the worker has started, they start at once. */
-  async openPartitions(partitions: readonly number[]): Promise<void> {
+  /**
+   * Opens partitions not open yet; once the worker has started, they start at once. Each that
+   * opens is kept though another fails (it announced its epoch, so it is led here): the answer
+   * says which of `partitions` are open now, and why one of the others is not.
+   */
+  async openPartitions(partitions: readonly number[]): Promise<PartitionsOpened> {
     const db = this.db;
     assert(db !== undefined, () => 'openPartitions before open');
     const wanted = partitions.filter((p) => this.byPartition[p] === undefined);
@@ -164,7 +175,6 @@ export class Worker implements Effects {
       observe: (partition: number, writes: readonly StateWrite[]) => this.observeBatch(partition, writes),
       ...(client !== undefined ? { openLog: (p: number) => KafkaLog.open(db, p, writer, client) } : {}),
     };
-    // Each that opens is kept though another fails: it announced its epoch, so it is led here.
     const settled = await Promise.allSettled(wanted.map((p) => PartitionProcessor.open(db, writer, p, { ...options, owns: (key) => this.partitionIndexOf(key) === p })));
     const opened = settled.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
     for (const p of opened) {
@@ -178,7 +188,9 @@ export class Worker implements Effects {
     }
     this.processors.sort((a, b) => a.partition - b.partition);
     const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-    if (failed !== undefined) throw failed.reason;
+    const open = partitions.filter((p) => this.byPartition[p] !== undefined);
+    assert(open.length + (failed === undefined ? 0 : 1) <= partitions.length, () => `${open.length} of ${partitions.length} partitions open, and one failed`);
+    return failed === undefined ? { opened: open } : { opened: open, failure: failed.reason };
   }
 
   /**
