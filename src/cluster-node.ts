@@ -38,7 +38,8 @@ export interface Follower {
 export interface ClusterHooks {
   /**
    * Opens partitions to lead them: each catches up from the log and announces a new epoch. Those
-   * that open stay open though another fails: the answer says which are open, and the failure.
+   * that open stay open though another fails: the answer says which are open, and (present only
+   * then) the failure. Never rejects.
    */
   open(log: KafkaLogClient, partitions: number[]): Promise<{ opened: number[]; failure?: unknown }>;
   /** Closes a partition this node leads: another node leads it from now on. */
@@ -307,8 +308,8 @@ export class ClusterNode {
       for (const p of take) this.taking.add(p);
       await this.stopFollowing(take);
       try {
-        const { opened, failure } = await this.hooks.open(this.log, take);
-        if (failure !== undefined) take = this.lostTakeover(take, opened, failure);
+        const answer = await this.hooks.open(this.log, take);
+        if ('failure' in answer) take = this.lostTakeover(take, answer.opened, answer.failure);
       } finally {
         this.taking.clear();
       }

@@ -110,18 +110,25 @@ export class KeelServer {
       phase('store_opened');
       const opened = db;
       worker.useStore(opened);
+      // Never throws: what opened is led here whatever failed after it (a cluster node decides from the answer).
       const openPartitions = async (log?: KafkaLogClient, partitions?: number[]): Promise<PartitionsOpened> => {
-        const { opened: open, failure } = await worker.open(opened, log, partitions);
+        const answer = await worker.open(opened, log, partitions).catch((err: unknown): PartitionsOpened => ({ opened: (partitions ?? worker.allPartitions()).filter((p) => worker.leads(p)), failure: err }));
         // A partition whose log has an older rule book than the metadata (a crash between a
         // change's commit and its append, or a change made while this node stood by) catches up
-        // before anything is served: those that opened, though another failed.
-        await worker.setLimitRules(known.limitRules());
-        await worker.setStateTtls(known.stateTtls(), { onlyWhereDiffers: true });
-        await applySchedules();
-        if (failure === undefined) return { opened: open };
+        // before anything is served: those that opened, though another failed. A catch-up refused
+        // (another node announced a later epoch meanwhile) is the answer's failure.
+        try {
+          await worker.setLimitRules(known.limitRules());
+          await worker.setStateTtls(known.stateTtls(), { onlyWhereDiffers: true });
+          await applySchedules();
+        } catch (err) {
+          answer.failure ??= err;
+        }
+        if (!('failure' in answer)) return answer;
         // A read that fails its checksum, or state that breaks an invariant: never run on it.
+        const failure = answer.failure;
         const err = failure instanceof KeelError ? failure : new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(failure as Error)?.message ?? String(failure)}`, 500, { cause: failure });
-        return { opened: open, failure: err };
+        return { opened: answer.opened, failure: err };
       };
       const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, metrics, opened, { ingress, admin }, routing, worker, {
         open: (log, partitions) => openPartitions(log, partitions),
@@ -134,8 +141,8 @@ export class KeelServer {
       });
       // In a cluster the partitions open once this node is chosen to lead them (after it listens).
       if (cluster === undefined) {
-        const { failure } = await openPartitions();
-        if (failure !== undefined) throw failure;
+        const answer = await openPartitions();
+        if ('failure' in answer) throw answer.failure;
       }
       phase('partitions_loaded');
       await listen(ingress, config.ingress.bind_address, 'ingress');

@@ -37,8 +37,11 @@ t.test('this, thisArg, arguments, return value, length and asyncResource as Node
   const boundTo = resource.bind(f, fixed);
   t.same(boundTo.call(self, 3, 4), [fixed, 3, 4], 'thisArg wins over the caller\'s this');
   t.equal(boundTo.length, 2);
-  t.equal(AsyncResource.bind(f).length, 2, 'the static bind goes through it too');
-  t.throws(() => resource.bind('not a function'), TypeError);
+  const viaStatic = AsyncResource.bind(f);
+  t.equal(viaStatic.length, 2);
+  t.equal(Object.getOwnPropertyDescriptor(viaStatic, 'asyncResource').get, undefined, 'the static bind goes through it too (a plain property, not DEP0172\'s accessor)');
+  t.equal(bound.name, 'bound', 'named as Node names it');
+  t.throws(() => resource.bind('not a function'), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' });
 });
 
 t.test('no DEP0172 warning when asyncResource is read or written', async (t) => {

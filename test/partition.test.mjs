@@ -226,7 +226,7 @@ t.test('outbox: a refused delivery holds back later entries for the same partiti
   t.teardown(() => db.close());
   const config = loadConfig(undefined, { KEEL_WORKER__PARTITIONS: '2', KEEL_BASE_DIR: dir });
   const worker = new Worker(config, silentLogger);
-  await worker.open(db);
+  t.same(await worker.open(db), { opened: [0, 1] }, 'both partitions open, nothing failed');
   worker.start({ start() {}, forward() {}, abort() {}, reject() {}, stop() {} });
   t.teardown(() => worker.stop());
   const [source, target] = worker.processors;
@@ -380,7 +380,7 @@ t.test("the query engine's initial scan: every stored status once, one per line,
   const db = await openWorkerStore(path.join(dir, 'worker'));
   t.teardown(() => db.close());
   const worker = new Worker(loadConfig(undefined, { KEEL_WORKER__PARTITIONS: '2', KEEL_BASE_DIR: dir }), silentLogger);
-  await worker.open(db);
+  t.same(await worker.open(db), { opened: [0, 1] });
   // ~2.4 MB over two partitions: several chunks, and a record of 1.5 MiB that fills one alone
   const stored = [];
   for (let i = 0; i < 4000; i++) stored.push([i % 2, `inv_${String(i).padStart(6, '0')}`, JSON.stringify({ id: `inv_${i}`, note: 'x'.repeat(500 + (i % 97)) })]);

@@ -18,11 +18,11 @@ export function installLeanAsyncBind(): void {
   if (proto[LEAN]) return;
   type Fn = (...args: unknown[]) => unknown;
   proto.bind = function bind(this: AsyncResource, fn: Fn, thisArg?: unknown): Fn {
-    if (typeof fn !== 'function') throw new TypeError(`The "fn" argument must be of type function. Received ${typeof fn}`);
+    if (typeof fn !== 'function') throw Object.assign(new TypeError(`The "fn" argument must be of type function. Received type ${typeof fn}`), { code: 'ERR_INVALID_ARG_TYPE' });
     const resource = this;
     const bound: Fn =
       thisArg === undefined
-        ? function (this: unknown, ...args: unknown[]) {
+        ? function bound(this: unknown, ...args: unknown[]) {
             return resource.runInAsyncScope(fn, this, ...args);
           }
         : resource.runInAsyncScope.bind(resource, fn, thisArg);
