@@ -330,7 +330,7 @@ export function scalingTables(res) {
   if (runs.length === 0) return [];
   const rows = [];
   for (const r of runs) {
-    if (r.error) rows.push([r.target, '-', r.error, '', '', '', '']);
+    if (r.error) rows.push([r.target, '-', r.error, '', '', '', '', '']);
     for (const c of r.cpuSets ?? []) {
       const cell = (sc) => (c[sc]?.error ? c[sc].error : `${fmt(c[sc]?.rps, 0)}/s, p99 ${ms(c[sc]?.p99, 1)} ms, ${ms(c[sc]?.cpuMsPerInvocation, 3)} ms CPU`);
       rows.push([r.target, r.workers ?? '-', c.cpus, c.cores, cell('noop'), cell('steps'), `${busy(c.noop)} / ${busy(c.steps)}`, c === r.cpuSets.at(-1) && r.ratio ? `${x(r.ratio.noop)} / ${x(r.ratio.steps)}` : '']);
@@ -347,9 +347,9 @@ export function scalingTables(res) {
 const MACHINE_BOUND = 0.9;
 const isMachineBound = (cell) => cell?.busyCores?.machine != null && cell.busyCores.machine >= MACHINE_BOUND * cell.busyCores.of;
 /**
- * Said when the smallest set's server left its cores partly idle: the load, not the server,
- * limited it (on a small machine the SDK service and the load generator cannot drive it harder),
- * so what more cores buy the server does not show.
+ * Said when the smallest set's server left its cores partly idle: the server was not what
+ * limited that set (the service, the load generator, fsync waits in a closed loop), so the ratio
+ * does not show what more cores buy the server.
  */
 function limitedElsewhere(set, sc) {
   const b = set?.[sc]?.busyCores;

@@ -8,7 +8,7 @@
 // taskset -c 8-15 npm run bench -- --scaling-only` (the server's own taskset replaces the mask it inherits).
 import { execFileSync } from 'node:child_process';
 import { rmSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
+import { cpus } from 'node:os';
 import { stopGroup } from './children.mjs';
 import { log, median } from './common.mjs';
 import { SCENARIOS, closedLoopCell, warmup } from './scenarios.mjs';
@@ -75,14 +75,15 @@ async function pinnedCells(target, node, service, cpus, opts) {
 
 /**
  * How many cores the cell kept busy (medians over its rounds): the server's, and the whole
- * machine's (server, SDK service and load generator). Where the machine's is near every core it
- * has, more cores for the server cannot show: the service and the load generator have the rest.
+ * machine's (server, SDK service and load generator), of every core the machine has (not this
+ * process's mask: on a larger machine the run is pinned apart from the server). Where the
+ * machine's is near every core, more cores for the server cannot show.
  */
-function busyCores(rounds) {
+export function busyCores(rounds, machineCores = cpus().length) {
   const cores = (r, ...who) => who.reduce((n, k) => n + (r.cpuMs?.[k] ?? NaN), 0) / r.elapsedMs;
   const server = median(rounds.map((r) => cores(r, 'server')).filter(Number.isFinite));
   const machine = median(rounds.map((r) => cores(r, 'server', 'service', 'loadgen')).filter(Number.isFinite));
-  return { busyCores: { server: server ?? null, machine: machine ?? null, of: availableParallelism() } };
+  return { busyCores: { server: server ?? null, machine: machine ?? null, of: machineCores } };
 }
 
 /**

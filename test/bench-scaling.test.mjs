@@ -3,7 +3,7 @@
 import t from 'tap';
 import { parseArgs } from '../bench/options.mjs';
 import { checkGoals, scalingTables } from '../bench/report.mjs';
-import { coresIn, scalingCpuSets } from '../bench/scaling.mjs';
+import { busyCores, coresIn, scalingCpuSets } from '../bench/scaling.mjs';
 
 t.test('CPU sets: taskset lists, at least two, counted in cores', async (t) => {
   t.equal(coresIn('0'), 1);
@@ -60,4 +60,10 @@ t.test('a set whose machine was busy on ≥ 90% of its cores is machine-bound; a
   Object.assign(keel.cpuSets[0].noop, busy(1.63, 0.81));
   const [limited] = checkGoals(res).filter((g) => g.goal.startsWith('scaling'));
   t.equal(limited.value, '1.17x; not server-bound on 1 core: the server used 0.81 (machine 1.63 of 2 busy)', 'a first set whose server left its core partly idle says so first');
+});
+
+t.test('busy cores: CPU ms over wall ms, medians of the rounds, of every core of the machine', async (t) => {
+  const round = (server, service, loadgen) => ({ elapsedMs: 6000, cpuMs: { server, service, loadgen } });
+  t.same(busyCores([round(4800, 4200, 1200), round(6000, 4800, 1200), round(5400, 4500, 1200)], 16), { busyCores: { server: 0.9, machine: 1.85, of: 16 } });
+  t.same(busyCores([round(4800, null, 1200)], 2), { busyCores: { server: 0.8, machine: null, of: 2 } }, 'a process not measured makes the machine unknown');
 });
