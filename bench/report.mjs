@@ -343,9 +343,9 @@ export function scalingTables(res) {
   return [{ title: 'Scaling: throughput by the cores the server may use', columns: ['target', 'workers', 'cores', 'n', 'noop', 'steps', 'busy', '× first set'], rows, notes }];
 }
 
-/** The share of its cores a machine must keep busy for a cell to be machine-bound. */
-const MACHINE_BOUND = 0.9;
-const isMachineBound = (cell) => cell?.busyCores?.machine != null && cell.busyCores.machine >= MACHINE_BOUND * cell.busyCores.of;
+/** The share of its cores a machine (or a server, of those it is pinned to) keeps busy where it is what limits a cell. */
+const BOUND_SHARE = 0.9;
+const isMachineBound = (cell) => cell?.busyCores?.machine != null && cell.busyCores.machine >= BOUND_SHARE * cell.busyCores.of;
 /**
  * Said when the smallest set's server left its cores partly idle: the server was not what
  * limited that set (the service, the load generator, fsync waits in a closed loop), so the ratio
@@ -353,7 +353,7 @@ const isMachineBound = (cell) => cell?.busyCores?.machine != null && cell.busyCo
  */
 function limitedElsewhere(set, sc) {
   const b = set?.[sc]?.busyCores;
-  if (b?.server == null || b.server >= MACHINE_BOUND * set.cores) return undefined;
+  if (b?.server == null || b.server >= BOUND_SHARE * set.cores) return undefined;
   return `; not server-bound on ${set.cores} core${set.cores === 1 ? '' : 's'}: the server used ${fmt(b.server, 2)} (machine ${fmt(b.machine, 2)} of ${b.of} busy)`;
 }
 const busy = (cell) => (cell?.busyCores?.machine == null ? '-' : `${fmt(cell.busyCores.machine, 2)} of ${cell.busyCores.of} (${fmt(cell.busyCores.server, 2)})`);

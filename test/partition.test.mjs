@@ -218,6 +218,24 @@ t.test('subscription positions and pending counts come back when a partition reo
   t.same(await verifyPartition(db, 4), [], 'the stored position is the fold of the log');
 });
 
+t.test('a worker opening partitions keeps those that open and answers why another did not', async (t) => {
+  const { loadConfig } = await import('../dist/config/index.js');
+  const { Worker } = await import('../dist/partition/worker.js');
+  const { fsmTable } = await import('../dist/storage/tables/fsm.js');
+  const dir = tempDir(t);
+  const db = await openWorkerStore(path.join(dir, 'worker'));
+  t.teardown(() => db.close());
+  // Partition 1's counters are not JSON: it cannot load; partition 0 can.
+  await db.put(fsmTable.key(1), Buffer.from('{not json'));
+  const worker = new Worker(loadConfig(undefined, { KEEL_WORKER__PARTITIONS: '2', KEEL_BASE_DIR: dir }), silentLogger);
+  t.teardown(() => worker.stop());
+  const answer = await worker.open(db);
+  t.same(answer.opened, [0], 'the partition that opened is open (and led here)');
+  t.type(answer.failure, SyntaxError, "the other's reason");
+  t.same(worker.processors.map((p) => p.partition), [0]);
+  t.same(await worker.openPartitions([0]), { opened: [0] }, 'asking again for one open already: open, nothing failed');
+});
+
 t.test('outbox: a refused delivery holds back later entries for the same partition; all arrive once, in order', async (t) => {
   const { loadConfig } = await import('../dist/config/index.js');
   const { Worker } = await import('../dist/partition/worker.js');

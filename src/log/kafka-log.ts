@@ -56,9 +56,9 @@ const HEADER_NODE = 'keel-node';
 /** The largest record batch the log topic takes (topic config `max.message.bytes`): under the brokers' `socket.request.max.bytes` (100 MiB). */
 const MAX_BATCH_BYTES = 96 * 1024 * 1024;
 
-/** Reads of the log's bounds tried on a retriable error (a moved leader), and the first wait between them. */
-const LOG_BOUNDS_TRIES = 8;
-const LOG_BOUNDS_RETRY_MS = 100;
+/** Admin reads of the log topic tried on a retriable error (a moved leader, a topic a broker does not know yet), and the first wait between them. */
+const ADMIN_READ_TRIES = 8;
+const ADMIN_READ_RETRY_MS = 100;
 
 /** Where a node's copy of a partition stands in the topic: the next offset to read and the reader's epoch state there. */
 type Cursor = LogCursor;
@@ -114,24 +114,11 @@ export class KafkaLogClient {
         { name: 'max.message.bytes', value: String(MAX_BATCH_BYTES) },
       ] }],
     });
-    const count = (await this.topicMetadata(admin)).topics[0]?.partitions.length ?? 0;
+    // A node that found the topic just created by another (two started at once) may ask a broker
+    // that does not know it yet (UNKNOWN_TOPIC_OR_PARTITION, retriable): it made such a node exit.
+    const meta = await retryingRead(() => admin.fetchTopicMetadata({ topics: [s.topic] }));
+    const count = meta.topics[0]?.partitions.length ?? 0;
     if (count < s.partitions) throw new Error(`the log topic ${s.topic} has ${count} partitions; Keel has ${s.partitions} (give the topic at least as many, or another name)`);
-  }
-
-  /**
-   * The log topic's metadata. A node that found the topic just created by another (two started at
-   * once) may ask a broker that does not know it yet: a retriable UNKNOWN_TOPIC_OR_PARTITION, read
-   * again after a pause (it made such a node exit).
-   */
-  private async topicMetadata(admin: Admin): ReturnType<Admin['fetchTopicMetadata']> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await admin.fetchTopicMetadata({ topics: [this.settings.topic] });
-      } catch (err) {
-        if ((err as { retriable?: unknown }).retriable !== true || attempt >= LOG_BOUNDS_TRIES) throw err;
-        await new Promise((r) => setTimeout(r, LOG_BOUNDS_RETRY_MS * attempt));
-      }
-    }
   }
 
   /**
@@ -140,20 +127,13 @@ export class KafkaLogClient {
    */
   async logBounds(): Promise<Array<{ start: number; end: number }>> {
     const admin = await this.connectedAdmin();
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const offsets = await admin.fetchTopicOffsets(this.settings.topic);
-        const bounds: Array<{ start: number; end: number }> = [];
-        for (const o of offsets) bounds[o.partition] = { start: Number(o.low), end: Number(o.high) };
-        return bounds;
-      } catch (err) {
-        // A leader that moved (just elected, a broker gone): kafkajs asked the one its metadata
-        // named. The metadata is read again, and so are the offsets.
-        if ((err as { retriable?: unknown }).retriable !== true || attempt >= LOG_BOUNDS_TRIES) throw err;
-        await admin.fetchTopicMetadata({ topics: [this.settings.topic] }).catch(() => undefined);
-        await new Promise((r) => setTimeout(r, LOG_BOUNDS_RETRY_MS * attempt));
-      }
-    }
+    const topic = this.settings.topic;
+    // A leader that moved (just elected, a broker gone): kafkajs asked the one its metadata named.
+    // The metadata is read again before the offsets are.
+    const offsets = await retryingRead(() => admin.fetchTopicOffsets(topic), () => admin.fetchTopicMetadata({ topics: [topic] }));
+    const bounds: Array<{ start: number; end: number }> = [];
+    for (const o of offsets) bounds[o.partition] = { start: Number(o.low), end: Number(o.high) };
+    return bounds;
   }
 
   /** The first offset the partition's log still holds. */
@@ -430,5 +410,18 @@ export class KafkaLog implements PartitionLog {
       batch.put(logTable.appliedKey(this.partition), logTable.encodeApplied(cursor.position));
       batch.put(logTable.cursorKey(this.partition), logTable.encodeCursor(cursor));
     }, false);
+  }
+}
+
+/** `read` again after a retriable error, up to ADMIN_READ_TRIES, waiting longer each time (and `refresh`ing first, when given). */
+async function retryingRead<T>(read: () => Promise<T>, refresh?: () => Promise<unknown>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await read();
+    } catch (err) {
+      if ((err as { retriable?: unknown }).retriable !== true || attempt >= ADMIN_READ_TRIES) throw err;
+      await refresh?.().catch(() => undefined);
+      await new Promise((r) => setTimeout(r, ADMIN_READ_RETRY_MS * attempt));
+    }
   }
 }

@@ -84,8 +84,10 @@ export class PartitionProcessor implements AttemptHost {
   /** Batches folded so far, numbered from 1, and the last of them known to be durable. */
   private folded_batches = 0;
   private durable_batches = 0;
-  /** Reads waiting for a batch to be durable (durableNow). */
-  /** In the order of their batch numbers (each waits for the newest batch folded when it came). */
+  /**
+   * Reads waiting for a batch to be durable (durableNow), in the order of their batch numbers
+   * (each waits for the newest batch folded when it came), and the newest waited for.
+   */
   private newestWaited = 0;
   private readonly durableWaiters = new Queue<{ batch: number; resolve: () => void; reject: (err: Error) => void }>();
   /** A read waits for a batch written without fsync: the next write syncs, even one with no command. */
