@@ -5,7 +5,8 @@
 // Restate's Tokio runtime spreads partitions over every core. On this 2-core machine the SDK service and the
 // load generator share the cores with the server (there are no others). On a larger one, BENCH_SCALING_CORES
 // names the server's CPU sets and the rest of the run is pinned elsewhere: `BENCH_SCALING_CORES='0;0-1;0-3;0-7'
-// taskset -c 8-15 npm run bench -- --scaling-only` (the server's own taskset replaces the mask it inherits).
+// BENCH_SERVICE_WORKERS=6 BENCH_SERVICE_MAX_STREAMS=4 taskset -c 8-15 npm run bench -- --scaling-only` (the
+// server's own taskset replaces the mask it inherits; several service processes, or the service limits the run).
 import { execFileSync } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { cpus } from 'node:os';

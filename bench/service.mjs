@@ -10,10 +10,12 @@
 //   Store/{key}/size – shared: the length of the stored blob (0 without one), read from the server's state
 //   Bench/kafkaNoop – a subscription's sink: returns at once, and counts the records it saw (calls, distinct
 //                   kafka.partition/kafka.offset, first and last time) for GET /count on BENCH_COUNTER_PORT
-// Run: node bench/service.mjs [port]   (PORT env works too; BENCH_SERVICE_HOST, default 127.0.0.1)
+// Run: node bench/service.mjs [port]   (PORT env works too; BENCH_SERVICE_HOST, default 127.0.0.1;
+// BENCH_SERVICE_WORKERS and BENCH_SERVICE_MAX_STREAMS: see serviceShape)
 //
 // Same as `restate.serve({services, port})` (which is http2.createServer(<endpoint handler>).listen(port)),
 // except that we bind to 127.0.0.1 only instead of all interfaces.
+import cluster from 'node:cluster';
 import * as http from 'node:http';
 import * as http2 from 'node:http2';
 import * as restate from '@restatedev/restate-sdk';
@@ -76,19 +78,49 @@ export const store = restate.object({
 
 export const services = [bench, counter, greeter, store];
 
-if (import.meta.url === `file://${process.argv[1]}`) {
-  const port = Number(process.argv[2] ?? process.env.PORT ?? 9080);
-  const host = process.env.BENCH_SERVICE_HOST ?? '127.0.0.1';
-  const server = http2.createServer(restate.createEndpointHandler({ services }));
+/**
+ * How the endpoint is served (env): BENCH_SERVICE_WORKERS processes (node:cluster, default 1) on one port, and
+ * BENCH_SERVICE_MAX_STREAMS, the HTTP/2 streams one connection may carry (the SETTINGS both servers' pools
+ * honour by opening more connections). One Node process spends about as much CPU per call as Keel does, so on a
+ * machine with cores to spare (the scaling cell at 4 and 8 server cores) one service process would be what
+ * limits the run; the cluster spreads connections, not streams, so the limit makes the server open several.
+ */
+export function serviceShape(env = process.env) {
+  const workers = Number(env.BENCH_SERVICE_WORKERS ?? 1);
+  const maxStreams = env.BENCH_SERVICE_MAX_STREAMS === undefined ? undefined : Number(env.BENCH_SERVICE_MAX_STREAMS);
+  if (!Number.isInteger(workers) || workers < 1) throw new Error(`BENCH_SERVICE_WORKERS must be an integer >= 1, got '${env.BENCH_SERVICE_WORKERS}'`);
+  if (maxStreams !== undefined && !(Number.isInteger(maxStreams) && maxStreams >= 1)) throw new Error(`BENCH_SERVICE_MAX_STREAMS must be an integer >= 1, got '${env.BENCH_SERVICE_MAX_STREAMS}'`);
+  if (workers > 1 && Number(env.BENCH_COUNTER_PORT ?? 0)) throw new Error('BENCH_COUNTER_PORT counts one process\'s calls: it needs BENCH_SERVICE_WORKERS=1');
+  return { workers, maxStreams };
+}
+
+function serve(port, host, maxStreams, onListening) {
+  const settings = maxStreams === undefined ? undefined : { maxConcurrentStreams: maxStreams };
+  const server = http2.createServer({ settings }, restate.createEndpointHandler({ services }));
   server.on('error', (e) => {
     console.error(`bench service: ${e.message}`);
     process.exit(1);
   });
-  server.listen(port, host, () => {
-    const addr = server.address();
-    // run.mjs waits for this line.
-    console.error(`bench service listening on ${host}:${addr.port}`);
-  });
+  server.listen(port, host, () => onListening(server.address()));
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const port = Number(process.argv[2] ?? process.env.PORT ?? 9080);
+  const host = process.env.BENCH_SERVICE_HOST ?? '127.0.0.1';
+  const { workers, maxStreams } = serviceShape();
+  // run.mjs waits for this line.
+  const listening = (addr) => console.error(`bench service listening on ${host}:${addr.port} (${workers} process${workers > 1 ? 'es' : ''})`);
+  if (workers > 1 && cluster.isPrimary) {
+    let up = 0;
+    for (let i = 0; i < workers; i++) cluster.fork();
+    cluster.on('listening', (_w, addr) => ++up === workers && listening(addr));
+    cluster.on('exit', (w, code, signal) => {
+      console.error(`bench service: process ${w.process.pid} exited (${signal ?? code})`);
+      process.exit(1);
+    });
+  } else {
+    serve(port, host, maxStreams, cluster.isPrimary ? listening : () => {});
+  }
   const counterPort = Number(process.env.BENCH_COUNTER_PORT ?? 0);
   if (counterPort) {
     http
