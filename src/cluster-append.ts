@@ -12,7 +12,8 @@ import { KeelError } from './errors/index.js';
 import type { PartitionLeaders } from './forwarding.js';
 import type { PeerClient } from './cluster-peers.js';
 import { NODE_HEADERS, tokenMatcher } from './ingress/auth.js';
-import { NotLedHereError, type RemotePartitions, type Worker } from './partition/worker.js';
+import { NotLedHereError } from './partition/errors.js';
+import type { RemotePartitions, Worker } from './partition/worker.js';
 
 /** Entries per request, and bytes: a backlog goes in a few requests, none of them huge. */
 const MAX_BATCH_ENTRIES = 512;

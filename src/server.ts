@@ -11,6 +11,7 @@ import { DEFAULT_ENDPOINT_CLIENT_OPTIONS, EndpointClient } from './endpoint/clie
 import { RequestSigner } from './endpoint/identity.js';
 import { Registry } from './metadata/registry.js';
 import { stateCacheBytesPerPartition, Worker, type PartitionsOpened } from './partition/worker.js';
+import { LocalGateway } from './partition/gateway.js';
 import { ClusterNode, type ClusterHooks, type Follower } from './cluster-node.js';
 import { PartitionFollower } from './partition/catch-up.js';
 import { Snapshotter } from './partition/snapshotter.js';
@@ -87,7 +88,7 @@ export class KeelServer {
       const subscriptions = new SubscriptionManager({ config, registry, worker, logger: logger.child({ component: 'subscriptions' }) });
       // Filled in by the cluster node when the partitions are spread (requests for partitions led elsewhere go there).
       const routing: { ingress: PartitionRouting; admin: PartitionRouting } = { ingress: {}, admin: {} };
-      const ingress = await createIngressServer({ config, registry, worker, logger, telemetry, routing: routing.ingress });
+      const ingress = await createIngressServer({ config, registry, partitions: new LocalGateway(worker), logger, telemetry, routing: routing.ingress });
       const introspection = new WorkerIntrospection(worker, subscriptions);
       engine = createQueryEngine(config, registry, () => introspection, logger);
       // The rule book reaches the partitions: with each change made here (the rule routes wait

@@ -124,7 +124,28 @@ t.test('no `any` in the core folders', async (t) => {
   t.same(found, []);
 });
 
+/**
+ * Files a folder reaches only through a seam: the edge asks partitions through PartitionGateway
+ * (partition/gateway.ts), so that partitions on other threads or nodes can answer it (issue 23).
+ */
+const SEAMS = [{ folder: 'ingress', not: 'partition/worker.ts', through: 'partition/gateway.ts' }];
+
+function seamBreaches(g) {
+  const found = [];
+  for (const [file, imports] of g) {
+    for (const s of SEAMS) {
+      if (folderOf(file) === s.folder && imports.includes(path.join(SRC, s.not))) found.push(`${path.relative(SRC, file)} imports ${s.not}: go through ${s.through}`);
+    }
+  }
+  return found;
+}
+
+t.test('the ingress reaches partitions through the gateway only', async (t) => {
+  t.same(seamBreaches(graph), []);
+});
+
 t.test('the checks can fail', async (t) => {
+  t.same(seamBreaches(new Map([[path.join(SRC, 'ingress/x.ts'), [path.join(SRC, 'partition/worker.ts')]]])), ['ingress/x.ts imports partition/worker.ts: go through partition/gateway.ts'], 'an edge file importing the worker is caught');
   // A two-file cycle and an upward import, built in memory, are caught.
   const a = path.join(SRC, 'partition/a.ts');
   const b = path.join(SRC, 'partition/b.ts');

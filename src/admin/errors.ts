@@ -1,7 +1,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { catalogue, KeelError } from '../errors/index.js';
 import { discardOversizedBody, schemaError, type PartitionRouting } from '../ingress/edge.js';
-import { NotLedHereError } from '../partition/worker.js';
+import { NotLedHereError } from '../partition/errors.js';
 
 /** The admin API's error body, as Restate shapes it. */
 export function errorBody(message: string, code: string | null): { message: string; restate_code: string | null } {

@@ -6,7 +6,7 @@ import { DEFAULT_LATE_AFTER_MS, MIN_EVERY_MS, cronProblem } from '../common/sche
 import { formatDuration, parseDuration_ms } from '../common/units.js';
 import type { Config } from '../config/index.js';
 import { KeelError, keelError } from '../errors/index.js';
-import { NotLedHereError } from '../partition/worker.js';
+import { NotLedHereError } from '../partition/errors.js';
 import { ScheduleAction, type ScheduleSpec } from '../log/commands.js';
 import type { Registry } from '../metadata/registry.js';
 import { resolveTarget } from '../metadata/targets.js';

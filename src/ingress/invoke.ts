@@ -3,10 +3,11 @@ import type { Config } from '../config/index.js';
 import type { Logger } from '../common/logger.js';
 import { MIN_SERVICE_PROTOCOL_VERSION as MIN_PROTOCOL_VERSION } from '../protocol/versions.js';
 import { parseDuration_ms } from '../common/units.js';
-import type { CommandKind, Header } from '../log/commands.js';
+import type { Header } from '../log/commands.js';
 import { resolveTarget } from '../metadata/targets.js';
 import type { HandlerSchema, ServiceSchema } from '../metadata/types.js';
-import type { Worker } from '../partition/worker.js';
+import type { PartitionGateway } from '../partition/gateway.js';
+import type { InvocationStatus } from '../partition/state.js';
 import type { IngressSpan, Telemetry } from '../telemetry/index.js';
 import { MAX_DELAY_MS, MAX_DELAY_TEXT_CHARS, MAX_IDEMPOTENCY_KEY_CHARS, MAX_KEY_CHARS } from './limits.js';
 import { flowOf } from './flow.js';
@@ -32,7 +33,7 @@ const DROPPED_HEADERS = new Set([
 export interface InvokeDeps {
   config: Config;
   registry: IngressRegistry;
-  worker: Worker;
+  partitions: PartitionGateway;
   logger: Logger;
   telemetry: Telemetry;
 }
@@ -78,7 +79,7 @@ interface Route {
 }
 
 async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], route: Route, span: IngressSpan | undefined): Promise<FastifyReply> {
-  const { registry, worker } = deps;
+  const { registry, partitions } = deps;
   const { forceSend } = route;
   if (segments.length < 2) return ingressError(reply, 'KEEL0011', `no route for ${req.url}`);
   let service = registry.service(segments[0]!);
@@ -126,30 +127,11 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   if (idempotencyKey !== undefined && idempotencyKey.length > MAX_IDEMPOTENCY_KEY_CHARS) {
     return ingressError(reply, 'KEEL0012', `the idempotency-key header is ${idempotencyKey.length} characters long, more than ${MAX_IDEMPOTENCY_KEY_CHARS}`);
   }
-  const target = resolveTarget(deps.config, service, handler, key, idempotencyKey, flow.scope, () => worker.localPartitionKey());
+  const target = resolveTarget(deps.config, service, handler, key, idempotencyKey, flow.scope, () => partitions.anyKey());
   if (target.workflow_run && idempotencyKey) return ingressError(reply, 'KEEL0012', 'the idempotency key is not supported for workflow run handlers');
 
   void reply.header('x-restate-id', target.id.text);
   span?.target(service.name, handler.name, target.id.text);
-  // Only workflow runs and idempotent requests have ids that can already exist.
-  const existing = target.deterministic ? worker.invocation(target.id) : undefined;
-  if (existing !== undefined) {
-    // it may have been accepted by the batch being written: answer once that batch is durable
-    await worker.durable(target.id);
-    if (isSend) return reply.code(202).send({ invocationId: target.id.text, status: 'PreviouslyAccepted' });
-    if (target.workflow_run) return ingressError(reply, 'KEEL0008', 'the workflow method was already invoked', 409, 'invocation');
-    return attachAndRespond(deps, reply, target.id, handler);
-  }
-
-  if (flow.scope !== undefined) {
-    const full = worker.partitionOf(target.id.partitionKey).state.flow.backlogFull(flow.scope, flow.limit_key ?? '', Date.now());
-    if (full !== undefined) {
-      deps.logger.info({ code: 'KEEL0902', scope: flow.scope, limit_key: flow.limit_key, rule: full.pattern, waiting: full.waiting }, 'ingress request refused: flow-control backlog full');
-      deps.telemetry.metrics.flowRejected(full.pattern);
-      void reply.removeHeader('x-restate-id').header('retry-after', String(full.retry_after_s));
-      return ingressError(reply, 'KEEL0902', `the backlog of rule '${full.pattern}' is full: ${full.waiting} invocations wait (limits.backlog ${full.backlog}); retry after ${full.retry_after_s} s`);
-    }
-  }
   const headers: Header[] = [];
   for (const [name, value] of Object.entries(req.headers)) {
     // HTTP/2's pseudo-header fields (:path, :authority…) are the request line, not headers.
@@ -158,8 +140,12 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   }
   headers.push({ key: 'x-restate-ingress-path', value: url.pathname + url.search });
   const body = req.body instanceof Buffer ? req.body : Buffer.alloc(0);
-  const command: CommandKind = {
-    kind: 'invoke',
+  const outcome = await partitions.invoke({
+    id: target.id,
+    deterministic: target.deterministic,
+    send: isSend,
+    workflow_run: target.workflow_run,
+    ...(flow.scope !== undefined ? { flow: { scope: flow.scope, limit_key: flow.limit_key } } : {}),
     invoke: {
       invocation_id: target.id.bytes,
       service: service.name,
@@ -178,23 +164,27 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
       ...(execute_at_ms ? { execute_at_ms } : {}),
       ...(span ? { traceparent: span.traceparent } : {}),
     },
-  };
-  if (isSend) {
-    await worker.append(target.id, command);
-    // A time past what a Date holds (a huge ?delay=) has no RFC 3339 form: it is left out.
-    const executionTime = execute_at_ms && Math.abs(execute_at_ms) <= 8.64e15 ? new Date(execute_at_ms).toISOString() : undefined;
-    return reply.code(202).send({ invocationId: target.id.text, status: 'Accepted', ...(executionTime ? { executionTime } : {}) });
+  });
+  switch (outcome.kind) {
+    case 'completed':
+      return respondCompleted(reply, outcome.status, handler);
+    case 'accepted': {
+      // A time past what a Date holds (a huge ?delay=) has no RFC 3339 form: it is left out.
+      const executionTime = execute_at_ms && Math.abs(execute_at_ms) <= 8.64e15 ? new Date(execute_at_ms).toISOString() : undefined;
+      return reply.code(202).send({ invocationId: target.id.text, status: 'Accepted', ...(executionTime ? { executionTime } : {}) });
+    }
+    case 'previously_accepted':
+      return reply.code(202).send({ invocationId: target.id.text, status: 'PreviouslyAccepted' });
+    case 'workflow_exists':
+      return ingressError(reply, 'KEEL0008', 'the workflow method was already invoked', 409, 'invocation');
+    case 'backlog_full': {
+      const { full } = outcome;
+      deps.logger.info({ code: 'KEEL0902', scope: flow.scope, limit_key: flow.limit_key, rule: full.pattern, waiting: full.waiting }, 'ingress request refused: flow-control backlog full');
+      deps.telemetry.metrics.flowRejected(full.pattern);
+      void reply.removeHeader('x-restate-id').header('retry-after', String(full.retry_after_s));
+      return ingressError(reply, 'KEEL0902', `the backlog of rule '${full.pattern}' is full: ${full.waiting} invocations wait (limits.backlog ${full.backlog}); retry after ${full.retry_after_s} s`);
+    }
   }
-  // Wait before appending, so that a fast completion cannot slip past us.
-  const done = worker.awaitCompletion(target.id, { fresh: true });
-  done.catch(() => undefined); // awaited below; a rejection while the append is refused goes nowhere
-  try {
-    await worker.append(target.id, command);
-  } catch (err) {
-    worker.stopWaiting(target.id); // not accepted: nothing will complete it
-    throw err;
-  }
-  return respondCompleted(reply, await done, handler);
 }
 
 /** A scope or limit key refused (400 KEEL0901), logged: a client sending them wrong is worth a warning. */
@@ -203,11 +193,7 @@ export function refuseFlow(deps: Pick<InvokeDeps, 'logger'>, req: FastifyRequest
   return ingressError(reply, 'KEEL0901', message);
 }
 
-export async function attachAndRespond(deps: Pick<InvokeDeps, 'worker'>, reply: FastifyReply, id: import('../common/ids.js').InvocationId, handler: HandlerSchema | undefined): Promise<FastifyReply> {
-  return respondCompleted(reply, await deps.worker.awaitCompletion(id), handler);
-}
-
-function respondCompleted(reply: FastifyReply, s: import('../partition/state.js').InvocationStatus, handler: HandlerSchema | undefined): FastifyReply {
+export function respondCompleted(reply: FastifyReply, s: InvocationStatus, handler: HandlerSchema | undefined): FastifyReply {
   if (s.idempotency_key && s.completed_at_ms !== undefined) {
     void reply.header('idempotency-expires', new Date(s.completed_at_ms + s.completion_retention_ms).toISOString());
   }

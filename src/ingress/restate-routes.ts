@@ -2,9 +2,10 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { InvocationId, decodeAwakeableId, idempotentInvocationId, workflowInvocationId } from '../common/ids.js';
 import { restrictedValueError } from '../common/limit-rules.js';
 import { KeelError } from '../errors/index.js';
-import type { Worker } from '../partition/worker.js';
+import type { PartitionGateway } from '../partition/gateway.js';
+import type { InvocationStatus } from '../partition/state.js';
 import { MAX_KEY_CHARS, MAX_NAME_CHARS } from './limits.js';
-import { attachAndRespond, inFlight, invoke, refuseFlow, type InvokeDeps } from './invoke.js';
+import { inFlight, invoke, refuseFlow, respondCompleted, type InvokeDeps } from './invoke.js';
 import { pathSegments } from './paths.js';
 import { ingressError, respond } from './respond.js';
 
@@ -55,19 +56,20 @@ function idOf(t: Target): InvocationId | string {
 /** Attach (wait for the result) or output (the result now, 470 while running). */
 async function attachOrOutput(deps: InvokeDeps, reply: FastifyReply, id: InvocationId | string, mode: string): Promise<FastifyReply> {
   if (typeof id === 'string') return ingressError(reply, 'KEEL0012', id);
-  const s = deps.worker.invocation(id);
-  if (s === undefined) return ingressError(reply, 'KEEL0004', `invocation '${id.text}' not found`);
-  const handler = deps.registry.service(s.service)?.handlers.find((h) => h.name === s.handler);
+  const notFound = () => ingressError(reply, 'KEEL0004', `invocation '${id.text}' not found`);
+  const handlerOf = (s: InvocationStatus) => deps.registry.service(s.service)?.handlers.find((h) => h.name === s.handler);
   if (mode === 'output') {
-    if (s.status !== 'completed') return ingressError(reply, 'KEEL0013', `invocation '${id.text}' has not completed yet`);
-    await deps.worker.durable(id); // the completion may be in the batch being written
-    return respond(reply, s, handler);
+    const out = await deps.partitions.output(id);
+    if (out.kind === 'not_found') return notFound();
+    if (out.kind === 'not_completed') return ingressError(reply, 'KEEL0013', `invocation '${id.text}' has not completed yet`);
+    return respond(reply, out.status, handlerOf(out.status));
   }
   if (mode !== 'attach') return ingressError(reply, 'KEEL0011', `no route for ${mode}`);
-  return inFlight(deps, () => attachAndRespond(deps, reply, id, handler));
+  const s = await inFlight(deps, () => deps.partitions.attach(id));
+  return s === undefined ? notFound() : respondCompleted(reply, s, handlerOf(s));
 }
 
-async function completeAwakeable(worker: Worker, req: FastifyRequest, reply: FastifyReply, awakeable: string, how: string): Promise<FastifyReply> {
+async function completeAwakeable(partitions: PartitionGateway, req: FastifyRequest, reply: FastifyReply, awakeable: string, how: string): Promise<FastifyReply> {
   const a = decodeAwakeableId(awakeable);
   if (a === undefined) return ingressError(reply, 'KEEL0012', `invalid awakeable id '${awakeable}'`);
   const body = req.body instanceof Buffer ? req.body : Buffer.alloc(0);
@@ -75,7 +77,7 @@ async function completeAwakeable(worker: Worker, req: FastifyRequest, reply: Fas
   if (how === 'resolve') result = { value: body };
   else if (how === 'reject') result = { failure: { code: 500, message: body.toString('utf8') } };
   else return ingressError(reply, 'KEEL0011', `no route for ${how}: use resolve or reject`);
-  await worker.append(a.invocation, { kind: 'signal', signal: { invocation_id: a.invocation.bytes, idx: a.signalIndex, ...result } });
+  await partitions.append(a.invocation, { kind: 'signal', signal: { invocation_id: a.invocation.bytes, idx: a.signalIndex, ...result } });
   return reply.code(202).send();
 }
 
@@ -103,7 +105,7 @@ async function targetRoutes(app: FastifyInstance, deps: InvokeDeps): Promise<voi
 }
 
 export async function restateRoutes(app: FastifyInstance, deps: InvokeDeps): Promise<void> {
-  const { worker } = deps;
+  const { partitions } = deps;
 
   app.get('/restate/health', async () => ({}));
 
@@ -111,7 +113,7 @@ export async function restateRoutes(app: FastifyInstance, deps: InvokeDeps): Pro
   for (const prefix of ['/restate/awakeables', '/restate/a']) {
     app.post(`${prefix}/:id/:how`, (req, reply) => {
       const { id, how } = req.params as { id: string; how: string };
-      return completeAwakeable(worker, req, reply, id, how);
+      return completeAwakeable(partitions, req, reply, id, how);
     });
     app.route({
       method: ['GET', 'PUT', 'DELETE', 'PATCH'],

@@ -2,7 +2,8 @@ import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, ty
 import type { Config } from '../config/index.js';
 import { KeelError } from '../errors/index.js';
 import type { Logger } from '../common/logger.js';
-import { NotLedHereError, PartitionMovedError, type Worker } from '../partition/worker.js';
+import { NotLedHereError, PartitionMovedError } from '../partition/errors.js';
+import type { PartitionGateway } from '../partition/gateway.js';
 import type { Telemetry } from '../telemetry/index.js';
 import { bearerAuth } from './auth.js';
 import { discardOversizedBody, edgeServerOptions, hardenServer, schemaError, type EdgeErrors, type PartitionRouting } from './edge.js';
@@ -25,8 +26,8 @@ const INGRESS_ERRORS: EdgeErrors = {
 const FASTIFY_CODES: Record<number, 'KEEL0413' | 'KEEL0414' | 'KEEL0431'> = { 413: 'KEEL0413', 414: 'KEEL0414', 431: 'KEEL0431' };
 
 /** The ingress on port 8080: calls, sends, attach/output, awakeables, as Restate 1.7 serves them. */
-export async function createIngressServer(opts: { config: Config; registry: IngressRegistry; worker: Worker; logger: Logger; telemetry: Telemetry; routing?: PartitionRouting }): Promise<FastifyInstance> {
-  const deps = { config: opts.config, registry: opts.registry, worker: opts.worker, logger: opts.logger.child({ component: 'ingress' }), telemetry: opts.telemetry };
+export async function createIngressServer(opts: { config: Config; registry: IngressRegistry; partitions: PartitionGateway; logger: Logger; telemetry: Telemetry; routing?: PartitionRouting }): Promise<FastifyInstance> {
+  const deps = { config: opts.config, registry: opts.registry, partitions: opts.partitions, logger: opts.logger.child({ component: 'ingress' }), telemetry: opts.telemetry };
   const edge = { limits: opts.config.http, errors: INGRESS_ERRORS, logger: deps.logger };
   const app = Fastify({
     logger: false,

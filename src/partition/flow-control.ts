@@ -32,6 +32,14 @@ export interface UserLimitRow {
   num_waiters: number;
 }
 
+/** A level whose rule's backlog is full: which rule, how many wait, its backlog, when to try again. */
+export interface BacklogFull {
+  pattern: string;
+  waiting: number;
+  backlog: number;
+  retry_after_s: number;
+}
+
 export class FlowControl {
   rules = new RuleIndex(EMPTY_RULE_BOOK);
   /**
@@ -337,7 +345,7 @@ export class FlowControl {
    * already has that many waiting. Read by the ingress before it appends (the bound may be passed
    * by the requests in flight at once, never by more).
    */
-  backlogFull(scope: string, limitKey: string, now_ms: number): { pattern: string; waiting: number; backlog: number; retry_after_s: number } | undefined {
+  backlogFull(scope: string, limitKey: string, now_ms: number): BacklogFull | undefined {
     for (const k of counterKeys(scope, limitKey)) {
       const rule = this.rules.ruleOf(k);
       if (rule?.backlog === undefined) continue;

@@ -4,7 +4,7 @@ import type { RuleBook } from '../common/limit-rules.js';
 import { limitRulesCommand } from './fold/limit-rules.js';
 import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
-import { KeelError, keelError } from '../errors/index.js';
+import { keelError } from '../errors/index.js';
 import { decodeCommand, encodeCommand, type Command, type CommandKind } from '../log/commands.js';
 import { GroupWriter } from '../storage/group-writer.js';
 import { KafkaLog, type KafkaLogClient } from '../log/kafka-log.js';
@@ -25,6 +25,7 @@ import { splitObjectKey, type Action, type InvocationStatus, type OutboxEntry, t
 import { Cleaner } from './cleaner.js';
 import { Shuffle } from './shuffle.js';
 import { TimerWindow } from './timers.js';
+import { NotLedHereError, PartitionMovedError } from './errors.js';
 
 /**
  * What the worker hands attempts to: the invoker implements it. Defined here so that the
@@ -619,23 +620,6 @@ export class Worker implements Effects {
       Math.max(0, Math.min(delay, MAX_TIMEOUT_MS)),
     );
     this.timers.add(handle);
-  }
-}
-
-/** The partition is led by another node of the cluster: the request goes there (forwarding.ts). */
-export class NotLedHereError extends KeelError {
-  constructor(readonly partition: number) {
-    super('KEEL0805', `partition ${partition} is led by another node of the cluster`);
-  }
-}
-
-/** A client waited here for an invocation whose partition another node leads now: its result is to be had there (attach). */
-export class PartitionMovedError extends KeelError {
-  constructor(
-    readonly partition: number,
-    readonly invocation: string,
-  ) {
-    super('KEEL0805', `partition ${partition} moved to another node of the cluster while invocation ${invocation} was awaited here`);
   }
 }
 

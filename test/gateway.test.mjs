@@ -1,0 +1,102 @@
+// The edge's requests of the partitions (src/partition/gateway.ts), answered in-process by a real
+// Worker on a real store: each outcome of an Invoke, attach and output, and a refusal. The ingress
+// suites (idempotency, workflows, awakeables, flow-control) check the same outcomes over HTTP.
+import t from 'tap';
+import path from 'node:path';
+import { openWorkerStore } from '../dist/storage/store.js';
+import { loadConfig } from '../dist/config/index.js';
+import { Worker } from '../dist/partition/worker.js';
+import { LocalGateway } from '../dist/partition/gateway.js';
+import { NotLedHereError } from '../dist/partition/errors.js';
+import { InvocationId, randomPartitionKey } from '../dist/common/ids.js';
+import { silentLogger } from '../dist/common/logger.js';
+import { tempDir } from './helpers/keel.mjs';
+
+/** An output entry of the service protocol and its type. */
+const OUTPUT = { entry_type: 0x0401, entry: Buffer.from([0x0a, 0x03, 0x0a, 0x01, 0x31]) };
+
+async function setup(t, partitions = [0, 1]) {
+  const dir = tempDir(t);
+  const db = await openWorkerStore(path.join(dir, 'worker'));
+  t.teardown(() => db.close());
+  const worker = new Worker(loadConfig(undefined, { KEEL_WORKER__PARTITIONS: '2', KEEL_BASE_DIR: dir }), silentLogger);
+  t.same((await worker.open(db, undefined, partitions)).opened, partitions);
+  const started = [];
+  worker.start({ start: (s) => started.push(s), forward() {}, abort() {}, reject() {}, stop() {} });
+  t.teardown(() => worker.stop());
+  return { worker, gateway: new LocalGateway(worker), started };
+}
+
+const request = (id, over = {}) => ({
+  id,
+  deterministic: false,
+  send: false,
+  workflow_run: false,
+  invoke: { invocation_id: id.bytes, service: 'Svc', handler: 'h', key: '', input: Buffer.from('{}'), headers: [], service_type: 'Service' },
+  ...over,
+});
+
+/** Ends the invocation's first attempt with an output, as the invoker would. */
+async function complete(worker, id) {
+  await worker.append(id, { kind: 'journal_append', journal_append: { invocation_id: id.bytes, epoch: 0, ...OUTPUT } });
+  await worker.append(id, { kind: 'attempt_ended', attempt_ended: { invocation_id: id.bytes, epoch: 0, outcome: 0 } });
+}
+
+const until = async (f) => {
+  const deadline = Date.now() + 5_000;
+  while (!f() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+  return f();
+};
+
+t.test('a call completes with its result; a send is accepted, once; a workflow run exists', async (t) => {
+  const { worker, gateway } = await setup(t);
+  const id = InvocationId.random(randomPartitionKey());
+  const call = gateway.invoke(request(id));
+  t.ok(await until(() => worker.invocation(id) !== undefined), 'the invoke was appended');
+  await complete(worker, id);
+  const done = await call;
+  t.equal(done.kind, 'completed');
+  t.equal(done.status.status, 'completed', 'with the status the attempt ended in');
+  t.equal(done.status, worker.invocation(id), "the partition's own status, not a copy");
+
+  const sent = InvocationId.random(randomPartitionKey());
+  t.same(await gateway.invoke(request(sent, { send: true, deterministic: true })), { kind: 'accepted' });
+  t.not(worker.invocation(sent), undefined, 'durable and known');
+  t.same(await gateway.invoke(request(sent, { send: true, deterministic: true })), { kind: 'previously_accepted' }, 'the same id sent again');
+  t.same(await gateway.invoke(request(sent, { deterministic: true, workflow_run: true })), { kind: 'workflow_exists' }, "a workflow's run called again");
+  const attached = gateway.invoke(request(sent, { deterministic: true }));
+  await complete(worker, sent);
+  const result = await attached;
+  t.equal(result.kind, 'completed', 'a call with an existing id waits for that invocation');
+  t.equal(result.status.status, 'completed');
+});
+
+t.test('attach and output: not found, not completed, completed', async (t) => {
+  const { worker, gateway } = await setup(t);
+  const unknown = InvocationId.random(randomPartitionKey());
+  t.equal(await gateway.attach(unknown), undefined);
+  t.same(await gateway.output(unknown), { kind: 'not_found' });
+  const id = InvocationId.random(randomPartitionKey());
+  await gateway.invoke(request(id, { send: true }));
+  t.same(await gateway.output(id), { kind: 'not_completed' });
+  const attached = gateway.attach(id);
+  await complete(worker, id);
+  t.equal((await attached).status, 'completed', 'attach waited for the result');
+  const out = await gateway.output(id);
+  t.equal(out.kind, 'completed');
+  t.equal(out.status.status, 'completed');
+});
+
+t.test('a partition not open here refuses with NotLedHereError; a refused call leaves no waiter behind', async (t) => {
+  const { worker, gateway } = await setup(t, [0]);
+  const elsewhere = InvocationId.random((1n << 64n) - 5n); // partition 1 of 2
+  const refused = (p) => p.then(() => undefined, (err) => err instanceof NotLedHereError && err.partition);
+  t.equal(await refused(gateway.invoke(request(elsewhere))), 1, 'an invoke, naming the partition');
+  t.equal(await refused(gateway.append(elsewhere, { kind: 'signal', signal: { invocation_id: elsewhere.bytes, idx: 1, void: true } })), 1, 'an append');
+  const [processor] = worker.processors;
+  processor.refusal = () => Object.assign(new Error('overloaded (test)'), { code: 'KEEL0501' });
+  const here = InvocationId.random(5n); // partition 0
+  await t.rejects(gateway.invoke(request(here)), { code: 'KEEL0501' });
+  t.equal(worker.invocation(here), undefined, 'not accepted');
+  t.equal(worker.waiters.size, 0, 'and the call that waited for it stopped waiting');
+});
