@@ -39,9 +39,9 @@ export interface AttemptRunner {
   stop(): void;
 }
 
-/** How commands reach the partitions other nodes of a cluster lead (server.ts sends them over HTTP). */
+/** How commands reach partitions open elsewhere (other nodes, over HTTP: cluster-append.ts; other workers: BatchAppender). */
 export interface RemotePartitions {
-  /** The node that leads the partition now, or undefined while none is known. */
+  /** Where the partition is open now (a node's name), or undefined while none is known. */
   leaderOf(partition: number): string | undefined;
   /** Appends an encoded command to a partition another node leads; resolves once it is durable there. In order per node. */
   append(partition: number, command: Buffer): Promise<void>;
@@ -110,7 +110,11 @@ export class Worker implements Effects {
     private readonly config: Config,
     private readonly logger: Logger,
     private readonly telemetry: Telemetry = standaloneTelemetry(),
-  ) {}
+    /** The partitions this worker answers for, opens by default and scans (every one unless several workers share the store). */
+    private readonly owned: readonly number[] = Array.from({ length: config.worker.partitions }, (_, p) => p),
+  ) {
+    assert(owned.every((p, i) => Number.isInteger(p) && p >= 0 && p < config.worker.partitions && (i === 0 || p > owned[i - 1]!)), () => `a worker's partitions are distinct indexes below ${config.worker.partitions}, in order: [${owned.join(', ')}]`);
+  }
 
   /**
    * Opens `partitions` (default: every one): on the embedded log in `db`, or on the cluster's
@@ -149,9 +153,9 @@ export class Worker implements Effects {
     return this.byPartition[index]?.state ?? this.replicas.get(index) ?? notLedHere(index);
   }
 
-  /** Every partition index of the configuration. */
+  /** The partitions this worker answers for, in order: every index of the configuration unless it was given some. */
   allPartitions(): number[] {
-    return Array.from({ length: this.config.worker.partitions }, (_, p) => p);
+    return [...this.owned];
   }
 
   /**
@@ -543,7 +547,7 @@ export class Worker implements Effects {
     }
   }
 
-  /** In a cluster with the partitions spread: how commands reach partitions other nodes lead. */
+  /** How commands reach partitions open elsewhere: led by other nodes of a cluster, or served by another worker of this process. */
   setRemote(remote: RemotePartitions): void {
     this.remote = remote;
   }

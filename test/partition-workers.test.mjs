@@ -1,0 +1,100 @@
+// Two Workers of one process on one store, each serving its own partitions (issue 23: partitions on
+// several threads), the outbox between them handed over by a BatchAppender — the queue discipline
+// cluster nodes use over HTTP (cluster-append.ts), here with an in-process transport.
+import t from 'tap';
+import path from 'node:path';
+import { openWorkerStore } from '../dist/storage/store.js';
+import { loadConfig } from '../dist/config/index.js';
+import { Worker } from '../dist/partition/worker.js';
+import { appendBatch, BatchAppender } from '../dist/partition/batch-appender.js';
+import { decodeCommand } from '../dist/log/commands.js';
+import { EmbeddedLog } from '../dist/log/partition-log.js';
+import { InvocationId } from '../dist/common/ids.js';
+import { silentLogger } from '../dist/common/logger.js';
+import { tempDir } from './helpers/keel.mjs';
+
+const HIGH_KEY = (1n << 64n) - 5n; // partition 1 of 2
+const NO_INVOKER = { start() {}, forward() {}, abort() {}, reject() {}, stop() {} };
+
+function subscriptionRecords(offsets, pk, local = false) {
+  return {
+    kind: 'subscription_records',
+    subscription_records: {
+      subscription_id: 'sub_1bbbbbbbbbbbbbbbbbbbbbb', topic: 'orders', kafka_partition: 0, service: 'Svc', handler: 'h', service_type: 'Service', handler_type: '',
+      records: offsets.map((offset) => ({ offset, invocation_id: InvocationId.random(pk).bytes, input: Buffer.from('1'), local })),
+    },
+  };
+}
+
+/** Workers A (partition 0) and B (partition 1) on one store; `posts` counts the batches handed over. */
+async function twoWorkers(t) {
+  const dir = tempDir(t);
+  const db = await openWorkerStore(path.join(dir, 'worker'));
+  t.teardown(() => db.close());
+  const config = loadConfig(undefined, { KEEL_WORKER__PARTITIONS: '2', KEEL_BASE_DIR: dir });
+  const workers = [new Worker(config, silentLogger, undefined, [0]), new Worker(config, silentLogger, undefined, [1])];
+  const posts = [];
+  for (const [k, w] of workers.entries()) {
+    const other = workers[1 - k];
+    const destinationOf = (p) => (w.processor(p) === undefined && other.processor(p) !== undefined ? { name: `worker-${1 - k}`, to: other } : undefined);
+    w.setRemote(new BatchAppender(destinationOf, (to, entries) => (posts.push(entries.length), appendBatch(to, entries))));
+    t.same(await w.open(db), { opened: [k] }, `worker ${k} opens its own partition only`);
+    w.start(NO_INVOKER);
+    t.teardown(() => w.stop());
+  }
+  return { db, workers, posts };
+}
+
+const eventually = async (f) => {
+  const deadline = Date.now() + 10_000;
+  while (!f() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  return f();
+};
+
+t.test("one worker's outbox reaches the other's partition, in order, through a refusal, each entry once", async (t) => {
+  const { db, workers, posts } = await twoWorkers(t);
+  const [a, b] = workers;
+  const [source] = a.processors;
+  const [target] = b.processors;
+  let refusals = 1;
+  const refusal = target.refusal.bind(target);
+  target.refusal = (kind, fromOutbox) => (refusals-- > 0 ? Object.assign(new Error('overloaded (test)'), { code: 'KEEL0501' }) : refusal(kind, fromOutbox));
+  await source.append(subscriptionRecords([0, 1], HIGH_KEY));
+  await source.append(subscriptionRecords([2, 3], HIGH_KEY));
+  const made = () => [...target.state.invocations.values()].filter((s) => s.invoked_by_subscription_id).length;
+  t.ok(await eventually(() => made() === 4 && source.state.counters.outbox === 0), 'every record made its invocation on the other worker, and the source dropped its entries');
+  t.equal(target.state.dedup.get(0), 4, 'the target applied all four entries of the source');
+  t.ok(posts.length >= 2, `handed over in batches (${posts.join(', ')} entries), the first refused`);
+  const seqs = [];
+  for await (const [, record] of (await EmbeddedLog.open(db, 1)).read(1)) {
+    const c = decodeCommand(record);
+    if (c.kind === 'invoke') seqs.push(c.source_seq);
+  }
+  t.same(seqs, [1, 2, 3, 4], "in the target's log in outbox order");
+  t.throws(() => a.invocation(InvocationId.random(HIGH_KEY)), { code: 'KEEL0805' }, "a read of the other's partition is refused, not answered empty");
+});
+
+t.test('each worker scans the statuses of its own partitions only', async (t) => {
+  const { workers } = await twoWorkers(t);
+  const [a, b] = workers;
+  await a.processors[0].append(subscriptionRecords([0], 7n, true));
+  await b.processors[0].append(subscriptionRecords([0], HIGH_KEY, true));
+  const [low] = [...a.processors[0].state.invocations.keys()];
+  const [high] = [...b.processors[0].state.invocations.keys()];
+  t.ok(low && high, 'an invocation on each');
+  const scanned = async (w) => {
+    let text = '';
+    for await (const chunk of w.scanInvocationLines()) text += chunk.toString('utf8');
+    return text;
+  };
+  const [sa, sb] = [await scanned(a), await scanned(b)];
+  t.ok(sa.includes(low) && !sa.includes(high), "A's scan has partition 0's invocation, not partition 1's");
+  t.ok(sb.includes(high) && !sb.includes(low), "B's scan has partition 1's");
+});
+
+t.test("a worker's partitions are distinct indexes of the configuration, in order", async (t) => {
+  const config = loadConfig(undefined, { KEEL_WORKER__PARTITIONS: '4', KEEL_BASE_DIR: tempDir(t) });
+  t.same(new Worker(config, silentLogger).allPartitions(), [0, 1, 2, 3], 'every one by default');
+  t.same(new Worker(config, silentLogger, undefined, [1, 3]).allPartitions(), [1, 3]);
+  for (const bad of [[4], [2, 1], [1, 1], [-1], [0.5]]) t.throws(() => new Worker(config, silentLogger, undefined, bad), /distinct indexes below 4, in order/, JSON.stringify(bad));
+});
