@@ -262,3 +262,36 @@ t.test('a rule book change made from an older book (another node committed first
   t.same(ok.book.rules.map((r) => r.pattern), ['x', 'y']);
   t.equal(ok.book.version, 2);
 });
+
+t.test('a replica (partitions on another thread) starts from the history and follows every record applied after, in order', async (t) => {
+  const main = await openRegistry(t);
+  const r1 = await main.register({ uri: await serveH2(t, [greeter, counter]) });
+  await main.setDeploymentConcurrency(r1.deployment.id, 3);
+  await main.upsertLimitRules([{ pattern: 'x', limits: { concurrency: 2 } }]);
+  const history = [...main.history()];
+  t.same(history.map((r) => r.kind), ['deployment_added', 'deployment_limit_set', 'limit_rules_replaced'], 'every record applied, in order');
+  const replica = Registry.replica(testConfig(tempDir(t)), silentLogger, history, (apply) => main.onRecord(apply));
+  const same = (what) => {
+    t.same(replica.services(), main.services(), `${what}: the same services`);
+    t.same(replica.deployments(), main.deployments(), `${what}: the same deployments`);
+    t.same(replica.limitRules(), main.limitRules(), `${what}: the same rule book`);
+    t.same(replica.deploymentLimitsOf(r1.deployment.id), main.deploymentLimitsOf(r1.deployment.id), `${what}: the same deployment limits`);
+  };
+  same('from the history');
+  t.equal(replica.deploymentConcurrency(r1.deployment.id), 3);
+  const fired = [];
+  replica.onServicesChanged(() => fired.push('services'));
+  replica.onDeploymentLimits(() => fired.push('limits'));
+  replica.onRemoteLimitRules(() => fired.push('rules'));
+  const r2 = await main.register({ uri: await serveH2(t, [greeterV2]) });
+  await main.setDeploymentConcurrency(r1.deployment.id, null);
+  await main.deleteLimitRules([{ pattern: 'x' }]);
+  t.equal(await main.remove(r1.deployment.id), true);
+  same('after four more changes');
+  t.equal(replica.service('Greeter').deployment_id, r2.deployment.id, 'the new revision');
+  t.equal(replica.deploymentConcurrency(r1.deployment.id), undefined);
+  t.ok(fired.includes('services') && fired.includes('limits') && fired.includes('rules'), `its listeners fired as the records came (${fired.join(', ')})`);
+  await t.rejects(replica.register({ uri: 'http://127.0.0.1:1' }), /a replica of the schema registry discovers nothing/, 'it discovers nothing');
+  await t.rejects(replica.setDeploymentConcurrency(r2.deployment.id, 1), /a replica of the schema registry appends nothing/, 'and writes nothing');
+  t.same(main.deployments().map((d) => d.id), [r2.deployment.id], 'the main registry is unchanged by them');
+});

@@ -200,6 +200,11 @@ export class Registry {
   /** Keel's own: deployment id → the most attempts it may run at once (PUT /deployments/{id}/limits). */
   private readonly deploymentLimits = new Map<string, number>();
   private readonly deploymentLimitListeners = new Set<(arg: undefined) => void>();
+  /** Every record applied, in order: what a replica starts from (as many as the metadata log holds, which `open` reads whole). */
+  private readonly applied: MetaRecord[] = [];
+  private readonly recordListeners = new Set<(rec: MetaRecord) => void>();
+  /** A replica's changes come from this process's main registry, which logged them. */
+  private replicated = false;
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
   private changes = 0;
@@ -243,6 +248,33 @@ export class Registry {
     log.follow?.((rec) => reg.applyRemote(rec));
     logger.info({ deployments: reg.byId.size, services: reg.latest.size, subscriptions: reg.subs.size, limit_rules: reg.rules.rules.length }, 'schema registry opened');
     return reg;
+  }
+
+  /**
+   * A read-only copy, for partitions served on another thread (issue 23): `records` are the main
+   * registry's `history()`, and `follow` hands over each record it applies after, in order. Its
+   * listeners fire as a cluster node's do for another node's changes; it discovers and writes nothing.
+   */
+  static replica(config: Config, logger: Logger, records: readonly MetaRecord[], follow: (apply: (rec: MetaRecord) => void) => void): Registry {
+    const readOnly = (what: string) => () => assert(false, () => `a replica of the schema registry ${what}: the main registry does`);
+    const log: MetadataLog = { append: async () => readOnly('appends nothing')(), close: async () => {} };
+    const reg = new Registry(log, logger, async () => readOnly('discovers nothing')() as never, config.max_journal_retention_ms, config.ingress.kafka_clusters ?? []);
+    reg.replicated = true;
+    for (const r of records) reg.apply(r);
+    reg.recompute();
+    follow((rec) => reg.applyRemote(rec));
+    return reg;
+  }
+
+  /** Every record applied so far, in order (a replica's start). */
+  history(): readonly MetaRecord[] {
+    return this.applied;
+  }
+
+  /** Called with each record applied from now on (committed here, or another node's), in order. */
+  onRecord(listener: (rec: MetaRecord) => void): () => void {
+    this.recordListeners.add(listener);
+    return () => this.recordListeners.delete(listener);
   }
 
   /**
@@ -522,7 +554,7 @@ export class Registry {
     if (rec.kind === 'subscription_removed') this.notifySubscription({ kind: 'removed', id: rec.id });
     if (rec.kind.startsWith('deployment_')) this.notifyDeploymentLimits();
     if (rec.kind.startsWith('deployment_') && rec.kind !== 'deployment_limit_set') this.notify(this.serviceListeners, undefined, 'services');
-    this.logger.info({ kind: rec.kind }, 'metadata changed by another node');
+    if (!this.replicated) this.logger.info({ kind: rec.kind }, 'metadata changed by another node');
     if (rec.kind === 'limit_rules_replaced' && this.rules === rec.book) this.notify(this.ruleListeners, rec.book, 'limit rules');
   }
 
@@ -541,6 +573,12 @@ export class Registry {
   }
 
   private apply(rec: MetaRecord): void {
+    this.applyRecord(rec);
+    this.applied.push(rec);
+    for (const l of this.recordListeners) l(rec);
+  }
+
+  private applyRecord(rec: MetaRecord): void {
     if (rec.kind === 'limit_rules_replaced') {
       // A whole book computed from an older one (in a cluster, another node's change reached the
       // log first) would undo that change: every node reads the records in the same order and
