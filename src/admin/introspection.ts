@@ -74,7 +74,7 @@ export interface IntrospectionSource {
   /** The stored journal of an invocation, undecoded (empty when there is none). */
   journalEntries(id: string): Promise<RawJournalEntry[]>;
   /** The attempts of the invocation's `ctx.run` steps, when it is known here. */
-  stepAttempts?(id: string): StepAttempts | undefined;
+  stepAttempts?(id: string): Promise<StepAttempts | undefined>;
   /** How many invocations that have not completed are pinned to the deployment `id`. */
   unfinishedPinnedTo(deploymentId: string): Promise<number>;
   /**
@@ -84,17 +84,17 @@ export interface IntrospectionSource {
    */
   replayCandidates?(services: ReadonlySet<string>, deploymentId: string, limit: number): Promise<{ sample: InvocationStatus[]; suspended: number; other: Record<string, number> }>;
   state(): AsyncIterable<StateEntryRow>;
-  inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number; scope?: string }>;
+  inbox(): AsyncIterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number; scope?: string }>;
   /** Flow-control queues of every partition (sys_vqueue_meta); absent in sources without partitions. */
   flowQueues?(): AsyncIterable<FlowQueueRow>;
   /** Pauses or resumes a flow-control queue (POST /vqueues/{id}/pause|resume); resolves once durable. */
   pauseFlowQueue?(scope: string, limitKey: string, paused: boolean): Promise<void>;
   /** Invocations waiting in flow-control queues (sys_vqueues). */
-  flowEntries?(): Iterable<FlowEntry>;
+  flowEntries?(): AsyncIterable<FlowEntry>;
   /** What each flow-control queue with waiters is blocked on (sys_scheduler). */
-  flowScheduler?(): Iterable<{ scope: string; limit_key: string; waiting: number; head: string; blocked_on: string; blocked: Record<string, unknown>; ready_at_ms?: number; head_wait?: Wait }>;
+  flowScheduler?(): AsyncIterable<{ scope: string; limit_key: string; waiting: number; head: string; blocked_on: string; blocked: Record<string, unknown>; ready_at_ms?: number; head_wait?: Wait }>;
   /** Flow-control counters of every partition (sys_user_limits); absent in sources without partitions. */
-  userLimits?(): Iterable<UserLimitRow & { partition_key: bigint }>;
+  userLimits?(): AsyncIterable<UserLimitRow & { partition_key: bigint }>;
   locks(): AsyncIterable<LockRow>;
   promises(): AsyncIterable<{ service: string; key: string; name: string; scope?: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }>;
   manage(id: string, action: ManageAction): Promise<{ status: number; body?: unknown }>;
@@ -105,13 +105,13 @@ export interface IntrospectionSource {
    */
   setState?(service: string, key: string, entries: Map<string, Buffer>, version?: string): Promise<void>;
   /** The partitions and how they are doing (`GET /partitions`). */
-  partitions?(): PartitionInfo[];
+  partitions?(): Promise<PartitionInfo[]>;
   /** Kafka subscriptions' consumers: state, and position and lag per topic partition (all, or the one with `id`). */
   subscriptions?(id?: string): Promise<SubscriptionStatus[]>;
   /** Every schedule, from the store (`/schedules`, sys_schedule); absent in sources without partitions. */
   schedules?(): AsyncIterable<ScheduleRecord>;
   /** One schedule as its partition has it now. */
-  schedule?(name: string): ScheduleRecord | undefined;
+  schedule?(name: string): Promise<ScheduleRecord | undefined>;
   /** Appends a schedule command to the schedule's partition; resolves once it is durable. */
   applySchedule?(command: Schedule): Promise<void>;
 }
@@ -135,7 +135,7 @@ export const emptySource: IntrospectionSource = {
   journalEntries: async () => [],
   unfinishedPinnedTo: async () => 0,
   state: async function* () {},
-  inbox: () => [],
+  inbox: async function* () {},
   locks: async function* () {},
   promises: async function* () {},
   manage: async () => ({ status: 501, body: { message: '[KEEL0009] invocation management is not available on this server', restate_code: 'KEEL0009' } }),
@@ -743,8 +743,8 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
   state: async function* ({ source }, filter) {
     for await (const r of source.state()) if (keyed(filter, r.service, r.key)) yield stateRow(r);
   },
-  sys_inbox: function* ({ source }, filter) {
-    for (const r of source.inbox()) {
+  sys_inbox: async function* ({ source }, filter) {
+    for await (const r of source.inbox()) {
       if (keyed(filter, r.service, r.key)) yield { service_name: r.service, service_key: r.key, id: r.id, sequence_number: r.seq, created_at: ts(r.created_at_ms), scope: r.scope ?? null };
     }
   },
@@ -771,16 +771,16 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
     }
   },
   // One row per waiting entry in both: a row holds every column of the two (the engine reads the table's own).
-  sys_vqueues: function* ({ source }) {
-    for (const e of source.flowEntries?.() ?? []) yield entryRow(e);
+  sys_vqueues: async function* ({ source }) {
+    for await (const e of source.flowEntries?.() ?? []) yield entryRow(e);
   },
-  sys_vqueue_entry_status: function* ({ source }) {
+  sys_vqueue_entry_status: async function* ({ source }) {
     const now_ms = Date.now();
-    for (const e of source.flowEntries?.() ?? []) yield entryRow(e, now_ms);
+    for await (const e of source.flowEntries?.() ?? []) yield entryRow(e, now_ms);
   },
-  sys_scheduler: function* ({ source }) {
+  sys_scheduler: async function* ({ source }) {
     const now_ms = Date.now();
-    for (const q of source.flowScheduler?.() ?? []) {
+    for await (const q of source.flowScheduler?.() ?? []) {
       yield {
         partition_key: scopePartitionKey(q.scope).toString(), id: vqueueId(q.scope, q.limit_key), num_inbox: q.waiting, status: 'blocked', head_entry_id: q.head,
         scheduled_at: ts(q.ready_at_ms), blocked_on: q.blocked_on, blocked_on_json: JSON.stringify(q.blocked),
@@ -809,9 +809,9 @@ export const PER_QUERY_TABLES: Record<string, RowSource> = {
       };
     }
   },
-  sys_user_limits: function* ({ source }) {
+  sys_user_limits: async function* ({ source }) {
     // The u64 partition key travels as its decimal text (Row holds no bigint); the column is UBIGINT.
-    for (const r of source.userLimits?.() ?? []) yield { ...r, partition_key: r.partition_key.toString() };
+    for await (const r of source.userLimits?.() ?? []) yield { ...r, partition_key: r.partition_key.toString() };
   },
   sys_subscription_partition: async function* ({ source }) {
     yield* subscriptionPartitionRows((await source.subscriptions?.()) ?? []);

@@ -36,7 +36,7 @@ export class WorkerIntrospection implements IntrospectionSource {
     return parsed === undefined ? [] : this.worker.readJournal(parsed);
   }
 
-  stepAttempts(id: string): StepAttempts | undefined {
+  async stepAttempts(id: string): Promise<StepAttempts | undefined> {
     const parsed = InvocationId.parse(id);
     const s = parsed === undefined ? undefined : this.worker.viewOf(parsed.partitionKey).peekStatus(id);
     if (s === undefined) return undefined;
@@ -70,7 +70,7 @@ export class WorkerIntrospection implements IntrospectionSource {
     }
   }
 
-  *inbox(): Iterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number; scope?: string }> {
+  async *inbox(): AsyncIterable<{ service: string; key: string; id: string; seq: number; created_at_ms: number; scope?: string }> {
     for (const p of this.worker.views()) {
       for (const [objectKey, queue] of p.state.inboxes) {
         const object = splitObjectKey(objectKey);
@@ -108,7 +108,7 @@ export class WorkerIntrospection implements IntrospectionSource {
     for await (const s of this.worker.storedSchedules()) if (s.deleted !== true) yield s;
   }
 
-  schedule(name: string): ScheduleRecord | undefined {
+  async schedule(name: string): Promise<ScheduleRecord | undefined> {
     const id = scheduleId(name);
     const s = this.worker.viewOf(id.partitionKey).schedule(id.text);
     return s?.deleted === true ? undefined : s;
@@ -118,7 +118,7 @@ export class WorkerIntrospection implements IntrospectionSource {
     return this.worker.append(scheduleId(command.name ?? ''), { kind: 'schedule', schedule: command });
   }
 
-  *userLimits(): Iterable<UserLimitRow & { partition_key: bigint }> {
+  async *userLimits(): AsyncIterable<UserLimitRow & { partition_key: bigint }> {
     for (const p of this.worker.views()) {
       for (const r of p.state.flow.userLimits()) yield { ...r, partition_key: scopePartitionKey(r.scope) };
     }
@@ -128,7 +128,7 @@ export class WorkerIntrospection implements IntrospectionSource {
     for await (const [objectKey, holder] of this.worker.storedLocks()) yield { ...splitObjectKey(objectKey), ...holder };
   }
 
-  *flowEntries(): Iterable<FlowEntry> {
+  async *flowEntries(): AsyncIterable<FlowEntry> {
     for (const p of this.worker.views()) {
       for (const [scope, byKey] of p.state.flow.queues) {
         for (const [limitKey, q] of byKey) {
@@ -147,7 +147,7 @@ export class WorkerIntrospection implements IntrospectionSource {
     }
   }
 
-  *flowScheduler(): Iterable<{ scope: string; limit_key: string; waiting: number; head: string; blocked_on: string; blocked: Record<string, unknown>; ready_at_ms?: number; head_wait?: Wait }> {
+  async *flowScheduler(): AsyncIterable<{ scope: string; limit_key: string; waiting: number; head: string; blocked_on: string; blocked: Record<string, unknown>; ready_at_ms?: number; head_wait?: Wait }> {
     for (const p of this.worker.views()) {
       for (const row of p.state.flow.schedulerRows()) {
         const s = p.state.peekStatus(row.head);
@@ -187,7 +187,7 @@ export class WorkerIntrospection implements IntrospectionSource {
     await p.append({ kind: 'modify_state', modify_state: { service, key, entries: list, ...(version !== undefined ? { version } : {}) } });
   }
 
-  partitions(): PartitionInfo[] {
+  async partitions(): Promise<PartitionInfo[]> {
     const inMemory = this.worker.timersInMemory();
     return this.worker.processors.map((p) => {
       const invocations: Record<string, number> = { ...p.state.counters.statuses };

@@ -33,7 +33,7 @@ export async function partitionRoutes(app: FastifyInstance, opts: PartitionsRout
     if (!source.partitions) {
       return reply.status(501).send({ message: '[KEEL0009] partition health is not available on this server', restate_code: 'KEEL0009' });
     }
-    const parts = source.partitions();
+    const parts = await source.partitions();
     return {
       partitions: parts.map((p) => ({
         id: p.partition,

@@ -544,6 +544,6 @@ export class QueryEngine {
 
   private async readJournals(ids: string[]): Promise<Journals> {
     const src = this.source();
-    return Promise.all(ids.map(async (id): Promise<Journals[number]> => [id, await src.journalEntries(id).catch(() => []), src.stepAttempts?.(id)]));
+    return Promise.all(ids.map(async (id): Promise<Journals[number]> => [id, await src.journalEntries(id).catch(() => []), await src.stepAttempts?.(id)]));
   }
 }

@@ -28,9 +28,9 @@ function schedulesOf(ctx: AdminContext): Required<Pick<IntrospectionSource, 'sch
 }
 
 export function scheduleRoutes(ctx: AdminContext) {
-  const existing = (name: string): ScheduleRecord => {
+  const existing = async (name: string): Promise<ScheduleRecord> => {
     checkScheduleName(name);
-    const s = schedulesOf(ctx).schedule(name);
+    const s = await schedulesOf(ctx).schedule(name);
     if (s === undefined) throw keelError('KEEL0004', { what: 'schedule', name });
     return s;
   };
@@ -46,12 +46,12 @@ export function scheduleRoutes(ctx: AdminContext) {
       all.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
       return { schedules: all.map(scheduleView) };
     });
-    r.get<{ Params: { name: string } }>('/schedules/:name', async (req) => scheduleView(existing(req.params.name)));
+    r.get<{ Params: { name: string } }>('/schedules/:name', async (req) => scheduleView(await existing(req.params.name)));
     r.put<{ Params: { name: string } }>('/schedules/:name', async (req, reply) => {
       const { name } = req.params;
       checkScheduleName(name);
       const spec = scheduleSpec(ctx, req.body);
-      const created = schedulesOf(ctx).schedule(name) === undefined;
+      const created = (await schedulesOf(ctx).schedule(name)) === undefined;
       if (created && (await count(schedulesOf(ctx))) >= MAX_SCHEDULES) {
         throw new KeelError('KEEL1001', `there are ${MAX_SCHEDULES} schedules already, the most a server keeps: delete one first`);
       }
@@ -60,7 +60,7 @@ export function scheduleRoutes(ctx: AdminContext) {
       return reply.code(created ? 201 : 200).send(scheduleView(s!));
     });
     r.delete<{ Params: { name: string } }>('/schedules/:name', async (req, reply) => {
-      const { name } = existing(req.params.name);
+      const { name } = await existing(req.params.name);
       await apply({ action: ScheduleAction.DELETE, name });
       ctx.logger.info({ schedule: name }, 'schedule deleted');
       return reply.code(200).send({ name, deleted: true });
@@ -68,7 +68,7 @@ export function scheduleRoutes(ctx: AdminContext) {
     r.post<{ Params: { name: string; action: string } }>('/schedules/:name/:action', async (req) => {
       const action = { pause: ScheduleAction.PAUSE, resume: ScheduleAction.RESUME, trigger: ScheduleAction.TRIGGER }[req.params.action];
       if (action === undefined) throw new KeelError('KEEL0004', `no route for /schedules/${req.params.name}/${req.params.action}: use pause, resume or trigger`);
-      const before = existing(req.params.name);
+      const before = await existing(req.params.name);
       const s = (await apply({ action, name: before.name }))!;
       ctx.logger.info({ schedule: before.name }, `schedule ${req.params.action === 'trigger' ? 'triggered' : `${req.params.action}d`}`);
       // A trigger while a firing runs may be skipped or buffered by the overlap policy: say which.
