@@ -1,6 +1,7 @@
 // The edge's requests of the partitions (src/partition/gateway.ts), answered in-process by a real
-// Worker on a real store: each outcome of an Invoke, attach and output, and a refusal. The ingress
-// suites (idempotency, workflows, awakeables, flow-control) check the same outcomes over HTTP.
+// Worker on a real store: each outcome of an Invoke but a full backlog, attach and output, and
+// refusals. The ingress suites (idempotency, workflows, awakeables; flow-control for the full
+// backlog) check the same outcomes over HTTP.
 import t from 'tap';
 import path from 'node:path';
 import { openWorkerStore } from '../dist/storage/store.js';

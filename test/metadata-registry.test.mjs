@@ -294,4 +294,10 @@ t.test('a replica (partitions on another thread) starts from the history and fol
   await t.rejects(replica.register({ uri: 'http://127.0.0.1:1' }), /a replica of the schema registry discovers nothing/, 'it discovers nothing');
   await t.rejects(replica.setDeploymentConcurrency(r2.deployment.id, 1), /a replica of the schema registry appends nothing/, 'and writes nothing');
   t.same(main.deployments().map((d) => d.id), [r2.deployment.id], 'the main registry is unchanged by them');
+  main.history().length = 0;
+  t.equal(main.history().length, 7, 'history() is a copy');
+  await replica.close();
+  await main.setDeploymentConcurrency(r2.deployment.id, 5);
+  t.equal(main.deploymentConcurrency(r2.deployment.id), 5);
+  t.equal(replica.deploymentConcurrency(r2.deployment.id), undefined, 'a closed replica follows no more');
 });

@@ -56,15 +56,16 @@ t.test("one worker's outbox reaches the other's partition, in order, through a r
   const [a, b] = workers;
   const [source] = a.processors;
   const [target] = b.processors;
-  let refusals = 1;
+  let refused = 0;
   const refusal = target.refusal.bind(target);
-  target.refusal = (kind, fromOutbox) => (refusals-- > 0 ? Object.assign(new Error('overloaded (test)'), { code: 'KEEL0501' }) : refusal(kind, fromOutbox));
+  target.refusal = (kind, fromOutbox) => (refused++ === 0 ? Object.assign(new Error('overloaded (test)'), { code: 'KEEL0501' }) : refusal(kind, fromOutbox));
   await source.append(subscriptionRecords([0, 1], HIGH_KEY));
   await source.append(subscriptionRecords([2, 3], HIGH_KEY));
   const made = () => [...target.state.invocations.values()].filter((s) => s.invoked_by_subscription_id).length;
   t.ok(await eventually(() => made() === 4 && source.state.counters.outbox === 0), 'every record made its invocation on the other worker, and the source dropped its entries');
   t.equal(target.state.dedup.get(0), 4, 'the target applied all four entries of the source');
-  t.ok(posts.length >= 2, `handed over in batches (${posts.join(', ')} entries), the first refused`);
+  t.ok(refused > 1, 'the target refused the first entry it was handed, then took the rest');
+  t.ok(posts.reduce((a, b) => a + b, 0) > 4, `what was refused was handed over again (batches of ${posts.join(', ')} entries)`);
   const seqs = [];
   for await (const [, record] of (await EmbeddedLog.open(db, 1)).read(1)) {
     const c = decodeCommand(record);
@@ -97,4 +98,22 @@ t.test("a worker's partitions are distinct indexes of the configuration, in orde
   t.same(new Worker(config, silentLogger).allPartitions(), [0, 1, 2, 3], 'every one by default');
   t.same(new Worker(config, silentLogger, undefined, [1, 3]).allPartitions(), [1, 3]);
   for (const bad of [[4], [2, 1], [1, 1], [-1], [0.5]]) t.throws(() => new Worker(config, silentLogger, undefined, bad), /distinct indexes below 4, in order/, JSON.stringify(bad));
+});
+
+t.test('a transport that throws, or answers nonsense, refuses the batch, and the queue goes on', async (t) => {
+  let mode = 'throw';
+  const sent = [];
+  const appender = new BatchAppender(() => ({ name: 'elsewhere', to: 'x' }), (_to, entries) => {
+    sent.push(entries.map((e) => e.command.toString()));
+    if (mode === 'throw') throw new Error('the port is closed (test)');
+    if (mode === 'nonsense') return Promise.resolve({ appended: entries.length + 1 });
+    return Promise.resolve({ appended: entries.length });
+  });
+  const settle = (p) => p.then(() => 'ok', (err) => `${err.code}: ${err.message}`);
+  t.equal(await settle(appender.append(0, Buffer.from('a'))), 'KEEL0805: cannot hand commands to elsewhere: the port is closed (test)');
+  mode = 'nonsense';
+  t.match(await settle(appender.append(0, Buffer.from('b'))), /KEEL0805: cannot hand commands to elsewhere: elsewhere answered 2 of 1 appended/);
+  mode = 'ok';
+  t.equal(await settle(appender.append(0, Buffer.from('c'))), 'ok', 'the queue was not left stuck');
+  t.same(sent, [['a'], ['b'], ['c']], 'the transport got the entries alone, one batch at a time');
 });

@@ -6,7 +6,7 @@ import { parseDuration_ms } from '../common/units.js';
 import type { Header } from '../log/commands.js';
 import { resolveTarget } from '../metadata/targets.js';
 import type { HandlerSchema, ServiceSchema } from '../metadata/types.js';
-import type { PartitionGateway } from '../partition/gateway.js';
+import type { InvokeOutcome, PartitionGateway } from '../partition/gateway.js';
 import type { InvocationStatus } from '../partition/state.js';
 import type { IngressSpan, Telemetry } from '../telemetry/index.js';
 import { MAX_DELAY_MS, MAX_DELAY_TEXT_CHARS, MAX_IDEMPOTENCY_KEY_CHARS, MAX_KEY_CHARS } from './limits.js';
@@ -132,13 +132,7 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
 
   void reply.header('x-restate-id', target.id.text);
   span?.target(service.name, handler.name, target.id.text);
-  const headers: Header[] = [];
-  for (const [name, value] of Object.entries(req.headers)) {
-    // HTTP/2's pseudo-header fields (:path, :authority…) are the request line, not headers.
-    if (DROPPED_HEADERS.has(name) || value === undefined || name.startsWith(':')) continue;
-    for (const v of Array.isArray(value) ? value : [value]) headers.push({ key: name, value: v });
-  }
-  headers.push({ key: 'x-restate-ingress-path', value: url.pathname + url.search });
+  const headers = handlerHeaders(req, url);
   const body = req.body instanceof Buffer ? req.body : Buffer.alloc(0);
   const outcome = await partitions.invoke({
     id: target.id,
@@ -165,21 +159,39 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
       ...(span ? { traceparent: span.traceparent } : {}),
     },
   });
+  return answer(deps, reply, outcome, { id: target.id.text, handler, execute_at_ms, flow });
+}
+
+/** The request's headers as the handler gets them, and the path it was called by. */
+function handlerHeaders(req: FastifyRequest, url: URL): Header[] {
+  const headers: Header[] = [];
+  for (const [name, value] of Object.entries(req.headers)) {
+    // HTTP/2's pseudo-header fields (:path, :authority…) are the request line, not headers.
+    if (DROPPED_HEADERS.has(name) || value === undefined || name.startsWith(':')) continue;
+    for (const v of Array.isArray(value) ? value : [value]) headers.push({ key: name, value: v });
+  }
+  headers.push({ key: 'x-restate-ingress-path', value: url.pathname + url.search });
+  return headers;
+}
+
+/** The HTTP answer to what became of an Invoke. */
+function answer(deps: InvokeDeps, reply: FastifyReply, outcome: InvokeOutcome, asked: { id: string; handler: HandlerSchema; execute_at_ms: number; flow: { scope?: string; limit_key?: string } }): FastifyReply {
   switch (outcome.kind) {
     case 'completed':
-      return respondCompleted(reply, outcome.status, handler);
+      return respondCompleted(reply, outcome.status, asked.handler);
     case 'accepted': {
       // A time past what a Date holds (a huge ?delay=) has no RFC 3339 form: it is left out.
-      const executionTime = execute_at_ms && Math.abs(execute_at_ms) <= 8.64e15 ? new Date(execute_at_ms).toISOString() : undefined;
-      return reply.code(202).send({ invocationId: target.id.text, status: 'Accepted', ...(executionTime ? { executionTime } : {}) });
+      const at = asked.execute_at_ms;
+      const executionTime = at && Math.abs(at) <= 8.64e15 ? new Date(at).toISOString() : undefined;
+      return reply.code(202).send({ invocationId: asked.id, status: 'Accepted', ...(executionTime ? { executionTime } : {}) });
     }
     case 'previously_accepted':
-      return reply.code(202).send({ invocationId: target.id.text, status: 'PreviouslyAccepted' });
+      return reply.code(202).send({ invocationId: asked.id, status: 'PreviouslyAccepted' });
     case 'workflow_exists':
       return ingressError(reply, 'KEEL0008', 'the workflow method was already invoked', 409, 'invocation');
     case 'backlog_full': {
       const { full } = outcome;
-      deps.logger.info({ code: 'KEEL0902', scope: flow.scope, limit_key: flow.limit_key, rule: full.pattern, waiting: full.waiting }, 'ingress request refused: flow-control backlog full');
+      deps.logger.info({ code: 'KEEL0902', scope: asked.flow.scope, limit_key: asked.flow.limit_key, rule: full.pattern, waiting: full.waiting }, 'ingress request refused: flow-control backlog full');
       deps.telemetry.metrics.flowRejected(full.pattern);
       void reply.removeHeader('x-restate-id').header('retry-after', String(full.retry_after_s));
       return ingressError(reply, 'KEEL0902', `the backlog of rule '${full.pattern}' is full: ${full.waiting} invocations wait (limits.backlog ${full.backlog}); retry after ${full.retry_after_s} s`);

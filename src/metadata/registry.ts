@@ -200,7 +200,11 @@ export class Registry {
   /** Keel's own: deployment id → the most attempts it may run at once (PUT /deployments/{id}/limits). */
   private readonly deploymentLimits = new Map<string, number>();
   private readonly deploymentLimitListeners = new Set<(arg: undefined) => void>();
-  /** Every record applied, in order: what a replica starts from (as many as the metadata log holds, which `open` reads whole). */
+  /**
+   * Every record applied, in order: what a replica starts from. Bounded as the metadata log is
+   * (every record it holds, which `open` reads whole): a record per registration, update,
+   * removal, limit and rule-book change an operator made.
+   */
   private readonly applied: MetaRecord[] = [];
   private readonly recordListeners = new Set<(rec: MetaRecord) => void>();
   /** A replica's changes come from this process's main registry, which logged them. */
@@ -255,23 +259,28 @@ export class Registry {
    * registry's `history()`, and `follow` hands over each record it applies after, in order. Its
    * listeners fire as a cluster node's do for another node's changes; it discovers and writes nothing.
    */
-  static replica(config: Config, logger: Logger, records: readonly MetaRecord[], follow: (apply: (rec: MetaRecord) => void) => void): Registry {
+  static replica(config: Config, logger: Logger, records: readonly MetaRecord[], follow: (apply: (rec: MetaRecord) => void) => () => void): Registry {
     const readOnly = (what: string) => () => assert(false, () => `a replica of the schema registry ${what}: the main registry does`);
-    const log: MetadataLog = { append: async () => readOnly('appends nothing')(), close: async () => {} };
+    let detach = () => {};
+    // Closing the replica stops it following.
+    const log: MetadataLog = { append: async () => readOnly('appends nothing')(), close: async () => detach() };
     const reg = new Registry(log, logger, async () => readOnly('discovers nothing')() as never, config.max_journal_retention_ms, config.ingress.kafka_clusters ?? []);
     reg.replicated = true;
     for (const r of records) reg.apply(r);
     reg.recompute();
-    follow((rec) => reg.applyRemote(rec));
+    detach = follow((rec) => reg.applyRemote(rec));
     return reg;
   }
 
-  /** Every record applied so far, in order (a replica's start). */
-  history(): readonly MetaRecord[] {
-    return this.applied;
+  /**
+   * Every record applied so far, in order (a replica's start; a copy). Taken together with
+   * `onRecord`, with no await between, a replica misses and repeats nothing.
+   */
+  history(): MetaRecord[] {
+    return [...this.applied];
   }
 
-  /** Called with each record applied from now on (committed here, or another node's), in order. */
+  /** Called with each record applied from now on (committed here, or another node's), in order; returns the stop function. */
   onRecord(listener: (rec: MetaRecord) => void): () => void {
     this.recordListeners.add(listener);
     return () => this.recordListeners.delete(listener);
@@ -541,8 +550,9 @@ export class Registry {
 
   /** A record another node of the cluster appended: applied as this node's own commits are. */
   private applyRemote(rec: MetaRecord): void {
+    let applied: boolean;
     try {
-      this.apply(rec);
+      applied = this.apply(rec);
     } catch (err) {
       // Every node applies the same records in the same order: one that fails here failed where it was written.
       this.logger.error({ err, code: 'META0005', kind: rec.kind }, 'a metadata record from another node cannot be applied');
@@ -550,6 +560,7 @@ export class Registry {
     }
     this.recompute();
     this.changes++;
+    if (applied) this.notify(this.recordListeners, rec, 'metadata record');
     if (rec.kind === 'subscription_added') this.notifySubscription({ kind: 'added', subscription: rec.subscription });
     if (rec.kind === 'subscription_removed') this.notifySubscription({ kind: 'removed', id: rec.id });
     if (rec.kind.startsWith('deployment_')) this.notifyDeploymentLimits();
@@ -560,9 +571,10 @@ export class Registry {
 
   private async commit(rec: MetaRecord): Promise<void> {
     await this.log.append(rec);
-    this.apply(rec);
+    const applied = this.apply(rec);
     this.recompute();
     this.changes++;
+    if (applied) this.notify(this.recordListeners, rec, 'metadata record');
     if (rec.kind.startsWith('deployment_') && rec.kind !== 'deployment_limit_set') this.notify(this.serviceListeners, undefined, 'services');
     // Every deployment change may change a limit (an operator's, a manifest's, or one removed
     // with its deployment): attempts parked on one are looked at again.
@@ -572,44 +584,45 @@ export class Registry {
     }
   }
 
-  private apply(rec: MetaRecord): void {
-    this.applyRecord(rec);
+  /** Applies a record; whether it changed anything (a stale rule book is dropped). */
+  private apply(rec: MetaRecord): boolean {
+    if (!this.applyRecord(rec)) return false;
     this.applied.push(rec);
-    for (const l of this.recordListeners) l(rec);
+    return true;
   }
 
-  private applyRecord(rec: MetaRecord): void {
+  private applyRecord(rec: MetaRecord): boolean {
     if (rec.kind === 'limit_rules_replaced') {
       // A whole book computed from an older one (in a cluster, another node's change reached the
       // log first) would undo that change: every node reads the records in the same order and
       // drops it alike; its writer answers META0018.
       if (rec.book.version !== this.rules.version + 1) {
         this.logger.warn({ code: 'META0018', version: rec.book.version, current: this.rules.version }, 'a rule book change made from an older book is dropped');
-        return;
+        return false;
       }
       this.rules = rec.book;
-      return;
+      return true;
     }
     if (rec.kind === 'subscription_added') {
       const sub = rec.subscription;
       if (!isSubscriptionId(sub.id)) throw new Error(`malformed subscription id ${JSON.stringify(sub.id)}`);
       if (this.subs.has(sub.id)) throw new Error(`subscription ${sub.id} added twice`);
       this.subs.set(sub.id, sub);
-      return;
+      return true;
     }
     if (rec.kind === 'subscription_removed') {
       this.subs.delete(rec.id);
-      return;
+      return true;
     }
     if (rec.kind === 'deployment_removed') {
       this.byId.delete(rec.id);
       this.deploymentLimits.delete(rec.id);
-      return;
+      return true;
     }
     if (rec.kind === 'deployment_limit_set') {
       if (rec.concurrency === null) this.deploymentLimits.delete(rec.id);
       else this.deploymentLimits.set(rec.id, rec.concurrency);
-      return;
+      return true;
     }
     const d = rec.deployment;
     if (rec.kind === 'deployment_added' && this.byId.has(d.id)) throw new Error(`deployment ${d.id} added twice`);
@@ -619,6 +632,7 @@ export class Registry {
       this.maxRevision.set(s.name, Math.max(this.maxRevision.get(s.name) ?? 0, s.revision));
     }
     this.byId.set(d.id, d);
+    return true;
   }
 
   /** Latest revision of each service across the existing deployments. */

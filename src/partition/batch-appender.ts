@@ -5,7 +5,6 @@
 // destination therefore travel in one queue, one batch at a time; the destination appends a
 // batch's entries in order and stops at the first it cannot take, answers how many it took, and
 // the rest are refused to their senders (whose Shuffles send them again, in order).
-import { assert } from '../common/assert.js';
 import { KeelError } from '../errors/index.js';
 import { NotLedHereError } from './errors.js';
 import type { RemotePartitions, Worker } from './worker.js';
@@ -83,17 +82,19 @@ export class BatchAppender<To> implements RemotePartitions {
     while (n < queue.waiting.length && n < MAX_BATCH_ENTRIES && (n === 0 || bytes + queue.waiting[n]!.command.length <= MAX_BATCH_BYTES)) bytes += queue.waiting[n++]!.command.length;
     const batch = queue.waiting.splice(0, n);
     queue.sending = true;
-    this.post(queue.to, batch)
-      .then(
-        (answer) => {
-          assert(answer.appended >= 0 && answer.appended <= batch.length, () => `destination answered ${answer.appended} of ${batch.length} appended`);
-          for (const p of batch.slice(0, answer.appended)) p.resolve();
-          if (answer.appended === batch.length) return;
-          const why = answer.refused === undefined ? new KeelError('KEEL0805', 'the leader took only part of the commands') : new KeelError('KEEL0805', `${answer.refused.code}: ${answer.refused.message}`);
-          this.refuseFrom(queue, batch.slice(answer.appended), why);
-        },
-        (err: unknown) => this.refuseFrom(queue, batch, new KeelError('KEEL0805', `cannot hand commands to ${queue.name}: ${(err as Error).message}`, undefined, { cause: err })),
-      )
+    // The transport gets the entries alone (a port cannot carry the promises' functions), and a
+    // throw from it is a refusal like any other: the queue never stays stuck on `sending`.
+    const entries = batch.map(({ partition, command }) => ({ partition, command }));
+    Promise.resolve()
+      .then(() => this.post(queue.to, entries))
+      .then((answer) => {
+        if (!(Number.isInteger(answer?.appended) && answer.appended >= 0 && answer.appended <= batch.length)) throw new Error(`${queue.name} answered ${answer?.appended} of ${batch.length} appended`);
+        for (const p of batch.slice(0, answer.appended)) p.resolve();
+        if (answer.appended === batch.length) return;
+        const why = answer.refused === undefined ? new KeelError('KEEL0805', `${queue.name} took only part of the commands`) : new KeelError('KEEL0805', `${answer.refused.code}: ${answer.refused.message}`);
+        this.refuseFrom(queue, batch.slice(answer.appended), why);
+      })
+      .catch((err: unknown) => this.refuseFrom(queue, batch, new KeelError('KEEL0805', `cannot hand commands to ${queue.name}: ${(err as Error).message}`, undefined, { cause: err })))
       .finally(() => {
         queue.sending = false;
         this.pump(queue);

@@ -41,9 +41,9 @@ export interface AttemptRunner {
 
 /** How commands reach partitions open elsewhere (other nodes, over HTTP: cluster-append.ts; other workers: BatchAppender). */
 export interface RemotePartitions {
-  /** Where the partition is open now (a node's name), or undefined while none is known. */
+  /** Where the partition is open now (a node's or a thread's name), or undefined while none is known. */
   leaderOf(partition: number): string | undefined;
-  /** Appends an encoded command to a partition another node leads; resolves once it is durable there. In order per node. */
+  /** Appends an encoded command to a partition open elsewhere; resolves once it is durable there. In order per destination. */
   append(partition: number, command: Buffer): Promise<void>;
 }
 
@@ -167,7 +167,7 @@ export class Worker implements Effects {
     const db = this.db;
     assert(db !== undefined, () => 'openPartitions before open');
     const wanted = partitions.filter((p) => this.byPartition[p] === undefined);
-    for (const p of wanted) assert(Number.isInteger(p) && p >= 0 && p < this.config.worker.partitions, () => `partition ${p} is not one of the ${this.config.worker.partitions}`);
+    for (const p of wanted) assert(this.owned.includes(p), () => `partition ${p} is not one of this worker's (${this.owned.join(', ')} of ${this.config.worker.partitions})`);
     const writer = this.writer!;
     const client = this.kafkaLog;
     const options = {
@@ -398,8 +398,8 @@ export class Worker implements Effects {
   async *scanInvocationLines(): AsyncGenerator<Buffer> {
     let chunk = Buffer.allocUnsafe(LINES_PER_CHUNK_BYTES);
     let used = 0;
-    // Every partition the store holds, led, followed or not open yet: a partition opened or followed
-    // after this scan began has its statuses written as it is folded, and those writes are watched.
+    // Every partition this worker answers for, led, followed or not open yet: a partition opened or
+    // followed after this scan began has its statuses written as it is folded, and those writes are watched.
     for (const partition of this.allPartitions()) {
       for await (const raw of invocationsTable.records(this.db!, partition)) {
         if (used + raw.length + 1 > chunk.length && used > 0) {
