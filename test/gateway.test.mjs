@@ -101,3 +101,20 @@ t.test('a partition not open here refuses with NotLedHereError; a refused call l
   t.equal(worker.invocation(here), undefined, 'not accepted');
   t.equal(worker.waiters.size, 0, 'and the call that waited for it stopped waiting');
 });
+
+t.test('of two calls with one id, the one refused stops waiting and the one taken still gets its result', async (t) => {
+  const { worker, gateway } = await setup(t);
+  const [processor] = worker.processors;
+  let refusals = 0;
+  const refusal = processor.refusal.bind(processor);
+  processor.refusal = (kind, fromOutbox) => (kind === 'invoke' && refusals++ === 0 ? Object.assign(new Error('overloaded (test)'), { code: 'KEEL0501' }) : refusal(kind, fromOutbox));
+  const id = InvocationId.random(5n); // partition 0
+  const first = gateway.invoke(request(id, { deterministic: true }));
+  const second = gateway.invoke(request(id, { deterministic: true }));
+  await t.rejects(first, { code: 'KEEL0501' }, 'the first append was refused');
+  t.ok(await until(() => worker.invocation(id) !== undefined), "the second's was taken");
+  await complete(worker, id);
+  const outcome = await Promise.race([second, new Promise((r) => setTimeout(() => r('still waiting'), 3_000).unref())]);
+  t.equal(outcome.kind, 'completed', 'and its caller got the result');
+  t.equal(worker.waiters.size, 0, 'nobody waits any more');
+});

@@ -105,7 +105,7 @@ export async function acceptInvoke(worker: Worker, req: InvokeRequest): Promise<
   try {
     await worker.append(id, command);
   } catch (err) {
-    worker.stopWaiting(id); // not accepted: nothing will complete it
+    worker.stopWaiting(id, done); // not accepted: nothing will complete this wait
     throw err;
   }
   return { kind: 'completed', status: await done };

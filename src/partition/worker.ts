@@ -47,6 +47,12 @@ export interface RemotePartitions {
   append(partition: number, command: Buffer): Promise<void>;
 }
 
+/** A client waiting for an invocation's result. */
+interface Waiter {
+  resolve: (s: InvocationStatus) => void;
+  reject: (err: Error) => void;
+}
+
 /** The route of outbox entries to partitions open here. */
 const LOCAL_ROUTE = '';
 
@@ -87,7 +93,9 @@ export class Worker implements Effects {
   /** The open partitions by partition index. */
   private readonly byPartition: Array<PartitionProcessor | undefined> = [];
   private runner: AttemptRunner | undefined;
-  private readonly waiters = new Map<string, Array<{ resolve: (s: InvocationStatus) => void; reject: (err: Error) => void }>>();
+  private readonly waiters = new Map<string, Waiter[]>();
+  /** Each wait awaitCompletion handed out, so that its caller can drop it alone. */
+  private readonly waiterOf = new WeakMap<Promise<InvocationStatus>, Waiter>();
   private readonly timers = new Set<NodeJS.Timeout>();
   private stopped = false;
   private cleaner: Cleaner | undefined;
@@ -473,7 +481,8 @@ export class Worker implements Effects {
     const processor = this.processorFor(id);
     const now = fresh ? undefined : processor.invocation(id.text);
     if (now?.status === 'completed') return this.durable(id).then(() => now);
-    return new Promise((resolve, reject) => {
+    let waiter: Waiter | undefined;
+    const done = new Promise<InvocationStatus>((resolve, reject) => {
       let list = this.waiters.get(id.text);
       if (list === undefined) {
         list = [];
@@ -483,13 +492,24 @@ export class Worker implements Effects {
         reject(keelError('KEEL0501', { partition: processor.partition, queued: list.length }));
         return;
       }
-      list.push({ resolve, reject });
+      waiter = { resolve, reject };
+      list.push(waiter);
     });
+    if (waiter !== undefined) this.waiterOf.set(done, waiter);
+    return done;
   }
 
-  /** Drops the clients waiting for an invocation that was not accepted after all (its append was refused). */
-  stopWaiting(id: InvocationId): void {
-    this.waiters.delete(id.text);
+  /**
+   * Drops the wait `done` (from awaitCompletion) for an invocation its caller's append did not
+   * create after all (refused): another caller's wait for the same id, whose append was taken, stays.
+   */
+  stopWaiting(id: InvocationId, done: Promise<InvocationStatus>): void {
+    const waiter = this.waiterOf.get(done);
+    const list = this.waiters.get(id.text);
+    if (waiter === undefined || list === undefined) return;
+    const at = list.indexOf(waiter);
+    if (at >= 0) list.splice(at, 1);
+    if (list.length === 0) this.waiters.delete(id.text);
   }
 
   execute(processor: PartitionProcessor, actions: Action[]): void {
