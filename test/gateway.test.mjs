@@ -3,28 +3,20 @@
 // refusals. The ingress suites (idempotency, workflows, awakeables; flow-control for the full
 // backlog) check the same outcomes over HTTP.
 import t from 'tap';
-import path from 'node:path';
-import { openWorkerStore } from '../dist/storage/store.js';
-import { loadConfig } from '../dist/config/index.js';
-import { Worker } from '../dist/partition/worker.js';
 import { LocalGateway } from '../dist/partition/gateway.js';
 import { NotLedHereError } from '../dist/partition/errors.js';
 import { InvocationId, randomPartitionKey } from '../dist/common/ids.js';
-import { silentLogger } from '../dist/common/logger.js';
-import { tempDir } from './helpers/keel.mjs';
+import { NO_INVOKER, workerStore } from './helpers/worker.mjs';
 
 /** An output entry of the service protocol and its type. */
 const OUTPUT = { entry_type: 0x0401, entry: Buffer.from([0x0a, 0x03, 0x0a, 0x01, 0x31]) };
 
 async function setup(t, partitions = [0, 1]) {
-  const dir = tempDir(t);
-  const db = await openWorkerStore(path.join(dir, 'worker'));
-  t.teardown(() => db.close());
-  const worker = new Worker(loadConfig(undefined, { KEEL_WORKER__PARTITIONS: '2', KEEL_BASE_DIR: dir }), silentLogger);
-  t.same((await worker.open(db, undefined, partitions)).opened, partitions);
+  const store = await workerStore(t);
+  const worker = store.worker();
+  t.same((await worker.open(store.db, undefined, partitions)).opened, partitions);
   const started = [];
-  worker.start({ start: (s) => started.push(s), forward() {}, abort() {}, reject() {}, stop() {} });
-  t.teardown(() => worker.stop());
+  worker.start({ ...NO_INVOKER, start: (s) => started.push(s) });
   return { worker, gateway: new LocalGateway(worker), started };
 }
 

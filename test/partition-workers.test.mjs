@@ -2,37 +2,19 @@
 // several threads), the outbox between them handed over by a BatchAppender — the queue discipline
 // cluster nodes use over HTTP (cluster-append.ts), here with an in-process transport.
 import t from 'tap';
-import path from 'node:path';
-import { openWorkerStore } from '../dist/storage/store.js';
-import { loadConfig } from '../dist/config/index.js';
-import { Worker } from '../dist/partition/worker.js';
 import { appendBatch, BatchAppender } from '../dist/partition/batch-appender.js';
 import { decodeCommand } from '../dist/log/commands.js';
 import { EmbeddedLog } from '../dist/log/partition-log.js';
 import { InvocationId } from '../dist/common/ids.js';
-import { silentLogger } from '../dist/common/logger.js';
-import { tempDir } from './helpers/keel.mjs';
+import { NO_INVOKER, subscriptionRecords, workerStore } from './helpers/worker.mjs';
 
 const HIGH_KEY = (1n << 64n) - 5n; // partition 1 of 2
-const NO_INVOKER = { start() {}, forward() {}, abort() {}, reject() {}, stop() {} };
-
-function subscriptionRecords(offsets, pk, local = false) {
-  return {
-    kind: 'subscription_records',
-    subscription_records: {
-      subscription_id: 'sub_1bbbbbbbbbbbbbbbbbbbbbb', topic: 'orders', kafka_partition: 0, service: 'Svc', handler: 'h', service_type: 'Service', handler_type: '',
-      records: offsets.map((offset) => ({ offset, invocation_id: InvocationId.random(pk).bytes, input: Buffer.from('1'), local })),
-    },
-  };
-}
 
 /** Workers A (partition 0) and B (partition 1) on one store; `posts` counts the batches handed over. */
 async function twoWorkers(t) {
-  const dir = tempDir(t);
-  const db = await openWorkerStore(path.join(dir, 'worker'));
-  t.teardown(() => db.close());
-  const config = loadConfig(undefined, { KEEL_WORKER__PARTITIONS: '2', KEEL_BASE_DIR: dir });
-  const workers = [new Worker(config, silentLogger, undefined, [0]), new Worker(config, silentLogger, undefined, [1])];
+  const store = await workerStore(t);
+  const { db } = store;
+  const workers = [store.worker([0]), store.worker([1])];
   const posts = [];
   for (const [k, w] of workers.entries()) {
     const other = workers[1 - k];
@@ -40,7 +22,6 @@ async function twoWorkers(t) {
     w.setRemote(new BatchAppender(destinationOf, (to, entries) => (posts.push(entries.length), appendBatch(to, entries))));
     t.same(await w.open(db), { opened: [k] }, `worker ${k} opens its own partition only`);
     w.start(NO_INVOKER);
-    t.teardown(() => w.stop());
   }
   return { db, workers, posts };
 }
@@ -78,8 +59,8 @@ t.test("one worker's outbox reaches the other's partition, in order, through a r
 t.test('each worker scans the statuses of its own partitions only', async (t) => {
   const { workers } = await twoWorkers(t);
   const [a, b] = workers;
-  await a.processors[0].append(subscriptionRecords([0], 7n, true));
-  await b.processors[0].append(subscriptionRecords([0], HIGH_KEY, true));
+  await a.processors[0].append(subscriptionRecords([0], 7n, { local: true }));
+  await b.processors[0].append(subscriptionRecords([0], HIGH_KEY, { local: true }));
   const [low] = [...a.processors[0].state.invocations.keys()];
   const [high] = [...b.processors[0].state.invocations.keys()];
   t.ok(low && high, 'an invocation on each');
@@ -94,10 +75,10 @@ t.test('each worker scans the statuses of its own partitions only', async (t) =>
 });
 
 t.test("a worker's partitions are distinct indexes of the configuration, in order", async (t) => {
-  const config = loadConfig(undefined, { KEEL_WORKER__PARTITIONS: '4', KEEL_BASE_DIR: tempDir(t) });
-  t.same(new Worker(config, silentLogger).allPartitions(), [0, 1, 2, 3], 'every one by default');
-  t.same(new Worker(config, silentLogger, undefined, [1, 3]).allPartitions(), [1, 3]);
-  for (const bad of [[4], [2, 1], [1, 1], [-1], [0.5]]) t.throws(() => new Worker(config, silentLogger, undefined, bad), /distinct indexes below 4, in order/, JSON.stringify(bad));
+  const { worker } = await workerStore(t, { partitions: 4 });
+  t.same(worker().allPartitions(), [0, 1, 2, 3], 'every one by default');
+  t.same(worker([1, 3]).allPartitions(), [1, 3]);
+  for (const bad of [[4], [2, 1], [1, 1], [-1], [0.5]]) t.throws(() => worker(bad), /distinct indexes below 4, in order/, JSON.stringify(bad));
 });
 
 t.test('a transport that throws, or answers nonsense, refuses the batch, and the queue goes on', async (t) => {

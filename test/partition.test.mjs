@@ -17,6 +17,7 @@ import { InvocationId, randomPartitionKey } from '../dist/common/ids.js';
 import { silentLogger } from '../dist/common/logger.js';
 import { MessageType, Outcome, encode, pb } from './helpers/fold.mjs';
 import { tempDir } from './helpers/keel.mjs';
+import { NO_INVOKER, subscriptionRecords, workerStore } from './helpers/worker.mjs';
 
 function invoke(i) {
   return {
@@ -191,22 +192,6 @@ t.test("what the last batch's actions append (an outbox entry to the same partit
 });
 
 /** Records of subscription `sub` for a plain service, whose invocation ids are in `pk`'s partition. */
-function subscriptionRecords(offsets, pk, { local, sub = 'sub_1bbbbbbbbbbbbbbbbbbbbbb' } = {}) {
-  return {
-    kind: 'subscription_records',
-    subscription_records: {
-      subscription_id: sub,
-      topic: 'orders',
-      kafka_partition: 0,
-      service: 'Svc',
-      handler: 'h',
-      service_type: 'Service',
-      handler_type: '',
-      records: offsets.map((offset) => ({ offset, invocation_id: InvocationId.random(pk).bytes, input: Buffer.from('1'), local })),
-    },
-  };
-}
-
 t.test('subscription positions and pending counts come back when a partition reopens', async (t) => {
   const { db, effects } = await setup(t);
   const p = await PartitionProcessor.open(db, new GroupWriter(db), 4, { fsync: true, effects, logger: silentLogger });
@@ -219,16 +204,12 @@ t.test('subscription positions and pending counts come back when a partition reo
 });
 
 t.test('a worker opening partitions keeps those that open and answers why another did not', async (t) => {
-  const { loadConfig } = await import('../dist/config/index.js');
-  const { Worker } = await import('../dist/partition/worker.js');
   const { fsmTable } = await import('../dist/storage/tables/fsm.js');
-  const dir = tempDir(t);
-  const db = await openWorkerStore(path.join(dir, 'worker'));
-  t.teardown(() => db.close());
+  const store = await workerStore(t);
+  const { db } = store;
   // Partition 1's counters are not JSON: it cannot load; partition 0 can.
   await db.put(fsmTable.key(1), Buffer.from('{not json'));
-  const worker = new Worker(loadConfig(undefined, { KEEL_WORKER__PARTITIONS: '2', KEEL_BASE_DIR: dir }), silentLogger);
-  t.teardown(() => worker.stop());
+  const worker = store.worker();
   const answer = await worker.open(db);
   t.same(answer.opened, [0], 'the partition that opened is open (and led here)');
   t.type(answer.failure, SyntaxError, "the other's reason");
@@ -237,16 +218,11 @@ t.test('a worker opening partitions keeps those that open and answers why anothe
 });
 
 t.test('outbox: a refused delivery holds back later entries for the same partition; all arrive once, in order', async (t) => {
-  const { loadConfig } = await import('../dist/config/index.js');
-  const { Worker } = await import('../dist/partition/worker.js');
-  const dir = tempDir(t);
-  const db = await openWorkerStore(path.join(dir, 'worker'));
-  t.teardown(() => db.close());
-  const config = loadConfig(undefined, { KEEL_WORKER__PARTITIONS: '2', KEEL_BASE_DIR: dir });
-  const worker = new Worker(config, silentLogger);
+  const store = await workerStore(t);
+  const { db } = store;
+  const worker = store.worker();
   t.same(await worker.open(db), { opened: [0, 1] }, 'both partitions open, nothing failed');
-  worker.start({ start() {}, forward() {}, abort() {}, reject() {}, stop() {} });
-  t.teardown(() => worker.stop());
+  worker.start(NO_INVOKER);
   const [source, target] = worker.processors;
   const highKey = (1n << 64n) - 5n; // owned by partition 1
   // The target refuses the first delivery (as an overloaded partition does), then takes everything.
@@ -391,13 +367,10 @@ t.test('a read of a batch written without fsync makes the next write sync it', a
 });
 
 t.test("the query engine's initial scan: every stored status once, one per line, chunks that end with a line, one larger than a chunk included", async (t) => {
-  const { loadConfig } = await import('../dist/config/index.js');
-  const { Worker } = await import('../dist/partition/worker.js');
   const { tablePrefix } = await import('../dist/storage/keys.js');
-  const dir = tempDir(t);
-  const db = await openWorkerStore(path.join(dir, 'worker'));
-  t.teardown(() => db.close());
-  const worker = new Worker(loadConfig(undefined, { KEEL_WORKER__PARTITIONS: '2', KEEL_BASE_DIR: dir }), silentLogger);
+  const store = await workerStore(t);
+  const { db } = store;
+  const worker = store.worker();
   t.same(await worker.open(db), { opened: [0, 1] });
   // ~2.4 MB over two partitions: several chunks, and a record of 1.5 MiB that fills one alone
   const stored = [];

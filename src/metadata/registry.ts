@@ -4,7 +4,7 @@
 import type { Config, KafkaCluster } from '../config/index.js';
 import { isSubscriptionId, newSubscriptionId, validateSubscription } from './subscriptions.js';
 import { formatDuration } from '../common/units.js';
-import { assert } from '../common/assert.js';
+import { assert, InvariantError } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
 import { newDeploymentId } from '../common/ids.js';
 import {
@@ -260,11 +260,13 @@ export class Registry {
    * listeners fire as a cluster node's do for another node's changes; it discovers and writes nothing.
    */
   static replica(config: Config, logger: Logger, records: readonly MetaRecord[], follow: (apply: (rec: MetaRecord) => void) => () => void): Registry {
-    const readOnly = (what: string) => () => assert(false, () => `a replica of the schema registry ${what}: the main registry does`);
+    const refuse = (what: string) => async (): Promise<never> => {
+      throw new InvariantError(`a replica of the schema registry ${what}: the main registry does`);
+    };
     let detach = () => {};
     // Closing the replica stops it following.
-    const log: MetadataLog = { append: async () => readOnly('appends nothing')(), close: async () => detach() };
-    const reg = new Registry(log, logger, async () => readOnly('discovers nothing')() as never, config.max_journal_retention_ms, config.ingress.kafka_clusters ?? []);
+    const log: MetadataLog = { append: refuse('appends nothing'), close: async () => detach() };
+    const reg = new Registry(log, logger, refuse('discovers nothing'), config.max_journal_retention_ms, config.ingress.kafka_clusters ?? []);
     reg.replicated = true;
     for (const r of records) reg.apply(r);
     reg.recompute();

@@ -100,13 +100,13 @@ export async function acceptInvoke(worker: Worker, req: InvokeRequest): Promise<
     return { kind: 'accepted' };
   }
   // Wait before appending, so that a fast completion cannot slip past us.
-  const done = worker.awaitCompletion(id, { fresh: true });
-  done.catch(() => undefined); // awaited below; a rejection while the append is refused goes nowhere
+  const wait = worker.waitFor(id, { fresh: true });
+  wait.done.catch(() => undefined); // awaited below; a rejection while the append is refused goes nowhere
   try {
     await worker.append(id, command);
   } catch (err) {
-    worker.stopWaiting(id, done); // not accepted: nothing will complete this wait
+    wait.stop(); // not accepted: nothing will complete this wait
     throw err;
   }
-  return { kind: 'completed', status: await done };
+  return { kind: 'completed', status: await wait.done };
 }

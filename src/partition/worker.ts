@@ -94,8 +94,6 @@ export class Worker implements Effects {
   private readonly byPartition: Array<PartitionProcessor | undefined> = [];
   private runner: AttemptRunner | undefined;
   private readonly waiters = new Map<string, Waiter[]>();
-  /** Each wait awaitCompletion handed out, so that its caller can drop it alone. */
-  private readonly waiterOf = new WeakMap<Promise<InvocationStatus>, Waiter>();
   private readonly timers = new Set<NodeJS.Timeout>();
   private stopped = false;
   private cleaner: Cleaner | undefined;
@@ -476,40 +474,35 @@ export class Worker implements Effects {
    * Resolves with the status once the invocation has completed. `fresh`: the caller is about to
    * create it, so there is nothing to look up (which would cost a store read for a new id).
    */
-  awaitCompletion(id: InvocationId, { fresh = false } = {}): Promise<InvocationStatus> {
-    // Led elsewhere: throws before a waiter is left behind here.
-    const processor = this.processorFor(id);
-    const now = fresh ? undefined : processor.invocation(id.text);
-    if (now?.status === 'completed') return this.durable(id).then(() => now);
-    let waiter: Waiter | undefined;
-    const done = new Promise<InvocationStatus>((resolve, reject) => {
-      let list = this.waiters.get(id.text);
-      if (list === undefined) {
-        list = [];
-        this.waiters.set(id.text, list);
-      }
-      if (list.length >= MAX_WAITERS_PER_INVOCATION) {
-        reject(keelError('KEEL0501', { partition: processor.partition, queued: list.length }));
-        return;
-      }
-      waiter = { resolve, reject };
-      list.push(waiter);
-    });
-    if (waiter !== undefined) this.waiterOf.set(done, waiter);
-    return done;
+  awaitCompletion(id: InvocationId, opts: { fresh?: boolean } = {}): Promise<InvocationStatus> {
+    return this.waitFor(id, opts).done;
   }
 
   /**
-   * Drops the wait `done` (from awaitCompletion) for an invocation its caller's append did not
-   * create after all (refused): another caller's wait for the same id, whose append was taken, stays.
+   * awaitCompletion, and `stop` to drop this wait alone: for a caller whose append did not create
+   * the invocation after all (refused), while another caller's wait for the same id stays.
    */
-  stopWaiting(id: InvocationId, done: Promise<InvocationStatus>): void {
-    const waiter = this.waiterOf.get(done);
-    const list = this.waiters.get(id.text);
-    if (waiter === undefined || list === undefined) return;
-    const at = list.indexOf(waiter);
-    if (at >= 0) list.splice(at, 1);
-    if (list.length === 0) this.waiters.delete(id.text);
+  waitFor(id: InvocationId, { fresh = false } = {}): { done: Promise<InvocationStatus>; stop: () => void } {
+    // Led elsewhere: throws before a waiter is left behind here.
+    const processor = this.processorFor(id);
+    const now = fresh ? undefined : processor.invocation(id.text);
+    if (now?.status === 'completed') return { done: this.durable(id).then(() => now), stop: () => {} };
+    let waiter: Waiter | undefined;
+    const done = new Promise<InvocationStatus>((resolve, reject) => {
+      const list = this.waiters.get(id.text) ?? [];
+      if (list.length >= MAX_WAITERS_PER_INVOCATION) return reject(keelError('KEEL0501', { partition: processor.partition, queued: list.length }));
+      waiter = { resolve, reject };
+      list.push(waiter);
+      this.waiters.set(id.text, list);
+    });
+    const stop = () => {
+      const list = this.waiters.get(id.text);
+      const at = waiter === undefined || list === undefined ? -1 : list.indexOf(waiter);
+      if (at < 0) return;
+      list!.splice(at, 1);
+      if (list!.length === 0) this.waiters.delete(id.text);
+    };
+    return { done, stop };
   }
 
   execute(processor: PartitionProcessor, actions: Action[]): void {
