@@ -3,7 +3,7 @@
 //   keel         – node dist/main.js with Keel's defaults (worker.storage_db.fsync = true)
 //   keel-nofsync – the same with KEEL_WORKER__STORAGE_DB__FSYNC=false
 //   relay        – bench/relay.mjs: the protocol relayed and nothing kept (the floor; load cells only)
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import { join, resolve } from 'node:path';
 import { spawnGroup } from './children.mjs';
@@ -15,10 +15,17 @@ export const isKeel = (target) => target.startsWith('keel');
 /** Where the servers' data dirs go (a real disk, so that fsync costs what it costs). */
 export const dataRoot = () => process.env.BENCH_TMPDIR ?? os.tmpdir();
 
+/** A log file under LOG_DIR, emptied unless appended to; a clean clone has no LOG_DIR until something makes it. */
+function logFileFor(name, { append = false } = {}) {
+  mkdirSync(LOG_DIR, { recursive: true });
+  const file = join(LOG_DIR, name);
+  if (!append) writeFileSync(file, '');
+  return file;
+}
+
 export async function startService(node, tag, { env = {} } = {}) {
   const port = await freePort();
-  const logFile = join(LOG_DIR, `service-${tag}.log`);
-  writeFileSync(logFile, '');
+  const logFile = logFileFor(`service-${tag}.log`);
   // stdout (the Greeter's console.log per call) is discarded; stderr goes to the log.
   const child = spawnGroup(node, [join(BENCH_DIR, 'service.mjs'), String(port)], {
     env: { ...process.env, RESTATE_LOGGING: process.env.RESTATE_LOGGING ?? 'WARN', ...env },
@@ -36,8 +43,7 @@ export async function startService(node, tag, { env = {} } = {}) {
 /** Ports and a fresh data dir for one server; `spawnServer` can start it (again) on them. */
 export async function newServer(target, { logName = target, appendLog = false } = {}) {
   const [ingressPort, adminPort, nodePort, pgsqlPort] = [await freePort(), await freePort(), await freePort(), await freePort()];
-  const logFile = join(LOG_DIR, `${logName}.log`);
-  if (!appendLog) writeFileSync(logFile, '');
+  const logFile = logFileFor(`${logName}.log`, { append: appendLog });
   return {
     target,
     ingressPort,
