@@ -16,6 +16,7 @@ import { standaloneTelemetry, type Telemetry } from '../telemetry/index.js';
 import Queue from 'yocto-queue';
 import { Attempt, type AttemptDeployment, type AttemptFailure } from './attempt.js';
 import { decideRetry, retryAfter } from './retry.js';
+import { LocalSlots, type DeploymentSlots } from './deployment-slots.js';
 
 /**
  * How an attempt's messages are appended: what they make visible leaves as actions of their
@@ -55,8 +56,6 @@ export class Invoker implements AttemptRunner {
   private readonly parked = new Map<string, Queue<Queued>>();
   /** Attempts a freed deployment slot let go: launched before `waiting`. */
   private readonly unparked = new Queue<Queued>();
-  /** Attempts running per deployment (only the limited ones are looked at). */
-  private readonly byDeployment = new Map<string, number>();
   private parkedCount = 0;
   private running = 0;
   private stopped = false;
@@ -67,6 +66,8 @@ export class Invoker implements AttemptRunner {
     private readonly endpoints: EndpointClient,
     private readonly logger: Logger,
     private readonly telemetry: Telemetry = standaloneTelemetry(),
+    /** Attempts running per deployment: this invoker's own, or every partition thread's. */
+    private readonly slots: DeploymentSlots = new LocalSlots(),
   ) {}
 
   /** Attempts waiting for a slot and attempts running, for the queue-depth gauges. */
@@ -100,6 +101,7 @@ export class Invoker implements AttemptRunner {
     if (parked === undefined) this.parked.set(deployment, (parked = new Queue<Queued>()));
     parked.enqueue(q);
     this.parkedCount += 1;
+    this.slots.waiting(deployment, 1);
   }
 
   /** One slot of `deployment` freed (or its limit changed): the next parked attempt goes first. */
@@ -110,9 +112,16 @@ export class Invoker implements AttemptRunner {
       q.parkedOn = deployment;
       this.unparked.enqueue(q);
       this.parkedCount -= 1;
+      this.slots.waiting(deployment, -1);
       if (!all) break;
     }
     if (parked !== undefined && parked.size === 0) this.parked.delete(deployment);
+  }
+
+  /** Another thread's invoker gave back a slot of `deployment`: the next attempt parked here for it goes. */
+  slotFreed(deployment: string): void {
+    this.unpark(deployment);
+    this.drain();
   }
 
   /** Deployment limits changed: every parked attempt is looked at again. */
@@ -168,6 +177,7 @@ export class Invoker implements AttemptRunner {
     this.stopped = true;
     this.waiting.clear();
     this.unparked.clear();
+    for (const [deployment, parked] of this.parked) this.slots.waiting(deployment, -parked.size);
     this.parked.clear();
     this.parkedCount = 0;
     for (const a of [...this.live.values()]) a.abort();
@@ -185,8 +195,8 @@ export class Invoker implements AttemptRunner {
     const service = this.registry.service(status.service);
     const deploymentId = status.deployment_id ?? service?.deployment_id;
     const cap = deploymentId === undefined ? undefined : this.registry.deploymentConcurrency?.(deploymentId);
-    if (cap !== undefined && (this.byDeployment.get(deploymentId!) ?? 0) >= cap) {
-      this.park(deploymentId!, q);
+    if (deploymentId !== undefined && !this.slots.take(deploymentId, cap)) {
+      this.park(deploymentId, q);
       return { outcome: 'parked', deployment: deploymentId };
     }
     // The snapshot is taken now: notifications folded before this point are in the journal,
@@ -224,6 +234,7 @@ export class Invoker implements AttemptRunner {
       const message = status.deployment_id
         ? `deployment ${status.deployment_id} that the invocation is pinned to no longer exists`
         : `no deployment found for service ${status.service}`;
+      if (deploymentId !== undefined) this.slots.give(deploymentId);
       this.logger.error({ code: 'RT0011', invocation: id }, message);
       this.record(host, id, failed({ error_code: 'RT0011', failure_code: 500, message }));
       return { outcome: 'skipped', ...(deploymentId !== undefined ? { deployment: deploymentId } : {}) };
@@ -235,12 +246,12 @@ export class Invoker implements AttemptRunner {
       const [code, message] = pinned !== undefined
         ? ['RT0014', `the invocation was started with protocol version ${pinned}, which cannot be resumed here`]
         : ['RT0013', `deployment ${deployment.id} supports none of the protocol versions ${MIN_SERVICE_PROTOCOL_VERSION}-${MAX_SERVICE_PROTOCOL_VERSION}`];
+      this.slots.give(deployment.id);
       this.logger.error({ code, invocation: id }, message);
       this.record(host, id, failed({ error_code: code!, failure_code: 500, message: message! }));
       return { outcome: 'skipped', deployment: deployment.id };
     }
     this.running += 1;
-    this.byDeployment.set(deployment.id, (this.byDeployment.get(deployment.id) ?? 0) + 1);
     // Epoch 0 is the invocation's first attempt (every later one bumps the epoch).
     if (status.epoch === 0) cells.started.inc();
     const started_ms = performance.now();
@@ -293,9 +304,7 @@ export class Invoker implements AttemptRunner {
         cells.attemptSeconds.observe((performance.now() - started_ms) / 1000);
         if (this.live.get(id) === attempt) this.live.delete(id);
         this.running -= 1;
-        const n = (this.byDeployment.get(deployment.id) ?? 1) - 1;
-        if (n === 0) this.byDeployment.delete(deployment.id);
-        else this.byDeployment.set(deployment.id, n);
+        this.slots.give(deployment.id);
         this.unpark(deployment.id);
         this.drain();
       },
