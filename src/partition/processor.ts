@@ -17,6 +17,8 @@ import { objectKeyOf } from './state.js';
 /** Runs the actions of a durable batch: the invoker, timers, waiting clients. */
 export interface Effects {
   execute(processor: PartitionProcessor, actions: Action[]): void;
+  /** The partition stopped (a broken invariant, a failed write): health reports it from now on. */
+  halted?(failure: PartitionFailure): void;
 }
 
 /** What an attempt of an invocation needs of its partition: reads, and appends of its messages. */
@@ -337,6 +339,7 @@ export class PartitionProcessor implements AttemptHost {
     for (const p of batch) p.reject(refusal);
     for (const p of this.queue.drain()) p.reject(refusal);
     for (const w of this.durableWaiters.drain()) w.reject(refusal);
+    this.effects.halted?.(this.failure);
   }
 }
 

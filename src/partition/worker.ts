@@ -101,6 +101,7 @@ export class Worker implements Effects {
   private writer: GroupWriter | undefined;
   private kafkaLog: KafkaLogClient | undefined;
   private readonly invocationListeners = new Set<InvocationListener>();
+  private readonly failureListeners = new Set<(failure: PartitionFailure) => void>();
   /** Per open partition, the delivery of its outbox to the others. */
   private readonly shuffles = new Map<number, Shuffle>();
   /** Per open partition, the durable timers due next (the rest stay in the store). */
@@ -261,6 +262,16 @@ export class Worker implements Effects {
     p.start();
     this.timerWindows.get(p.partition)!.start();
     this.shuffles.get(p.partition)!.start();
+  }
+
+  /** Called with each partition that stops from now on (`failures()` lists them); returns the stop function. */
+  onFailure(listener: (failure: PartitionFailure) => void): () => void {
+    this.failureListeners.add(listener);
+    return () => this.failureListeners.delete(listener);
+  }
+
+  halted(failure: PartitionFailure): void {
+    for (const listener of this.failureListeners) listener(failure);
   }
 
   /** Partitions that stopped on a broken invariant or a failed write (empty when all run). */
