@@ -138,3 +138,21 @@ export const WRITE_SECONDS_BUCKETS: readonly number[] = [0.00005, 0.0001, 0.0002
 export const BATCH_COMMANDS_BUCKETS: readonly number[] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
 /** Bytes of log records per batch: 64 B to 16 MiB. */
 export const BATCH_BYTES_BUCKETS: readonly number[] = [64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216];
+
+/**
+ * One metric's values with other threads' values of the same metric added, series by series
+ * (every family here sums: counters, gauges of queue depths, histogram buckets, sums and counts).
+ */
+export function sumCollected(own: CollectedMetric, others: readonly CollectedMetric[]): CollectedMetric {
+  if (others.length === 0) return own;
+  const series = new Map<string, CollectedMetric['values'][number]>();
+  for (const m of [own, ...others]) {
+    for (const v of m.values) {
+      const key = `${v.metricName ?? ''}\u0000${JSON.stringify(v.labels)}`;
+      const seen = series.get(key);
+      if (seen === undefined) series.set(key, { ...v });
+      else seen.value += v.value;
+    }
+  }
+  return { ...own, values: [...series.values()] };
+}

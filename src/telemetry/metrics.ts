@@ -12,6 +12,8 @@ import {
   SampledCounter,
   SampledGauge,
   WRITE_SECONDS_BUCKETS,
+  sumCollected,
+  type CollectedMetric,
   type HistogramCell,
   type Labels,
   type ScrapedMetric,
@@ -70,6 +72,9 @@ const ATTEMPTS: readonly AttemptOutcome[] = ['completed', 'suspended', 'failed',
 export class KeelMetrics {
   private readonly scraped: ScrapedMetric[] = [];
   private registry: Promise<Registry> | undefined;
+  /** Partition threads' values (worker.threads > 1): fetched at each scrape, added to this thread's. */
+  private peers: (() => Promise<CollectedMetric[][]>) | undefined;
+  private peerValues = new Map<string, CollectedMetric[]>();
   /** Whether a service/handler pair is registered; label sets come only from the registry. */
   knownTarget: (service: string, handler: string) => boolean = () => true;
 
@@ -109,7 +114,7 @@ export class KeelMetrics {
       const registry = new Registry();
       // prom-client reads any object with a name and get(); its own metric classes are not
       // used on the hot path (see cells.ts).
-      for (const m of this.scraped) registry.registerMetric(m as unknown as Parameters<Registry['registerMetric']>[0]);
+      for (const m of this.scraped) registry.registerMetric(this.withPeers(m) as unknown as Parameters<Registry['registerMetric']>[0]);
       // Process metrics under their usual names (process_*, nodejs_*): dashboards expect them so.
       if (this.options.processMetrics) collectDefaultMetrics({ register: registry });
       return registry;
@@ -202,9 +207,30 @@ export class KeelMetrics {
     );
   }
 
+  /** Every metric's values now: a partition thread's, for the main thread to add to its own. */
+  collect(): Promise<CollectedMetric[]> {
+    return Promise.all(this.scraped.map((m) => m.get()));
+  }
+
+  /** Values of other threads' metrics, fetched at each scrape and added to this one's (before load). */
+  addPeers(peers: () => Promise<CollectedMetric[][]>): void {
+    assert(this.registry === undefined && this.peers === undefined, () => 'peers added after prom-client was loaded, or twice');
+    this.peers = peers;
+  }
+
+  private withPeers(m: ScrapedMetric): ScrapedMetric {
+    if (this.peers === undefined) return m;
+    return { name: m.name, help: m.help, type: m.type, get: async () => sumCollected(await m.get(), this.peerValues.get(m.name) ?? []) };
+  }
+
   /** The Prometheus text exposition of every metric. */
   async text(): Promise<{ contentType: string; body: string }> {
     const registry = await this.load();
+    if (this.peers !== undefined) {
+      const byName = new Map<string, CollectedMetric[]>();
+      for (const thread of await this.peers()) for (const m of thread) byName.set(m.name, [...(byName.get(m.name) ?? []), m]);
+      this.peerValues = byName;
+    }
     return { contentType: registry.contentType, body: await registry.metrics() };
   }
 
