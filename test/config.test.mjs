@@ -5,6 +5,7 @@ import { spawn, execFileSync } from 'node:child_process';
 import pg from 'pg';
 import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../dist/config/index.js';
@@ -40,6 +41,7 @@ const expectedDefaults = {
   http: { idle_timeout_ms: 60_000, header_timeout_ms: 10_000, request_timeout_ms: 300_000, max_connections: 10_000, max_header_size_bytes: 64 * 1024, max_header_count: 200 },
   meta: { storage_path: path.join('./keel-data', 'meta') },
   worker: {
+    threads: 1,
     storage_db: { path: path.join('./keel-data', 'worker'), fsync: true },
     invoker: {
       inactivity_timeout_ms: 60_000,
@@ -132,6 +134,17 @@ t.test("cluster.auth_token[_file]: the cluster's own tokens, the first sent betw
   t.same(c.cluster.auth_tokens, ['inline', 'new-token', 'old-token']);
   t.throws(() => loadConfig(undefined, { ...brokers, KEEL_CLUSTER__AUTH_TOKEN: 'has space' }), /cluster\.auth_token\[_file\]': a token must be visible ASCII/);
   t.throws(() => loadConfig(undefined, { ...brokers, KEEL_CLUSTER__AUTH_TOKEN_FILE: path.join(dir, 'missing') }), /cluster\.auth_token_file.*cannot read/);
+});
+
+t.test('worker.threads: 1 by default, a count or auto, at most one per partition; not in a cluster', async (t) => {
+  t.equal(loadConfig(undefined, {}).worker.threads, 1);
+  t.equal(loadConfig(undefined, { KEEL_WORKER__THREADS: '3' }).worker.threads, 3);
+  t.equal(loadConfig(undefined, { KEEL_WORKER__THREADS: '64', KEEL_WORKER__PARTITIONS: '4' }).worker.threads, 4, 'more threads than partitions: one per partition');
+  t.equal(loadConfig(undefined, { KEEL_WORKER__THREADS: 'auto', KEEL_WORKER__PARTITIONS: '64' }).worker.threads, os.availableParallelism(), 'auto: the cores this process may use');
+  t.equal(loadConfig(writeToml(t, '[worker]\nthreads = 2\n'), {}).worker.threads, 2);
+  t.equal(loadConfig(writeToml(t, '[worker]\nthreads = "auto"\npartitions = 1\n'), {}).worker.threads, 1);
+  for (const bad of ['0', 'many', '-1', '1.5']) rt0002(t, () => loadConfig(undefined, { KEEL_WORKER__THREADS: bad }), [/KEEL_WORKER__THREADS/, /expected "auto" or a positive integer/], `threads '${bad}'`);
+  rt0002(t, () => loadConfig(undefined, { KEEL_WORKER__THREADS: '2', KEEL_CLUSTER__BROKERS: 'localhost:9092' }), [/'worker\.threads' is 2/, /cluster node needs worker\.threads = 1/], 'threads in a cluster');
 });
 
 t.test('tracing.endpoint: off by default, set from the file or KEEL_TRACING__ENDPOINT', async (t) => {

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { hostname } from 'node:os';
+import { availableParallelism, hostname } from 'node:os';
 import { join, resolve as resolvePath } from 'node:path';
 import { parse as parseToml, TomlError } from 'smol-toml';
 import { KeelError } from '../errors/index.js';
@@ -88,6 +88,8 @@ export interface Config {
   meta: { storage_path: string };
   worker: {
     partitions: number;
+    /** Threads serving partitions (issue 23): 1 is the main thread alone; 'auto' in the configuration is the cores this process may use. */
+    threads: number;
     storage_db: {
       path: string;
       fsync: boolean;
@@ -162,7 +164,7 @@ export interface ClusterConfig {
   auth_tokens: string[];
 }
 
-type Kind = 'string' | 'url' | 'address' | 'duration' | 'timeout' | 'size' | 'int' | 'count' | 'number' | 'bool' | 'attempts' | 'on_max' | 'log_format';
+type Kind = 'string' | 'url' | 'address' | 'duration' | 'timeout' | 'size' | 'int' | 'count' | 'number' | 'bool' | 'attempts' | 'on_max' | 'log_format' | 'threads';
 
 /** Every key the file and the KEEL_ variables may set: path, kind, where it lands, default. */
 const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
@@ -193,6 +195,7 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'admin.query_engine.indexed_statuses', kind: 'count', dflt: 1_000_000 },
   { path: 'meta.storage_path', kind: 'string', dflt: undefined },
   { path: 'worker.partitions', kind: 'int', dflt: 8 },
+  { path: 'worker.threads', kind: 'threads', dflt: 1 },
   { path: 'worker.storage_db.path', kind: 'string', dflt: undefined },
   { path: 'worker.storage_db.fsync', kind: 'bool', dflt: true },
   { path: 'worker.storage_db.log_retained_records', kind: 'count', dflt: 100_000 },
@@ -276,6 +279,11 @@ function coerce(kind: Kind, raw: unknown): { ok: true; value: unknown } | { ok: 
     case 'size': {
       const n = typeof raw === 'number' ? raw : text !== undefined ? parseSize_bytes(text) : undefined;
       return n !== undefined && n > 0 ? { ok: true, value: n } : { ok: false, why: 'expected a size such as "32MiB"' };
+    }
+    case 'threads': {
+      if (text === 'auto') return { ok: true, value: 'auto' };
+      const n = typeof raw === 'number' ? raw : typeof raw === 'bigint' ? Number(raw) : text !== undefined && /^\d+$/.test(text) ? Number(text) : NaN;
+      return Number.isInteger(n) && n > 0 ? { ok: true, value: n } : { ok: false, why: 'expected "auto" or a positive integer' };
     }
     case 'int': {
       const n = typeof raw === 'number' ? raw : typeof raw === 'bigint' ? Number(raw) : text !== undefined && /^\d+$/.test(text) ? Number(text) : NaN;
@@ -552,6 +560,7 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
     meta: { storage_path: v<string | undefined>('meta.storage_path') ?? join(baseDir, 'meta') },
     worker: {
       partitions: v<number>('worker.partitions'),
+      threads: threadsOf(v<number | 'auto'>('worker.threads'), v<number>('worker.partitions')),
       storage_db: {
         path: v<string | undefined>('worker.storage_db.path') ?? join(baseDir, 'worker'),
         fsync: v<boolean>('worker.storage_db.fsync'),
@@ -599,6 +608,8 @@ const TOPIC = /^[A-Za-z0-9._-]{1,200}$/;
 function clusterConfig(v: <T>(path: string) => T): ClusterConfig | undefined {
   const brokers = v<string | undefined>('cluster.brokers');
   if (brokers === undefined) return undefined;
+  const threads = v<number | 'auto'>('worker.threads');
+  if (threads !== 1) throw new KeelError('RT0002', `key 'worker.threads' is ${JSON.stringify(threads)}: a cluster node needs worker.threads = 1 for now (partitions on threads do not lead or follow Kafka logs yet)`);
   const list = brokers.split(',').map((b) => b.trim()).filter((b) => b.length > 0);
   if (list.length === 0 || list.some((b) => !BROKER.test(b))) throw new KeelError('RT0002', `key 'cluster.brokers': a comma-separated list of host:port, got ${JSON.stringify(brokers)}`);
   const topic = v<string>('cluster.log_topic');
@@ -655,4 +666,9 @@ export function splitAddress(address: string): { host: string; port: number } {
 function snapshotConfig(v: <T>(path: string) => T): Pick<ClusterConfig, 'snapshot_path' | 'snapshot_interval_records' | 'snapshots_kept'> {
   const path = v<string | undefined>('cluster.snapshot_path');
   return { snapshot_path: path === undefined || path === '' ? undefined : resolvePath(path), snapshot_interval_records: v<number>('cluster.snapshot_interval_records'), snapshots_kept: v<number>('cluster.snapshots_kept') };
+}
+
+/** worker.threads: 'auto' (a thread per core this process may use) or a count; at most one per partition. */
+function threadsOf(value: number | 'auto', partitions: number): number {
+  return Math.min(value === 'auto' ? availableParallelism() : value, partitions);
 }

@@ -27,6 +27,8 @@ export interface OpenOptions {
    * a table. A crash restart replays up to this much of LevelDB's log (~10 ms per MiB).
    */
   write_buffer_bytes?: number;
+  /** Other threads of this process open the same store (classic-level shares one handle): worker.threads > 1. */
+  multithreading?: boolean;
   /** Brings a store of an older format version to this one (storage/upgrade.ts); without it, such a store is refused. */
   upgrade?: (db: Db, from: number) => Promise<void>;
 }
@@ -76,6 +78,7 @@ async function openLevel(path: string, options: OpenOptions): Promise<Db> {
     ...(options.block_cache_bytes !== undefined ? { cacheSize: options.block_cache_bytes } : {}),
     ...(options.max_open_files !== undefined ? { maxOpenFiles: options.max_open_files } : {}),
     ...(options.write_buffer_bytes !== undefined ? { writeBufferSize: options.write_buffer_bytes } : {}),
+    ...(options.multithreading ? { multithreading: true } : {}),
   });
   try {
     await db.open();
