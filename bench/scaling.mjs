@@ -1,8 +1,9 @@
 // Scaling (`--scaling`, issue 23): what a second core buys each server. Per target (restate, keel) and per
 // CPU set of the server process (taskset: core 0, then cores 0-1), one fresh server: noop and steps at c=32,
 // --rounds times in turn (the median reported), and 2-core ÷ 1-core throughput per scenario. Keel runs every
-// partition on one event loop (workers: 1), so what a second core gives it is its store's and V8's threads;
-// Restate's Tokio runtime spreads partitions over every core. On this 2-core machine the SDK service and the
+// partition on one event loop by default (workers: 1), so what a second core gives it is its store's and V8's
+// threads; with KEEL_WORKER__THREADS=auto it runs a partition thread per core of its set (README, "Partitions
+// on threads"). Restate's Tokio runtime spreads partitions over every core. On this 2-core machine the SDK service and the
 // load generator share the cores with the server (there are no others). On a larger one, BENCH_SCALING_CORES
 // names the server's CPU sets and the rest of the run is pinned elsewhere: `BENCH_SCALING_CORES='0;0-1;0-3;0-7'
 // BENCH_SERVICE_WORKERS=6 BENCH_SERVICE_MAX_STREAMS=4 taskset -c 8-15 npm run bench -- --scaling-only` (the
@@ -13,12 +14,10 @@ import { cpus } from 'node:os';
 import { stopGroup } from './children.mjs';
 import { log, median } from './common.mjs';
 import { SCENARIOS, closedLoopCell, warmup } from './scenarios.mjs';
-import { newServer, probe, register, spawnServer, waitHealthy } from './targets.mjs';
+import { keelThreads, newServer, probe, register, spawnServer, waitHealthy } from './targets.mjs';
 
 const CONCURRENCY = 32;
 export const SCALING_SCENARIOS = ['noop', 'steps'];
-/** Worker threads or processes serving partitions: Keel has one event loop for all of them. */
-const KEEL_WORKERS = 1;
 
 /** The CPU sets to pin the server to, smallest first (BENCH_SCALING_CORES: `;`-separated taskset lists). */
 export function scalingCpuSets() {
@@ -92,7 +91,7 @@ export function busyCores(rounds, machineCores = cpus().length) {
  * (ratio: the largest CPU set's throughput ÷ the smallest's).
  */
 export async function scalingRun(target, node, service, opts) {
-  const out = { target, ...(target === 'keel' ? { workers: KEEL_WORKERS } : {}), cpuSets: [] };
+  const out = { target, ...(target === 'keel' ? { workers: keelThreads() } : {}), cpuSets: [] };
   if (!hasTaskset()) return { ...out, error: 'taskset (util-linux) is not installed' };
   try {
     for (const cpus of scalingCpuSets()) {

@@ -5,6 +5,7 @@ import type { QueryEngine } from './admin/query/engine.js';
 import { splitAddress, type ClusterConfig, type Config } from './config/index.js';
 import { createLogger, type Logger } from './common/logger.js';
 import { KeelError } from './errors/index.js';
+import { assert } from './common/assert.js';
 import { createIngressServer } from './ingress/server.js';
 import { Invoker } from './invoker/index.js';
 import { DEFAULT_ENDPOINT_CLIENT_OPTIONS, EndpointClient } from './endpoint/client.js';
@@ -12,6 +13,8 @@ import { RequestSigner } from './endpoint/identity.js';
 import { Registry } from './metadata/registry.js';
 import { stateCacheBytesPerPartition, Worker, type PartitionsOpened } from './partition/worker.js';
 import { LocalGateway } from './partition/gateway.js';
+import { PartitionThreads } from './threads/partition-threads.js';
+import { ThreadedIntrospection } from './threads/introspection.js';
 import { ClusterNode, type ClusterHooks, type Follower } from './cluster-node.js';
 import { PartitionFollower } from './partition/catch-up.js';
 import { Snapshotter } from './partition/snapshotter.js';
@@ -21,13 +24,13 @@ import { attachAtLeader, forwardToLeader, forwardWhenStandby, routePgQueries } f
 import type { PartitionRouting } from './ingress/edge.js';
 import { KafkaLog, type KafkaLogClient } from './log/kafka-log.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
+import { sampleQueues } from './admin/queue-metrics.js';
 import { ConfiguredSchedules } from './admin/schedules.js';
 import { upgradeWorkerStore } from './storage/upgrade.js';
 import { openWorkerStore, WORKER_FORMAT_VERSION, type Db, type StateWrite } from './storage/store.js';
 import type { PartitionState } from './partition/state.js';
 import { logTable } from './storage/tables/log.js';
 import { SubscriptionManager } from './subscriptions/manager.js';
-import { directorySize_bytes } from './telemetry/disk.js';
 import { createTracing, KeelMetrics, type Telemetry } from './telemetry/index.js';
 
 const METRICS_LOAD_DELAY_MS = 1_000;
@@ -51,6 +54,8 @@ export class KeelServer {
     readonly pgsql: PgServer,
     /** In a cluster: this node's role, and the Kafka log and membership behind it. */
     readonly cluster: ClusterNode | undefined,
+    /** worker.threads > 1: the threads serving the partitions. */
+    readonly threads: PartitionThreads | undefined,
   ) {}
 
   /** Without a logger of the caller's, the server's own counts coded warn/error lines (`keel_errors_total`). */
@@ -64,19 +69,23 @@ export class KeelServer {
     const phase = (name: string) => (phases_ms[name] = Math.round(performance.now()));
     // The store opens (after a crash, LevelDB replays its write-ahead log on the thread pool)
     // while the registry opens and the routes are built; the partitions load once it is open.
-    const opening = openWorkerStore(config.worker.storage_db.path, { block_cache_bytes: config.worker.storage_db.block_cache_size_bytes, max_open_files: config.worker.storage_db.max_open_files, write_buffer_bytes: config.worker.storage_db.write_buffer_size_bytes, upgrade: upgradeLogged(logger, config.worker.storage_db.path) });
+    const opening = openWorkerStore(config.worker.storage_db.path, { block_cache_bytes: config.worker.storage_db.block_cache_size_bytes, max_open_files: config.worker.storage_db.max_open_files, write_buffer_bytes: config.worker.storage_db.write_buffer_size_bytes, upgrade: upgradeLogged(logger, config.worker.storage_db.path), multithreading: config.worker.threads > 1 });
     opening.catch(() => {}); // awaited below, or closed when the start fails before that
     let db: Db | undefined;
     let registry: Registry | undefined;
     const tracing = await createTracing(config.tracing.endpoint, logger.child({ component: 'tracing' }));
     const telemetry: Telemetry = { metrics, tracing };
     let engine: QueryEngine | undefined;
+    let threadsToStop: PartitionThreads | undefined; // on a failed start
     try {
       registry = await Registry.open(config, logger.child({ component: 'metadata' }), signer !== undefined ? { signer } : {});
       phase('registry_opened');
       const known = registry;
       metrics.knownTarget = (service, handler) => known.handler(service, handler) !== undefined;
-      const worker = new Worker(config, logger.child({ component: 'worker' }), telemetry);
+      const threads = partitionThreads(config, registry, logger);
+      threadsToStop = threads;
+      // With partition threads, this thread's worker serves none (the threads do).
+      const worker = new Worker(config, logger.child({ component: 'worker' }), telemetry, threads !== undefined ? [] : undefined);
       const endpoints = new EndpointClient({
         ...DEFAULT_ENDPOINT_CLIENT_OPTIONS,
         http2: { ...DEFAULT_ENDPOINT_CLIENT_OPTIONS.http2, connect_timeout_ms: config.worker.invoker.connect_timeout_ms },
@@ -85,15 +94,19 @@ export class KeelServer {
       const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }), telemetry);
       registry.onDeploymentLimits(() => invoker.limitsChanged());
       sampleQueues(metrics, config, worker, invoker, endpoints);
+      if (threads !== undefined) metrics.addPeers(() => threads.metrics());
       const subscriptions = new SubscriptionManager({ config, registry, worker, logger: logger.child({ component: 'subscriptions' }) });
       // Filled in by the cluster node when the partitions are spread (requests for partitions led elsewhere go there).
       const routing: { ingress: PartitionRouting; admin: PartitionRouting } = { ingress: {}, admin: {} };
-      const ingress = await createIngressServer({ config, registry, partitions: new LocalGateway(worker), logger, telemetry, routing: routing.ingress });
-      const introspection = new WorkerIntrospection(worker, subscriptions);
+      const ingress = await createIngressServer({ config, registry, partitions: threads ?? new LocalGateway(worker), logger, telemetry, routing: routing.ingress });
+      const introspection = threads !== undefined ? new ThreadedIntrospection(threads, subscriptions) : new WorkerIntrospection(worker, subscriptions);
+      // What holds the partitions' rule books and failures: the threads, or this thread's worker.
+      const served = threads ?? worker;
+      const serving = () => (threads !== undefined ? threads.serving : worker.processors.length > 0);
       engine = createQueryEngine(config, registry, () => introspection, logger);
       // The rule book reaches the partitions: with each change made here (the rule routes wait
       // for it), each change another node of a cluster made, and when the partitions open.
-      const admin = await createAdminServer({ config, registry, logger, introspection, engine, failures: () => worker.failures(), metrics, endpoints, applyLimitRules: (book) => worker.setLimitRules(book), routing: routing.admin });
+      const admin = await createAdminServer({ config, registry, logger, introspection, engine, failures: () => served.failures(), metrics, endpoints, applyLimitRules: (book) => served.setLimitRules(book), routing: routing.admin });
       registry.onRemoteLimitRules((book) => {
         if (worker.processors.length === 0) return; // a standby: its partitions get the book when it becomes active
         worker.setLimitRules(book).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006', version: book.version }, 'cannot hand the rule book to the partitions'));
@@ -101,8 +114,8 @@ export class KeelServer {
       const configured = new ConfiguredSchedules({ config, registry }, logger.child({ component: 'schedules' }));
       const applySchedules = () => configured.apply(introspection).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006' }, 'cannot apply the schedules of the configuration'));
       known.onServicesChanged(() => {
-        if (worker.processors.length === 0) return; // not open yet, or a standby: the book goes with the opening
-        worker.setStateTtls(known.stateTtls()).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006' }, 'cannot hand the state TTLs to the partitions'));
+        if (!serving()) return; // not open yet, or a standby: the book goes with the opening
+        served.setStateTtls(known.stateTtls()).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006' }, 'cannot hand the state TTLs to the partitions'));
         // A declared schedule whose service was not registered yet applies now.
         void applySchedules();
       });
@@ -141,7 +154,11 @@ export class KeelServer {
         },
       });
       // In a cluster the partitions open once this node is chosen to lead them (after it listens).
-      if (cluster === undefined) {
+      if (threads !== undefined) {
+        // Each thread brings its partitions' rule books up to date as it opens them (thread.ts).
+        await threads.start(known);
+        await applySchedules();
+      } else if (cluster === undefined) {
         const answer = await openPartitions();
         if ('failure' in answer) throw answer.failure;
       }
@@ -186,15 +203,17 @@ export class KeelServer {
           admin: config.admin.bind_address,
           pgsql: pgsql.address,
           partitions: config.worker.partitions,
+          threads: config.worker.threads,
           fsync: config.worker.storage_db.fsync,
           ...(cluster !== undefined ? { cluster: { node: cluster.self.node, brokers: config.cluster!.brokers, log_topic: config.cluster!.log_topic } } : {}),
           ...(config.tracing.endpoint ? { tracing: config.tracing.endpoint } : {}),
         },
         'keel is ready',
       );
-      return new KeelServer(config, logger, db, registry, worker, subscriptions, invoker, endpoints, ingress, admin, telemetry, engine, pgsql, cluster);
+      return new KeelServer(config, logger, db, registry, worker, subscriptions, invoker, endpoints, ingress, admin, telemetry, engine, pgsql, cluster, threads);
     } catch (err) {
       await engine?.close().catch(() => {});
+      await threadsToStop?.stop().catch(() => {});
       await tracing.shutdown().catch(() => {});
       await registry?.close().catch(() => {});
       await (db ?? (await opening.catch(() => undefined)))?.close().catch(() => {});
@@ -217,6 +236,7 @@ export class KeelServer {
       timed('query engine closed', this.engine.close()),
     ]);
     await timed('partitions closed', this.worker.stop());
+    await timed('partition threads stopped', this.threads?.stop() ?? Promise.resolve());
     await timed('left the cluster', this.cluster?.stop() ?? Promise.resolve());
     this.endpoints.close();
     await this.registry.close();
@@ -276,25 +296,18 @@ function startSnapshots(cluster: ClusterConfig, db: Db, worker: Worker, log: Kaf
 }
 
 /** Queue depths, invocations by status and store sizes for /metrics, read at scrape time. */
-function sampleQueues(metrics: KeelMetrics, config: Config, worker: Worker, invoker: Invoker, endpoints: EndpointClient): void {
-  metrics.sample({
-    invoker: () => invoker.depths(),
-    endpoints: () => endpoints.http2Stats(),
-    partitions: () =>
-      worker.processors.map((p) => {
-        const invocations = new Map(Object.entries(p.state.counters.statuses));
-        return { partition: p.partition, queued_commands: p.info().queued_commands, outbox_entries: p.state.counters.outbox, invocations };
-      }),
-    storeSizes: async () => [
-      { store: 'worker', bytes: await directorySize_bytes(config.worker.storage_db.path) },
-      { store: 'meta', bytes: await directorySize_bytes(config.meta.storage_path) },
-    ],
-    flowRules: () => {
-      const out = new Map<string, { running: number; queued: number; throttled: number }>();
-      for (const p of worker.processors) p.state.flow.perRule(out);
-      return out;
-    },
-  });
+/**
+ * worker.threads > 1: the threads that will serve the partitions (started once the store is open).
+ * Not in a cluster, and without Kafka subscriptions, yet: their consumers read and write the
+ * partitions' memory on this thread.
+ */
+function partitionThreads(config: Config, registry: Registry, logger: Logger): PartitionThreads | undefined {
+  if (config.worker.threads === 1) return undefined;
+  const why = 'Kafka subscriptions need worker.threads = 1 for now (their consumers run beside the partitions)';
+  assert(config.cluster === undefined, () => 'worker.threads > 1 in a cluster: the configuration refuses it');
+  if (registry.subscriptions().length > 0) throw new KeelError('RT0002', `worker.threads is ${config.worker.threads}, and the registry has ${registry.subscriptions().length} subscription(s): ${why}; remove them or set worker.threads = 1`);
+  registry.refuseSubscriptions(why);
+  return new PartitionThreads(config, logger);
 }
 
 /** The request identity key, when configured; its public key is logged for the endpoints' identityKeys. */

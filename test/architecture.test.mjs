@@ -11,7 +11,7 @@ const SRC = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src')
  * Folders from the bottom up: a folder may import only folders before it. `server` is
  * src/server.ts and src/main.ts. The browser app (src/ui) is not part of the server.
  */
-const LAYERS = ['common', 'errors', 'config', 'telemetry', 'protocol', 'storage', 'endpoint', 'log', 'metadata', 'partition', 'invoker', 'subscriptions', 'ingress', 'admin', 'cli', 'server'];
+const LAYERS = ['common', 'errors', 'config', 'telemetry', 'protocol', 'storage', 'endpoint', 'log', 'metadata', 'partition', 'invoker', 'subscriptions', 'ingress', 'admin', 'threads', 'cli', 'server'];
 const CORE = ['common', 'errors', 'config', 'telemetry', 'protocol', 'storage', 'endpoint', 'log', 'metadata', 'partition', 'invoker', 'subscriptions'];
 
 function sourceFiles(dir) {

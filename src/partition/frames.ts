@@ -1,0 +1,117 @@
+// Binary frames between the edge and partition threads (issue 23). A structured clone of an invoke
+// request and its answer costs ~100 µs of CPU per call (both threads, measured on a 16-core
+// machine); one transferred buffer per event-loop turn, holding every frame of the turn, costs
+// ~16 µs per call alone and ~4 µs four to a message. Rare requests go as plain messages.
+import type { MessagePort } from 'node:worker_threads';
+import { assert } from '../common/assert.js';
+import { InvocationId } from '../common/ids.js';
+import { decodeCommand, encodeCommand, type Invoke } from '../log/commands.js';
+import { invocationsTable } from '../storage/tables/invocations.js';
+import type { InvokeOutcome, InvokeRequest } from './gateway.js';
+
+/** Frames queued for one port, sent together at the end of the turn (u32 length before each). */
+export class FrameBatcher {
+  private frames: Buffer[] = [];
+  private bytes = 0;
+  private scheduled = false;
+
+  constructor(private readonly port: MessagePort | import('node:worker_threads').Worker) {}
+
+  push(frame: Buffer): void {
+    this.frames.push(frame);
+    this.bytes += 4 + frame.length;
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(() => this.flush());
+    }
+  }
+
+  private flush(): void {
+    this.scheduled = false;
+    // Its own ArrayBuffer (never the pool's), so it can be transferred.
+    const out = Buffer.allocUnsafeSlow(this.bytes);
+    let at = 0;
+    for (const f of this.frames) {
+      at = out.writeUInt32LE(f.length, at);
+      at += f.copy(out, at);
+    }
+    this.frames = [];
+    this.bytes = 0;
+    this.port.postMessage(out.buffer, [out.buffer]);
+  }
+}
+
+/** The frames of one message. */
+export function* framesOf(buf: ArrayBuffer): Generator<Buffer> {
+  const b = Buffer.from(buf);
+  for (let at = 0; at < b.length; ) {
+    const n = b.readUInt32LE(at);
+    yield b.subarray(at + 4, at + 4 + n);
+    at += 4 + n;
+  }
+}
+
+const enum Flag {
+  Deterministic = 1,
+  Send = 2,
+  WorkflowRun = 4,
+  Flow = 8,
+}
+
+function putString(parts: Buffer[], s: string | undefined): void {
+  const b = Buffer.from(s ?? '', 'utf8');
+  // 0xffff marks an absent string; scopes and limit keys are far shorter (common/limit-rules.ts).
+  assert(b.length < 0xffff, () => `a frame string of ${b.length} bytes`);
+  const len = Buffer.allocUnsafe(2);
+  len.writeUInt16LE(s === undefined ? 0xffff : b.length);
+  parts.push(len, b);
+}
+
+/** q: the request's number on its port. */
+export function encodeInvokeRequest(q: number, req: InvokeRequest): Buffer {
+  const head = Buffer.allocUnsafe(5);
+  head.writeUInt32LE(q, 0);
+  head[4] = (req.deterministic ? Flag.Deterministic : 0) | (req.send ? Flag.Send : 0) | (req.workflow_run ? Flag.WorkflowRun : 0) | (req.flow ? Flag.Flow : 0);
+  const parts: Buffer[] = [head];
+  if (req.flow) {
+    putString(parts, req.flow.scope);
+    putString(parts, req.flow.limit_key);
+  }
+  parts.push(encodeCommand({ kind: 'invoke', invoke: req.invoke }));
+  return Buffer.concat(parts);
+}
+
+export function decodeInvokeRequest(frame: Buffer): { q: number; req: InvokeRequest } {
+  const q = frame.readUInt32LE(0);
+  const flags = frame[4]!;
+  let at = 5;
+  const str = (): string | undefined => {
+    const n = frame.readUInt16LE(at);
+    at += 2;
+    if (n === 0xffff) return undefined;
+    const s = frame.toString('utf8', at, at + n);
+    at += n;
+    return s;
+  };
+  const flow = flags & Flag.Flow ? { scope: str()!, limit_key: str() } : undefined;
+  const cmd = decodeCommand(frame.subarray(at));
+  if (cmd.kind !== 'invoke') throw new Error(`an invoke request carries a ${cmd.kind} command`);
+  const invoke: Invoke = cmd.invoke;
+  const id = InvocationId.fromBytes(invoke.invocation_id!)!;
+  return { q, req: { id, deterministic: !!(flags & Flag.Deterministic), send: !!(flags & Flag.Send), workflow_run: !!(flags & Flag.WorkflowRun), ...(flow ? { flow } : {}), invoke } };
+}
+
+const KINDS = ['completed', 'accepted', 'previously_accepted', 'workflow_exists', 'backlog_full', 'error'] as const;
+
+/** An answer: the request's number, the outcome's kind, its JSON (a status as stored, a refusal). */
+export function encodeOutcome(q: number, outcome: InvokeOutcome | { kind: 'error'; error: { code?: string; message: string; status?: number; partition?: number; invocation?: string; name: string } }): Buffer {
+  const head = Buffer.allocUnsafe(5);
+  head.writeUInt32LE(q, 0);
+  head[4] = KINDS.indexOf(outcome.kind);
+  const body = outcome.kind === 'completed' ? invocationsTable.encode(outcome.status) : outcome.kind === 'backlog_full' ? Buffer.from(JSON.stringify(outcome.full)) : outcome.kind === 'error' ? Buffer.from(JSON.stringify(outcome.error)) : Buffer.alloc(0);
+  return Buffer.concat([head, body]);
+}
+
+export function decodeOutcome(frame: Buffer): { q: number; kind: (typeof KINDS)[number]; body: Buffer } {
+  return { q: frame.readUInt32LE(0), kind: KINDS[frame[4]!]!, body: frame.subarray(5) };
+}

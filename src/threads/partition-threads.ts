@@ -1,0 +1,324 @@
+// The main thread's side of worker.threads > 1 (issue 23): starts the partition threads (thread.ts)
+// over contiguous ranges of partitions, wires the mesh of ports between them, hands each the schema
+// registry's records, and answers for them: the edge's requests (PartitionGateway), the rule books,
+// the partitions' failures and the metric cells. Admin reads go through ThreadedIntrospection.
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { MessageChannel, Worker as Thread, type MessagePort } from 'node:worker_threads';
+import { assert } from '../common/assert.js';
+import type { Config } from '../config/index.js';
+import type { Logger } from '../common/logger.js';
+import { randomPartitionKey, type InvocationId } from '../common/ids.js';
+import type { RuleBook } from '../common/limit-rules.js';
+import type { InvocationChanges } from '../admin/introspection.js';
+import type { CommandKind } from '../log/commands.js';
+import type { Registry } from '../metadata/registry.js';
+import { decodeOutcome, encodeInvokeRequest, FrameBatcher, framesOf } from '../partition/frames.js';
+import type { InvokeOutcome, InvokeRequest, OutputOutcome, PartitionGateway } from '../partition/gateway.js';
+import type { PartitionFailure } from '../partition/processor.js';
+import type { InvocationStatus } from '../partition/state.js';
+import { invocationsTable } from '../storage/tables/invocations.js';
+import { sharedSlotsMemory } from '../invoker/deployment-slots.js';
+import type { CollectedMetric } from '../telemetry/cells.js';
+import { errorOf, revive, type CallName, type FromThread, type StreamName, type ToThread } from './messages.js';
+import type { ThreadData } from './thread.js';
+
+/** The thread's entry: bundled beside the server's bundle (dist/bundle/thread.cjs), or compiled beside this file. */
+function threadMainPath(): string {
+  for (const candidate of ['./thread.cjs', './thread.js']) {
+    const path = fileURLToPath(new URL(candidate, import.meta.url));
+    if (existsSync(path)) return path;
+  }
+  throw new Error(`threads/thread.js is not found from ${fileURLToPath(import.meta.url)}: run npm run build`);
+}
+
+interface Pending {
+  resolve: (v: unknown) => void;
+  reject: (err: Error) => void;
+}
+
+/** One partition thread as the main thread holds it. */
+interface Handle {
+  readonly index: number;
+  readonly thread: Thread;
+  readonly frames: FrameBatcher;
+  failures: PartitionFailure[];
+}
+
+/** A thread's stream chunk, as `rows` waits for it. */
+type Chunk = Extract<FromThread, { t: 'chunk' }>;
+
+/**
+ * A thread's configuration: the invoker's limit shared out, so that together they keep it, and
+ * the log format this thread chose ('auto' asks whether stdout is a terminal, which a thread's is not).
+ */
+export function threadConfig(config: Config, threads: number): Config {
+  const limit = config.worker.invoker.concurrent_invocations_limit;
+  const format = config.log.format === 'auto' ? (process.stdout.isTTY === true ? 'pretty' : 'json') : config.log.format;
+  return {
+    ...config,
+    log: { ...config.log, format },
+    worker: { ...config.worker, invoker: { ...config.worker.invoker, concurrent_invocations_limit: Math.max(1, Math.floor(limit / threads)) } },
+  };
+}
+
+export class PartitionThreads implements PartitionGateway {
+  private q = 0;
+  private readonly pending = new Map<number, Pending>();
+  private readonly chunks = new Map<number, (c: Chunk) => void>();
+  private readonly watchers = new Set<(changes: InvocationChanges) => void>();
+  private stopping = false;
+  private started = false;
+  private readonly handles: Handle[] = [];
+  /** Partition index → the thread serving it (contiguous ranges: threads in order list partitions in order). */
+  readonly owners: readonly number[];
+
+  constructor(
+    private readonly config: Config,
+    private readonly logger: Logger,
+  ) {
+    const threads = config.worker.threads;
+    assert(threads > 1 && threads <= config.worker.partitions, () => `${threads} partition threads for ${config.worker.partitions} partitions`);
+    this.owners = Array.from({ length: config.worker.partitions }, (_, p) => Math.floor((p * threads) / config.worker.partitions));
+  }
+
+  /** Whether the threads serve their partitions (start resolved). */
+  get serving(): boolean {
+    return this.started && !this.stopping;
+  }
+
+  /**
+   * Starts the threads, once the main thread has opened (and upgraded) the store: each opens its
+   * partitions on it and resolves when all serve; a thread that cannot is the start's failure.
+   */
+  async start(registry: Registry): Promise<void> {
+    assert(this.handles.length === 0, () => 'the partition threads started twice');
+    const threads = this.config.worker.threads;
+    const mesh = meshOf(threads);
+    const perThread = threadConfig(this.config, threads);
+    // The history and the listener with no await between: a thread misses and repeats no record.
+    const history = registry.history();
+    const slots = sharedSlotsMemory();
+    const unfollow = registry.onRecord((rec) => this.broadcast({ t: 'record', rec }));
+    const ready: Array<Promise<void>> = [];
+    for (let t = 0; t < threads; t++) {
+      const ports = mesh[t]!.filter((p): p is MessagePort => p !== undefined);
+      const workerData: ThreadData & { keelPartitionThread: true } = { keelPartitionThread: true, config: perThread, thread: t, owners: [...this.owners], history, mesh: mesh[t]!, slots };
+      const thread = new Thread(threadMainPath(), { workerData, transferList: ports, name: `keel-partitions-${t}` });
+      const handle: Handle = { index: t, thread, frames: new FrameBatcher(thread), failures: [] };
+      this.handles.push(handle);
+      if (this.watchers.size > 0) thread.postMessage({ t: 'watch', on: true } satisfies ToThread);
+      ready.push(this.attend(handle));
+    }
+    const outcomes = await Promise.allSettled(ready);
+    const failed = outcomes.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+    if (failed !== undefined) {
+      unfollow();
+      this.stopping = true;
+      await Promise.all(this.handles.map((h) => h.thread.terminate()));
+      throw failed.reason;
+    }
+    this.started = true;
+    this.logger.info({ threads, partitions_per_thread: this.handles.map((h) => this.owners.filter((o) => o === h.index).length) }, 'partition threads started');
+  }
+
+  /** Listens to one thread; resolves once it serves its partitions. A thread that fails after that ends the process. */
+  private attend(h: Handle): Promise<void> {
+    return new Promise((resolve, reject) => {
+      let serving = false;
+      h.thread.on('message', (m: ArrayBuffer | FromThread) => {
+        if (m instanceof ArrayBuffer) return this.answered(m);
+        if (m.t === 'ready') {
+          serving = true;
+          return resolve();
+        }
+        if (m.t === 'failed') return reject(errorOf(m.error));
+        this.received(h, m);
+      });
+      h.thread.once('error', (err) => (serving ? this.lost(h, err) : reject(err)));
+      h.thread.once('exit', (code) => {
+        this.settle(-1 - h.index, { value: undefined }); // a stop waits for the thread's answer or its end
+        if (serving) this.lost(h, new Error(`exited with code ${code}`));
+        else reject(new Error(`partition thread ${h.index} exited with code ${code} before it served`));
+      });
+    });
+  }
+
+  /** A thread gone while serving: its partitions answer nothing more, and accepted calls wait on them: stop, as a deposed node does. */
+  private lost(h: Handle, err: Error): void {
+    if (this.stopping) return;
+    this.logger.fatal({ err, code: 'KEEL0503', thread: h.index }, `partition thread ${h.index} stopped: the server stops (its partitions are recovered from the store at the next start)`);
+    process.exit(1);
+  }
+
+  private received(h: Handle, m: Exclude<FromThread, { t: 'ready' } | { t: 'failed' }>): void {
+    switch (m.t) {
+      case 'answer':
+        return this.settle(m.q, m.error === undefined ? { value: revive(m.value) } : { error: errorOf(m.error) });
+      case 'chunk':
+        this.chunks.get(m.q)?.(m);
+        return;
+      case 'changes': {
+        const changes = revive(m.changes);
+        for (const w of this.watchers) w(changes);
+        return;
+      }
+      case 'failures':
+        h.failures = m.failures;
+        return;
+      case 'stopped':
+        return this.settle(-1 - h.index, { value: undefined });
+    }
+  }
+
+  private settle(q: number, outcome: { value: unknown } | { error: Error }): void {
+    const p = this.pending.get(q);
+    if (p === undefined) return;
+    this.pending.delete(q);
+    if ('error' in outcome) p.reject(outcome.error);
+    else p.resolve(outcome.value);
+  }
+
+  private broadcast(m: ToThread): void {
+    for (const h of this.handles) h.thread.postMessage(m);
+  }
+
+  private threadOf(partitionKey: bigint): Handle {
+    const p = Number((partitionKey * BigInt(this.config.worker.partitions)) >> 64n);
+    return this.handles[this.owners[p]!]!;
+  }
+
+  /** A call to one thread. */
+  call<T>(h: Handle, m: CallName, args: unknown[]): Promise<T> {
+    const q = ++this.q;
+    const answer = new Promise<T>((resolve, reject) => this.pending.set(q, { resolve: resolve as (v: unknown) => void, reject }));
+    h.thread.postMessage({ t: 'call', q, m, args } satisfies ToThread);
+    return answer;
+  }
+
+  /** A call to the thread serving `partitionKey`. */
+  callAt<T>(partitionKey: bigint, m: CallName, args: unknown[]): Promise<T> {
+    return this.call(this.threadOf(partitionKey), m, args);
+  }
+
+  /** The same call to every thread, its answers in thread (so partition) order. */
+  callAll<T>(m: CallName, args: unknown[]): Promise<T[]> {
+    return Promise.all(this.handles.map((h) => this.call<T>(h, m, args)));
+  }
+
+  /** Every thread's rows in turn, pulled a chunk at a time. */
+  async *rows<T>(m: StreamName, args: unknown[] = []): AsyncIterable<T> {
+    for (const h of this.handles) yield* this.rowsOf<T>(h, m, args);
+  }
+
+  private async *rowsOf<T>(h: Handle, m: StreamName, args: unknown[]): AsyncIterable<T> {
+    const q = ++this.q;
+    let done = false;
+    const next = (ask: ToThread) =>
+      new Promise<Chunk>((resolve) => {
+        this.chunks.set(q, resolve);
+        h.thread.postMessage(ask);
+      });
+    try {
+      let chunk = await next({ t: 'open', q, m, args });
+      for (;;) {
+        done = chunk.done;
+        if (chunk.error !== undefined) throw errorOf(chunk.error);
+        for (const row of chunk.rows) yield revive(row as T);
+        if (done) return;
+        chunk = await next({ t: 'next', q });
+      }
+    } finally {
+      this.chunks.delete(q);
+      if (!done) h.thread.postMessage({ t: 'close', q } satisfies ToThread);
+    }
+  }
+
+  /** Status changes of every thread's durable batches; returns the stop function. */
+  watch(listener: (changes: InvocationChanges) => void): () => void {
+    this.watchers.add(listener);
+    if (this.watchers.size === 1) this.broadcast({ t: 'watch', on: true });
+    return () => {
+      if (this.watchers.delete(listener) && this.watchers.size === 0) this.broadcast({ t: 'watch', on: false });
+    };
+  }
+
+  anyKey(): bigint {
+    // A plain service's call may start in any partition: the threads share the calls by chance.
+    return randomPartitionKey();
+  }
+
+  invoke(req: InvokeRequest): Promise<InvokeOutcome> {
+    const q = ++this.q;
+    const outcome = new Promise<InvokeOutcome>((resolve, reject) => this.pending.set(q, { resolve: resolve as (v: unknown) => void, reject }));
+    this.threadOf(req.id.partitionKey).frames.push(encodeInvokeRequest(q, req));
+    return outcome;
+  }
+
+  private answered(buf: ArrayBuffer): void {
+    for (const frame of framesOf(buf)) {
+      const { q, kind, body } = decodeOutcome(frame);
+      if (kind === 'error') this.settle(q, { error: errorOf(JSON.parse(body.toString('utf8'))) });
+      else if (kind === 'completed') this.settle(q, { value: { kind, status: invocationsTable.decode(body) } });
+      else if (kind === 'backlog_full') this.settle(q, { value: { kind, full: JSON.parse(body.toString('utf8')) } });
+      else this.settle(q, { value: { kind } });
+    }
+  }
+
+  attach(id: InvocationId): Promise<InvocationStatus | undefined> {
+    return this.callAt(id.partitionKey, 'attach', [id.bytes]);
+  }
+
+  output(id: InvocationId): Promise<OutputOutcome> {
+    return this.callAt(id.partitionKey, 'output', [id.bytes]);
+  }
+
+  append(id: InvocationId, command: CommandKind): Promise<void> {
+    return this.callAt(id.partitionKey, 'append', [id.bytes, command]);
+  }
+
+  /** Partitions that stopped, as each thread reported them (as they stopped, before any refusal they caused). */
+  failures(): PartitionFailure[] {
+    return this.handles.flatMap((h) => h.failures);
+  }
+
+  async setLimitRules(book: RuleBook): Promise<void> {
+    await this.callAll('setLimitRules', [book]);
+  }
+
+  async setStateTtls(book: ReadonlyArray<{ service: string; ttl_ms: number; on_access: boolean }>, options: { onlyWhereDiffers?: boolean } = {}): Promise<void> {
+    await this.callAll('setStateTtls', [book, options]);
+  }
+
+  /** Every thread's metric cells, for the main thread's /metrics to add to its own. */
+  metrics(): Promise<CollectedMetric[][]> {
+    return this.callAll('metrics', []);
+  }
+
+  /** Each thread closes its partitions and its handle on the store; resolves once all have. */
+  async stop(): Promise<void> {
+    if (!this.started || this.stopping) return;
+    this.stopping = true;
+    await Promise.all(
+      this.handles.map((h) => {
+        const stopped = new Promise<unknown>((resolve) => this.pending.set(-1 - h.index, { resolve, reject: resolve }));
+        h.thread.postMessage({ t: 'stop' } satisfies ToThread);
+        return stopped;
+      }),
+    );
+    await Promise.all(this.handles.map((h) => h.thread.terminate()));
+  }
+}
+
+/** A port between every two threads: mesh[a][b] is a's end of the channel to b. */
+function meshOf(threads: number): Array<Array<MessagePort | undefined>> {
+  const mesh: Array<Array<MessagePort | undefined>> = Array.from({ length: threads }, () => Array.from({ length: threads }, () => undefined));
+  for (let a = 0; a < threads; a++) {
+    for (let b = a + 1; b < threads; b++) {
+      const { port1, port2 } = new MessageChannel();
+      mesh[a]![b] = port1;
+      mesh[b]![a] = port2;
+    }
+  }
+  return mesh;
+}

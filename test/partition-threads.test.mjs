@@ -1,0 +1,171 @@
+// Partitions on worker threads (worker.threads > 1, issue 23) through a real Keel process and real
+// SDK services: calls land on every thread, an object's calls cross threads through the outbox
+// mesh, awakeables and admin actions reach the thread that owns the invocation, SQL, /partitions
+// and /metrics answer for every thread, a deployment's limit holds for the process, the store
+// outlives a change of the thread count and a SIGKILL, and what threads cannot do yet is refused.
+// (`KEEL_TEST_THREADS=3` runs any other suite against threads: test/helpers/keel.mjs.)
+import t from 'tap';
+import * as restate from '@restatedev/restate-sdk';
+import { adminCall, eventually, ingress, query, register, serveServices, startKeel, tempDir } from './helpers/keel.mjs';
+
+const PARTITIONS = 8;
+const awakeables = new Map();
+const concurrency = { now: 0, most: 0 };
+
+const counter = restate.object({
+  name: 'Counter',
+  handlers: {
+    add: async (ctx, n) => {
+      const value = ((await ctx.get('value')) ?? 0) + n;
+      ctx.set('value', value);
+      return value;
+    },
+    get: async (ctx) => (await ctx.get('value')) ?? 0,
+  },
+});
+
+const fan = restate.service({
+  name: 'Fan',
+  handlers: {
+    /** Adds 1 to `keys` counters (their partitions spread over the threads); returns what they answered. */
+    spread: async (ctx, { prefix, keys }) => {
+      const calls = Array.from({ length: keys }, (_, i) => ctx.objectClient(counter, `${prefix}-${i}`).add(1));
+      return Promise.all(calls);
+    },
+    echo: async (_ctx, v) => v,
+    wait: async (ctx, tag) => {
+      const a = ctx.awakeable();
+      awakeables.set(tag, a.id);
+      return a.promise;
+    },
+    hold: async (ctx) => {
+      await ctx.run('hold', async () => {
+        concurrency.now++;
+        concurrency.most = Math.max(concurrency.most, concurrency.now);
+        await new Promise((r) => setTimeout(r, 150));
+        concurrency.now--;
+      });
+      return 'held';
+    },
+  },
+});
+
+async function setup(t, { threads = '3', dir, uri } = {}) {
+  const keel = await startKeel(t, { ...(dir ? { dir } : {}), env: { KEEL_WORKER__PARTITIONS: String(PARTITIONS), KEEL_WORKER__THREADS: threads } });
+  const endpoint = uri ?? (await serveServices(t, [counter, fan]));
+  if (uri === undefined) await register(keel, endpoint);
+  return { keel, endpoint };
+}
+
+/** Each partition's thread, by the ranges the server logged. */
+function ownersOf(keel) {
+  const line = keel.output.split('\n').filter((l) => l.includes('partition threads started')).pop();
+  const per = JSON.parse(line).partitions_per_thread;
+  return per.flatMap((n, thread) => Array.from({ length: n }, () => thread));
+}
+
+t.test('three threads: plain calls on every thread, object calls across them, awakeables, SQL, /partitions, /metrics', async (t) => {
+  const { keel } = await setup(t);
+  const ready = keel.output.split('\n').find((l) => l.includes('keel is ready'));
+  t.equal(JSON.parse(ready).threads, 3, 'the ready line says how many threads');
+  const owners = ownersOf(keel);
+  t.same(owners, [0, 0, 0, 1, 1, 1, 2, 2], 'contiguous ranges of partitions');
+
+  const echoes = await Promise.all(Array.from({ length: 60 }, (_, i) => ingress(keel, '/Fan/echo', { i })));
+  t.ok(echoes.every((r, i) => r.status === 200 && r.body.i === i), 'sixty plain calls answered, each with its own input');
+
+  const spread = await ingress(keel, '/Fan/spread', { prefix: 'a', keys: 24 });
+  t.equal(spread.status, 200, JSON.stringify(spread.body));
+  t.same(spread.body, Array.from({ length: 24 }, () => 1), 'each counter added once');
+  const again = await ingress(keel, '/Fan/spread', { prefix: 'a', keys: 24 });
+  t.same(again.body, Array.from({ length: 24 }, () => 2), 'and again: their state is where their calls go');
+
+  const rows = await query(keel, 'SELECT target_service_name AS service, count(*) AS n FROM sys_invocation GROUP BY target_service_name ORDER BY service');
+  t.same(rows, [{ service: 'Counter', n: 48 }, { service: 'Fan', n: 62 }], 'SQL counts the invocations of every thread');
+  const byPartition = (await adminCall(keel, 'GET', '/partitions')).json.partitions;
+  t.same(byPartition.map((p) => p.id), [0, 1, 2, 3, 4, 5, 6, 7], '/partitions lists every partition, in order');
+  const threadsUsed = new Set(byPartition.filter((p) => p.applied_log_position > 0).map((p) => owners[p.id]));
+  t.same([...threadsUsed].sort(), [0, 1, 2], 'every thread applied commands');
+
+  const metrics = await (await fetch(`${keel.admin}/metrics`)).text();
+  const completed = [...metrics.matchAll(/^keel_invocations_completed_total\{service="(\w+)",handler="(\w+)",outcome="succeeded"\} (\d+)/gm)].map((m) => `${m[1]}/${m[2]}=${m[3]}`);
+  t.same(completed.sort(), ['Counter/add=48', 'Fan/echo=60', 'Fan/spread=2'], '/metrics sums every thread\'s cells');
+  t.match(metrics, /^nodejs_heap_size_used_bytes \d+/m, 'and the process metrics once');
+  t.equal((await fetch(`${keel.admin}/health`)).status, 200);
+
+  const sent = await ingress(keel, '/Fan/wait/send', 'w1');
+  t.equal(sent.status, 202);
+  const id = await eventually(() => awakeables.get('w1'));
+  const resolved = await fetch(`${keel.ingress}/restate/awakeables/${id}/resolve`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify('woken') });
+  t.equal(resolved.status, 202, 'the awakeable resolved through the thread that owns it');
+  const out = await fetch(`${keel.ingress}/restate/invocation/${sent.body.invocationId}/attach`);
+  t.same(await out.json(), 'woken');
+});
+
+t.test('admin actions reach the owning thread: cancel, purge, state, journal', async (t) => {
+  const { keel } = await setup(t);
+  const sent = await ingress(keel, '/Fan/wait/send', 'c1');
+  const id = sent.body.invocationId;
+  await eventually(() => awakeables.get('c1'));
+  const cancelled = await adminCall(keel, 'PATCH', `/invocations/${id}/cancel`);
+  t.equal(cancelled.status, 202, cancelled.text);
+  const attached = await fetch(`${keel.ingress}/restate/invocation/${id}/attach`);
+  t.equal(attached.status, 409, 'the cancelled invocation failed');
+  const journal = await query(keel, `SELECT index, entry_type FROM sys_journal WHERE id = '${id}' ORDER BY index`);
+  t.ok(journal.length >= 2, `its journal read from its thread (${journal.length} entries)`);
+  t.equal((await adminCall(keel, 'PATCH', `/invocations/${id}/purge`)).status, 200, 'purged');
+  t.same(await query(keel, `SELECT id FROM sys_invocation WHERE id = '${id}'`), [], 'and gone');
+
+  await ingress(keel, '/Counter/k1/add', 5);
+  const state = await query(keel, "SELECT service_key, key, value_utf8 FROM state WHERE service_name = 'Counter'");
+  t.same(state, [{ service_key: 'k1', key: 'value', value_utf8: '5' }], 'object state from the thread that holds it');
+  const missing = await adminCall(keel, 'PATCH', '/invocations/inv_1nope/cancel');
+  t.ok(missing.status >= 400 && missing.status < 500, `a malformed id is refused (${missing.status})`);
+});
+
+t.test('a deployment limit holds for the process, not per thread', async (t) => {
+  const { keel } = await setup(t);
+  const deployment = (await adminCall(keel, 'GET', '/deployments')).json.deployments[0].id;
+  const set = await adminCall(keel, 'PUT', `/deployments/${deployment}/limits`, { concurrency: 2 });
+  t.equal(set.status, 200, set.text);
+  concurrency.most = 0;
+  const calls = await Promise.all(Array.from({ length: 18 }, () => ingress(keel, '/Fan/hold', null)));
+  t.ok(calls.every((r) => r.status === 200 && r.body === 'held'), 'all eighteen ran');
+  t.equal(concurrency.most, 2, 'never more than two at once, though they started on three threads');
+});
+
+t.test('the store outlives the thread count: 3 threads, then 2, then 1, then 3 after a SIGKILL', async (t) => {
+  const dir = tempDir(t);
+  const first = await setup(t, { dir, threads: '3' });
+  const keyed = await ingress(first.keel, '/Fan/echo', 'kept', { 'idempotency-key': 'k-1' });
+  t.equal(keyed.status, 200);
+  await ingress(first.keel, '/Fan/spread', { prefix: 'r', keys: 16 });
+  await first.keel.stop();
+  for (const threads of ['2', '1']) {
+    const { keel } = await setup(t, { dir, threads, uri: first.endpoint });
+    const same = await ingress(keel, '/Fan/echo', 'other input', { 'idempotency-key': 'k-1' });
+    t.same(same.body, 'kept', `${threads} thread(s): the idempotency key answers the stored result`);
+    const spread = await ingress(keel, '/Fan/spread', { prefix: 'r', keys: 16 });
+    t.same(spread.body, Array.from({ length: 16 }, () => Number(threads === '2' ? 2 : 3)), `${threads} thread(s): every counter's state is there`);
+    await keel.stop();
+  }
+  const { keel } = await setup(t, { dir, threads: '3', uri: first.endpoint });
+  const sends = await Promise.all(Array.from({ length: 40 }, (_, i) => ingress(keel, '/Counter/s/add/send', 1, { 'idempotency-key': `s-${i}` })));
+  t.ok(sends.every((r) => r.status === 202), 'forty sends accepted');
+  await keel.restart(); // SIGKILL
+  await eventually(async () => (await ingress(keel, '/Counter/s/get', null)).body === 40, { timeout_ms: 20_000 });
+  t.pass('every accepted send ran once after the SIGKILL');
+  const total = await query(keel, "SELECT count(*) AS n FROM sys_invocation WHERE target_service_name = 'Counter' AND target_handler_name = 'add'");
+  t.same(total, [{ n: 16 * 3 + 40 }], 'no invocation lost or doubled');
+});
+
+t.test('what threads cannot do yet is refused, with the reason', async (t) => {
+  const { keel } = await setup(t);
+  const sub = await adminCall(keel, 'POST', '/subscriptions', { source: 'kafka://c/topic', sink: 'service://Fan/echo' });
+  t.equal(sub.status, 501, sub.text);
+  t.match(sub.json?.message, /KEEL0009.*worker\.threads = 1/, 'a subscription: KEEL0009, naming worker.threads');
+  const cluster = await startKeel(t, { env: { KEEL_WORKER__THREADS: '2', KEEL_CLUSTER__BROKERS: '127.0.0.1:1', KEEL_CLUSTER__NODE_NAME: 'n1' } }).catch((err) => err);
+  t.match(String(cluster?.message), /RT0002[^\n]*'worker\.threads' is 2: a cluster node needs worker\.threads = 1/, 'a cluster node with threads does not start');
+  const bad = await startKeel(t, { env: { KEEL_WORKER__THREADS: 'many' } }).catch((err) => err);
+  t.match(String(bad?.message), /RT0002[^\n]*KEEL_WORKER__THREADS[^\n]*auto[^\n]*or a positive integer, got[^\n]*many/, 'a thread count that is not one');
+});
