@@ -177,6 +177,7 @@ export class KeelServer {
       phase('listening');
       if (cluster === undefined) {
         worker.start(invoker);
+        threads?.go();
         // Consumers start once the partitions have recovered: positions are read from them.
         subscriptions.start();
       } else {

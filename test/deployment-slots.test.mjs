@@ -10,6 +10,9 @@ t.test('one invoker: a capped deployment takes up to its cap, an uncapped one al
   t.ok(slots.take('dp_a', 2));
   t.ok(slots.take('dp_a', 2));
   t.notOk(slots.take('dp_a', 2), 'the third of a cap of 2 is refused');
+  t.ok(slots.full('dp_a', 2), 'full at its cap');
+  t.notOk(slots.full('dp_a', 3), 'not under a higher one');
+  t.notOk(slots.full('dp_a', undefined), 'never without a cap');
   slots.give('dp_a');
   t.ok(slots.take('dp_a', 2), 'a slot given back is taken again');
   for (let i = 0; i < 100; i++) t.ok(slots.take('dp_b', undefined));
@@ -24,6 +27,7 @@ t.test('shared: counts are per deployment, and a freed slot is announced only wh
   const ids = Array.from({ length: 2000 }, (_, i) => `dp_${i.toString(36).padStart(8, '0')}`);
   t.ok(ids.every((id) => a.take(id, 1)), '2,000 deployments, each with its own entry (a cap of 1 each, all taken)');
   t.notOk(b.take(ids[7], 1), 'the other thread sees the slot taken');
+  t.ok(b.full(ids[7], 1), 'and the entry full');
   a.give(ids[7]);
   t.same(freed, [], 'nobody waits: nothing announced');
   t.notOk(b.take(ids[8], 1));

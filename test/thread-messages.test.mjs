@@ -4,7 +4,7 @@
 import t from 'tap';
 import { MessageChannel } from 'node:worker_threads';
 import { InvocationId, randomPartitionKey } from '../dist/common/ids.js';
-import { decodeInvokeRequest, decodeOutcome, encodeInvokeRequest, encodeOutcome, FrameBatcher, framesOf } from '../dist/partition/frames.js';
+import { decodeChanges, decodeInvokeRequest, decodeOutcome, encodeChanges, encodeInvokeRequest, encodeOutcome, FrameBatcher, framesOf } from '../dist/partition/frames.js';
 import { NotLedHereError, PartitionMovedError } from '../dist/partition/errors.js';
 import { KeelError } from '../dist/errors/index.js';
 import { errorOf, errorShape, revive } from '../dist/threads/messages.js';
@@ -42,6 +42,14 @@ t.test('every outcome kind survives its frame', async (t) => {
   const rebuilt = errorOf(JSON.parse(err.body));
   t.ok(rebuilt instanceof KeelError);
   t.same({ code: rebuilt.code, status: rebuilt.status, message: rebuilt.message }, { code: 'KEEL0008', status: 409, message: 'busy' });
+});
+
+t.test("a durable batch's status changes survive their frame: statuses, purges, none", async (t) => {
+  const changes = [['inv_1a', Buffer.from('{"status":"running"}')], ['inv_1b', null], ['inv_1c', Buffer.alloc(0)]];
+  const frame = decodeOutcome(encodeChanges(changes));
+  t.equal(frame.kind, 'changes');
+  t.same(decodeChanges(frame.body).map(([id, s]) => [id, s === null ? null : Buffer.from(s).toString()]), [['inv_1a', '{"status":"running"}'], ['inv_1b', null], ['inv_1c', '']]);
+  t.same(decodeChanges(decodeOutcome(encodeChanges([])).body), [], 'an empty batch');
 });
 
 t.test('frames of one turn travel as one transferred buffer, in order', async (t) => {

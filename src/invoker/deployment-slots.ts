@@ -9,6 +9,8 @@ export interface DeploymentSlots {
   take(deployment: string, cap: number | undefined): boolean;
   /** Gives back a slot that `take` gave. */
   give(deployment: string): void;
+  /** Whether `cap` attempts run against `deployment` now (a take would be refused). */
+  full(deployment: string, cap: number | undefined): boolean;
   /** Attempts of this invoker now wait for a slot of `deployment` (`delta` > 0) or no longer (< 0). */
   waiting(deployment: string, delta: number): void;
 }
@@ -28,6 +30,10 @@ export class LocalSlots implements DeploymentSlots {
     assert(n > 0, () => `a slot of ${deployment} given back that was not taken`);
     if (n === 1) this.running.delete(deployment);
     else this.running.set(deployment, n - 1);
+  }
+
+  full(deployment: string, cap: number | undefined): boolean {
+    return cap !== undefined && (this.running.get(deployment) ?? 0) >= cap;
   }
 
   waiting(): void {}
@@ -90,6 +96,10 @@ export class SharedSlots implements DeploymentSlots {
     const before = Atomics.sub(this.cells, e + RUNNING, 1);
     assert(before > 0, () => `a slot of ${deployment} given back that was not taken`);
     if (Atomics.load(this.cells, e + WAITING) > 0) this.freed(deployment);
+  }
+
+  full(deployment: string, cap: number | undefined): boolean {
+    return cap !== undefined && Atomics.load(this.cells, this.entry(deployment) + RUNNING) >= cap;
   }
 
   waiting(deployment: string, delta: number): void {

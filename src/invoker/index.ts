@@ -195,10 +195,6 @@ export class Invoker implements AttemptRunner {
     const service = this.registry.service(status.service);
     const deploymentId = status.deployment_id ?? service?.deployment_id;
     const cap = deploymentId === undefined ? undefined : this.registry.deploymentConcurrency?.(deploymentId);
-    if (deploymentId !== undefined && !this.slots.take(deploymentId, cap)) {
-      this.park(deploymentId, q);
-      return { outcome: 'parked', deployment: deploymentId };
-    }
     // The snapshot is taken now: notifications folded before this point are in the journal,
     // later ones are forwarded to the live attempt.
     const journal = host.journal(id);
@@ -234,7 +230,6 @@ export class Invoker implements AttemptRunner {
       const message = status.deployment_id
         ? `deployment ${status.deployment_id} that the invocation is pinned to no longer exists`
         : `no deployment found for service ${status.service}`;
-      if (deploymentId !== undefined) this.slots.give(deploymentId);
       this.logger.error({ code: 'RT0011', invocation: id }, message);
       this.record(host, id, failed({ error_code: 'RT0011', failure_code: 500, message }));
       return { outcome: 'skipped', ...(deploymentId !== undefined ? { deployment: deploymentId } : {}) };
@@ -246,10 +241,15 @@ export class Invoker implements AttemptRunner {
       const [code, message] = pinned !== undefined
         ? ['RT0014', `the invocation was started with protocol version ${pinned}, which cannot be resumed here`]
         : ['RT0013', `deployment ${deployment.id} supports none of the protocol versions ${MIN_SERVICE_PROTOCOL_VERSION}-${MAX_SERVICE_PROTOCOL_VERSION}`];
-      this.slots.give(deployment.id);
       this.logger.error({ code, invocation: id }, message);
       this.record(host, id, failed({ error_code: code!, failure_code: 500, message: message! }));
       return { outcome: 'skipped', deployment: deployment.id };
+    }
+    if (!this.slots.take(deployment.id, cap)) {
+      this.park(deployment.id, q);
+      // A slot another thread's invoker freed between the take and the park was announced to no one: look again.
+      if (!this.slots.full(deployment.id, cap)) this.unpark(deployment.id);
+      return { outcome: 'parked', deployment: deployment.id };
     }
     this.running += 1;
     // Epoch 0 is the invocation's first attempt (every later one bumps the epoch).

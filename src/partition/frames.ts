@@ -26,8 +26,10 @@ export class FrameBatcher {
     }
   }
 
-  private flush(): void {
+  /** Sends the frames queued so far now (a message that must not overtake them follows). */
+  flush(): void {
     this.scheduled = false;
+    if (this.frames.length === 0) return;
     // Its own ArrayBuffer (never the pool's), so it can be transferred.
     const out = Buffer.allocUnsafeSlow(this.bytes);
     let at = 0;
@@ -101,7 +103,8 @@ export function decodeInvokeRequest(frame: Buffer): { q: number; req: InvokeRequ
   return { q, req: { id, deterministic: !!(flags & Flag.Deterministic), send: !!(flags & Flag.Send), workflow_run: !!(flags & Flag.WorkflowRun), ...(flow ? { flow } : {}), invoke } };
 }
 
-const KINDS = ['completed', 'accepted', 'previously_accepted', 'workflow_exists', 'backlog_full', 'error'] as const;
+/** What a thread sends back: an invoke's outcome, or (q 0) the statuses a durable batch changed. */
+const KINDS = ['completed', 'accepted', 'previously_accepted', 'workflow_exists', 'backlog_full', 'error', 'changes'] as const;
 
 /** An answer: the request's number, the outcome's kind, its JSON (a status as stored, a refusal). */
 export function encodeOutcome(q: number, outcome: InvokeOutcome | { kind: 'error'; error: { code?: string; message: string; status?: number; partition?: number; invocation?: string; name: string } }): Buffer {
@@ -114,4 +117,45 @@ export function encodeOutcome(q: number, outcome: InvokeOutcome | { kind: 'error
 
 export function decodeOutcome(frame: Buffer): { q: number; kind: (typeof KINDS)[number]; body: Buffer } {
   return { q: frame.readUInt32LE(0), kind: KINDS[frame[4]!]!, body: frame.subarray(5) };
+}
+
+/** Status changes of a durable batch: the id, and the status as stored (JSON) or null when purged. */
+export type StatusChanges = Array<[id: string, status: Uint8Array | null]>;
+
+const PURGED = 0xffffffff;
+
+/**
+ * The statuses a durable batch changed, for the query engine's copy: in the same buffer as the
+ * outcomes of the turn and before them, so that the copy has a status before its caller's answer
+ * (as when the engine is fed in-process), with no structured clone per batch.
+ */
+export function encodeChanges(changes: StatusChanges): Buffer {
+  const parts: Buffer[] = [Buffer.from([0, 0, 0, 0, KINDS.indexOf('changes')])];
+  for (const [id, status] of changes) {
+    const head = Buffer.allocUnsafe(6);
+    const idBytes = Buffer.from(id, 'latin1');
+    head.writeUInt16LE(idBytes.length, 0);
+    head.writeUInt32LE(status === null ? PURGED : status.length, 2);
+    parts.push(head, idBytes);
+    if (status !== null) parts.push(Buffer.from(status.buffer, status.byteOffset, status.byteLength));
+  }
+  return Buffer.concat(parts);
+}
+
+/** The changes of a 'changes' frame's body; the statuses are views of the frame (copy to keep past the message). */
+export function decodeChanges(body: Buffer): StatusChanges {
+  const out: StatusChanges = [];
+  for (let at = 0; at < body.length; ) {
+    const idLength = body.readUInt16LE(at);
+    const statusLength = body.readUInt32LE(at + 2);
+    at += 6;
+    const id = body.toString('latin1', at, at + idLength);
+    at += idLength;
+    if (statusLength === PURGED) out.push([id, null]);
+    else {
+      out.push([id, body.subarray(at, at + statusLength)]);
+      at += statusLength;
+    }
+  }
+  return out;
 }

@@ -1,10 +1,9 @@
 // What the main thread and a partition thread (worker.threads > 1, issue 23) say to each other
-// besides the invoke frames (partition/frames.ts): calls with one answer, streams of rows pulled a
-// chunk at a time, the schema registry's records, status changes for the query engine, the
-// partitions' failures. Everything here is a structured clone: errors and Buffers lose their class
+// besides the frames (partition/frames.ts: invokes, their outcomes, status changes for the query
+// engine): calls with one answer, streams of rows pulled a chunk at a time, the schema registry's
+// records, the partitions' failures. Everything here is a structured clone: errors and Buffers lose their class
 // on the way and are made again on the other side (`errorOf`, `revive`).
 import { KeelError, type ErrorCode } from '../errors/index.js';
-import type { InvocationChanges } from '../admin/introspection.js';
 import type { MetaRecord } from '../metadata/store.js';
 import { NotLedHereError, PartitionMovedError } from '../partition/errors.js';
 import type { PartitionFailure } from '../partition/processor.js';
@@ -33,6 +32,8 @@ export type ToThread =
   | { t: 'close'; q: number }
   | { t: 'record'; rec: MetaRecord }
   | { t: 'watch'; on: boolean }
+  /** Start the partitions' work: attempts, timers, cleaning (once the server listens). */
+  | { t: 'go' }
   | { t: 'stop' };
 
 export type FromThread =
@@ -40,7 +41,6 @@ export type FromThread =
   | { t: 'failed'; error: ErrorShape }
   | { t: 'answer'; q: number; value?: unknown; error?: ErrorShape }
   | { t: 'chunk'; q: number; rows: unknown[]; done: boolean; error?: ErrorShape }
-  | { t: 'changes'; changes: InvocationChanges }
   | { t: 'failures'; failures: PartitionFailure[] }
   | { t: 'stopped' };
 
@@ -100,7 +100,10 @@ function reviveAny(v: unknown, depth: number): unknown {
   return v;
 }
 
-/** The approximate bytes a row adds to a chunk. */
+/** The approximate bytes a row adds to a chunk: its bytes, or its fields' (state values, promise results). */
 export function rowBytes(row: unknown): number {
-  return row instanceof Uint8Array ? row.byteLength : 256;
+  if (row instanceof Uint8Array) return row.byteLength;
+  let bytes = 256;
+  if (row !== null && typeof row === 'object') for (const v of Object.values(row)) if (v instanceof Uint8Array) bytes += v.byteLength;
+  return bytes;
 }

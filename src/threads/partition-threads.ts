@@ -13,14 +13,14 @@ import type { RuleBook } from '../common/limit-rules.js';
 import type { InvocationChanges } from '../admin/introspection.js';
 import type { CommandKind } from '../log/commands.js';
 import type { Registry } from '../metadata/registry.js';
-import { decodeOutcome, encodeInvokeRequest, FrameBatcher, framesOf } from '../partition/frames.js';
+import { decodeChanges, decodeOutcome, encodeInvokeRequest, FrameBatcher, framesOf } from '../partition/frames.js';
 import type { InvokeOutcome, InvokeRequest, OutputOutcome, PartitionGateway } from '../partition/gateway.js';
 import type { PartitionFailure } from '../partition/processor.js';
 import type { InvocationStatus } from '../partition/state.js';
 import { invocationsTable } from '../storage/tables/invocations.js';
 import { sharedSlotsMemory } from '../invoker/deployment-slots.js';
 import type { CollectedMetric } from '../telemetry/cells.js';
-import { errorOf, revive, type CallName, type FromThread, type StreamName, type ToThread } from './messages.js';
+import { errorOf, errorShape, revive, type CallName, type FromThread, type StreamName, type ToThread } from './messages.js';
 import type { ThreadData } from './thread.js';
 
 /** The thread's entry: bundled beside the server's bundle (dist/bundle/thread.cjs), or compiled beside this file. */
@@ -33,6 +33,8 @@ function threadMainPath(): string {
 }
 
 interface Pending {
+  /** The thread asked: its end settles what it left unanswered. */
+  thread: number;
   resolve: (v: unknown) => void;
   reject: (err: Error) => void;
 }
@@ -43,10 +45,15 @@ interface Handle {
   readonly thread: Thread;
   readonly frames: FrameBatcher;
   failures: PartitionFailure[];
+  /** Resolves when the thread has closed its partitions (its 'stopped', or its end). */
+  stopped?: () => void;
 }
 
 /** A thread's stream chunk, as `rows` waits for it. */
 type Chunk = Extract<FromThread, { t: 'chunk' }>;
+
+/** Request numbers travel as u32 (frames.ts): they wrap, long after any request they could meet. */
+const MAX_Q = 0xffffffff;
 
 /**
  * A thread's configuration: the invoker's limit shared out, so that together they keep it, and
@@ -65,10 +72,11 @@ export function threadConfig(config: Config, threads: number): Config {
 export class PartitionThreads implements PartitionGateway {
   private q = 0;
   private readonly pending = new Map<number, Pending>();
-  private readonly chunks = new Map<number, (c: Chunk) => void>();
+  private readonly chunks = new Map<number, { thread: number; deliver: (c: Chunk) => void }>();
   private readonly watchers = new Set<(changes: InvocationChanges) => void>();
-  private stopping = false;
-  private started = false;
+  private state: 'new' | 'starting' | 'serving' | 'stopping' | 'stopped' = 'new';
+  private starting: Promise<void> | undefined;
+  private unfollow: (() => void) | undefined;
   private readonly handles: Handle[] = [];
   /** Partition index → the thread serving it (contiguous ranges: threads in order list partitions in order). */
   readonly owners: readonly number[];
@@ -82,24 +90,42 @@ export class PartitionThreads implements PartitionGateway {
     this.owners = Array.from({ length: config.worker.partitions }, (_, p) => Math.floor((p * threads) / config.worker.partitions));
   }
 
-  /** Whether the threads serve their partitions (start resolved). */
+  /** Whether the threads serve their partitions (started, not stopping). */
   get serving(): boolean {
-    return this.started && !this.stopping;
+    return this.state === 'serving';
   }
 
   /**
    * Starts the threads, once the main thread has opened (and upgraded) the store: each opens its
-   * partitions on it and resolves when all serve; a thread that cannot is the start's failure.
+   * partitions on it and resolves when all have; a thread that cannot is the start's failure. No
+   * attempt runs before `go`.
    */
-  async start(registry: Registry): Promise<void> {
-    assert(this.handles.length === 0, () => 'the partition threads started twice');
+  start(registry: Registry): Promise<void> {
+    assert(this.state === 'new', () => `the partition threads started when ${this.state}`);
+    this.state = 'starting';
+    this.starting = this.spawn(registry).then(
+      () => {
+        this.state = 'serving';
+        this.logger.info({ threads: this.handles.length, partitions_per_thread: this.handles.map((h) => this.owners.filter((o) => o === h.index).length) }, 'partition threads started');
+      },
+      async (err: unknown) => {
+        this.state = 'stopped';
+        this.unfollow?.();
+        await Promise.all(this.handles.map((h) => h.thread.terminate()));
+        throw err;
+      },
+    );
+    return this.starting;
+  }
+
+  private async spawn(registry: Registry): Promise<void> {
     const threads = this.config.worker.threads;
     const mesh = meshOf(threads);
     const perThread = threadConfig(this.config, threads);
     // The history and the listener with no await between: a thread misses and repeats no record.
     const history = registry.history();
+    this.unfollow = registry.onRecord((rec) => this.broadcast({ t: 'record', rec }));
     const slots = sharedSlotsMemory();
-    const unfollow = registry.onRecord((rec) => this.broadcast({ t: 'record', rec }));
     const ready: Array<Promise<void>> = [];
     for (let t = 0; t < threads; t++) {
       const ports = mesh[t]!.filter((p): p is MessagePort => p !== undefined);
@@ -110,16 +136,14 @@ export class PartitionThreads implements PartitionGateway {
       if (this.watchers.size > 0) thread.postMessage({ t: 'watch', on: true } satisfies ToThread);
       ready.push(this.attend(handle));
     }
-    const outcomes = await Promise.allSettled(ready);
-    const failed = outcomes.find((s): s is PromiseRejectedResult => s.status === 'rejected');
-    if (failed !== undefined) {
-      unfollow();
-      this.stopping = true;
-      await Promise.all(this.handles.map((h) => h.thread.terminate()));
-      throw failed.reason;
-    }
-    this.started = true;
-    this.logger.info({ threads, partitions_per_thread: this.handles.map((h) => this.owners.filter((o) => o === h.index).length) }, 'partition threads started');
+    const failed = (await Promise.allSettled(ready)).find((s): s is PromiseRejectedResult => s.status === 'rejected');
+    if (failed !== undefined) throw failed.reason;
+  }
+
+  /** The threads' partitions start their work (attempts, timers, cleaning): once the server listens. */
+  go(): void {
+    assert(this.state === 'serving', () => `the partition threads told to go when ${this.state}`);
+    this.broadcast({ t: 'go' });
   }
 
   /** Listens to one thread; resolves once it serves its partitions. A thread that fails after that ends the process. */
@@ -135,9 +159,10 @@ export class PartitionThreads implements PartitionGateway {
         if (m.t === 'failed') return reject(errorOf(m.error));
         this.received(h, m);
       });
+      h.thread.on('messageerror', (err) => this.logger.error({ err, code: 'RT0006', thread: h.index }, 'a message from a partition thread could not be read'));
       h.thread.once('error', (err) => (serving ? this.lost(h, err) : reject(err)));
       h.thread.once('exit', (code) => {
-        this.settle(-1 - h.index, { value: undefined }); // a stop waits for the thread's answer or its end
+        this.abandon(h, new Error(`partition thread ${h.index} exited with code ${code}`));
         if (serving) this.lost(h, new Error(`exited with code ${code}`));
         else reject(new Error(`partition thread ${h.index} exited with code ${code} before it served`));
       });
@@ -146,9 +171,20 @@ export class PartitionThreads implements PartitionGateway {
 
   /** A thread gone while serving: its partitions answer nothing more, and accepted calls wait on them: stop, as a deposed node does. */
   private lost(h: Handle, err: Error): void {
-    if (this.stopping) return;
+    if (this.state === 'stopping' || this.state === 'stopped') return;
     this.logger.fatal({ err, code: 'KEEL0503', thread: h.index }, `partition thread ${h.index} stopped: the server stops (its partitions are recovered from the store at the next start)`);
     process.exit(1);
+  }
+
+  /** What a thread that ended left unanswered fails; a stop waiting for it goes on. */
+  private abandon(h: Handle, err: Error): void {
+    for (const [q, p] of this.pending) {
+      if (p.thread !== h.index) continue;
+      this.pending.delete(q);
+      p.reject(err);
+    }
+    for (const [q, c] of this.chunks) if (c.thread === h.index) c.deliver({ t: 'chunk', q, rows: [], done: true, error: errorShape(err) });
+    h.stopped?.();
   }
 
   private received(h: Handle, m: Exclude<FromThread, { t: 'ready' } | { t: 'failed' }>): void {
@@ -156,18 +192,13 @@ export class PartitionThreads implements PartitionGateway {
       case 'answer':
         return this.settle(m.q, m.error === undefined ? { value: revive(m.value) } : { error: errorOf(m.error) });
       case 'chunk':
-        this.chunks.get(m.q)?.(m);
+        this.chunks.get(m.q)?.deliver(m);
         return;
-      case 'changes': {
-        const changes = revive(m.changes);
-        for (const w of this.watchers) w(changes);
-        return;
-      }
       case 'failures':
         h.failures = m.failures;
         return;
       case 'stopped':
-        return this.settle(-1 - h.index, { value: undefined });
+        return h.stopped?.();
     }
   }
 
@@ -179,6 +210,16 @@ export class PartitionThreads implements PartitionGateway {
     else p.resolve(outcome.value);
   }
 
+  private nextQ(): number {
+    this.q = this.q >= MAX_Q ? 1 : this.q + 1;
+    return this.q;
+  }
+
+  /** A request's answer, settled by the thread that will answer it (or by its end). */
+  private expect<T>(h: Handle, q: number): Promise<T> {
+    return new Promise<T>((resolve, reject) => this.pending.set(q, { thread: h.index, resolve: resolve as (v: unknown) => void, reject }));
+  }
+
   private broadcast(m: ToThread): void {
     for (const h of this.handles) h.thread.postMessage(m);
   }
@@ -188,12 +229,12 @@ export class PartitionThreads implements PartitionGateway {
     return this.handles[this.owners[p]!]!;
   }
 
-  /** A call to one thread. */
+  /** A call to one thread; after the invoke frames of this turn, so that it finds what they made. */
   call<T>(h: Handle, m: CallName, args: unknown[]): Promise<T> {
-    const q = ++this.q;
-    const answer = new Promise<T>((resolve, reject) => this.pending.set(q, { resolve: resolve as (v: unknown) => void, reject }));
+    const q = this.nextQ();
+    h.frames.flush();
     h.thread.postMessage({ t: 'call', q, m, args } satisfies ToThread);
-    return answer;
+    return this.expect<T>(h, q);
   }
 
   /** A call to the thread serving `partitionKey`. */
@@ -212,11 +253,11 @@ export class PartitionThreads implements PartitionGateway {
   }
 
   private async *rowsOf<T>(h: Handle, m: StreamName, args: unknown[]): AsyncIterable<T> {
-    const q = ++this.q;
+    const q = this.nextQ();
     let done = false;
     const next = (ask: ToThread) =>
-      new Promise<Chunk>((resolve) => {
-        this.chunks.set(q, resolve);
+      new Promise<Chunk>((deliver) => {
+        this.chunks.set(q, { thread: h.index, deliver });
         h.thread.postMessage(ask);
       });
     try {
@@ -249,20 +290,25 @@ export class PartitionThreads implements PartitionGateway {
   }
 
   invoke(req: InvokeRequest): Promise<InvokeOutcome> {
-    const q = ++this.q;
-    const outcome = new Promise<InvokeOutcome>((resolve, reject) => this.pending.set(q, { resolve: resolve as (v: unknown) => void, reject }));
-    this.threadOf(req.id.partitionKey).frames.push(encodeInvokeRequest(q, req));
-    return outcome;
+    const q = this.nextQ();
+    const h = this.threadOf(req.id.partitionKey);
+    h.frames.push(encodeInvokeRequest(q, req));
+    return this.expect<InvokeOutcome>(h, q);
   }
 
   private answered(buf: ArrayBuffer): void {
     for (const frame of framesOf(buf)) {
       const { q, kind, body } = decodeOutcome(frame);
-      if (kind === 'error') this.settle(q, { error: errorOf(JSON.parse(body.toString('utf8'))) });
+      if (kind === 'changes') this.changed(decodeChanges(body));
+      else if (kind === 'error') this.settle(q, { error: errorOf(JSON.parse(body.toString('utf8'))) });
       else if (kind === 'completed') this.settle(q, { value: { kind, status: invocationsTable.decode(body) } });
       else if (kind === 'backlog_full') this.settle(q, { value: { kind, full: JSON.parse(body.toString('utf8')) } });
       else this.settle(q, { value: { kind } });
     }
+  }
+
+  private changed(changes: InvocationChanges): void {
+    for (const w of this.watchers) w(changes);
   }
 
   attach(id: InvocationId): Promise<InvocationStatus | undefined> {
@@ -295,18 +341,21 @@ export class PartitionThreads implements PartitionGateway {
     return this.callAll('metrics', []);
   }
 
-  /** Each thread closes its partitions and its handle on the store; resolves once all have. */
+  /** Each thread closes its partitions and its handle on the store; resolves once all have (a start under way first ends). */
   async stop(): Promise<void> {
-    if (!this.started || this.stopping) return;
-    this.stopping = true;
+    await this.starting?.catch(() => {});
+    if (this.state !== 'serving') return;
+    this.state = 'stopping';
+    this.unfollow?.();
     await Promise.all(
       this.handles.map((h) => {
-        const stopped = new Promise<unknown>((resolve) => this.pending.set(-1 - h.index, { resolve, reject: resolve }));
+        const stopped = new Promise<void>((resolve) => (h.stopped = resolve));
         h.thread.postMessage({ t: 'stop' } satisfies ToThread);
         return stopped;
       }),
     );
     await Promise.all(this.handles.map((h) => h.thread.terminate()));
+    this.state = 'stopped';
   }
 }
 

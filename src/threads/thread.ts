@@ -16,7 +16,7 @@ import type { CommandKind } from '../log/commands.js';
 import { Registry } from '../metadata/registry.js';
 import type { MetaRecord } from '../metadata/store.js';
 import { appendBatch, BatchAppender, type AppendAnswer, type AppendEntry } from '../partition/batch-appender.js';
-import { decodeInvokeRequest, encodeOutcome, FrameBatcher, framesOf } from '../partition/frames.js';
+import { decodeInvokeRequest, encodeChanges, encodeOutcome, FrameBatcher, framesOf } from '../partition/frames.js';
 import { acceptInvoke, LocalGateway } from '../partition/gateway.js';
 import { Worker } from '../partition/worker.js';
 import { WorkerIntrospection } from '../admin/partition-source.js';
@@ -43,6 +43,8 @@ interface Parts {
   worker: Worker;
   metrics: KeelMetrics;
   appliers: Array<(rec: MetaRecord) => void>;
+  /** The partitions start their work: attempts, timers, cleaning. */
+  go: () => void;
   stop: () => Promise<void>;
 }
 
@@ -79,7 +81,7 @@ async function start(data: ThreadData): Promise<Parts & { opened: number[] }> {
   if ('failure' in answer) throw answer.failure;
   await worker.setLimitRules(registry.limitRules());
   await worker.setStateTtls(registry.stateTtls(), { onlyWhereDiffers: true });
-  worker.start(invoker);
+  const go = () => worker.start(invoker);
   const stop = async () => {
     invoker.stop();
     await worker.stop();
@@ -87,7 +89,7 @@ async function start(data: ThreadData): Promise<Parts & { opened: number[] }> {
     await db.close();
     await tracing.shutdown().catch(() => {});
   };
-  return { logger, worker, metrics, appliers, stop, opened: answer.opened };
+  return { logger, worker, metrics, appliers, go, stop, opened: answer.opened };
 }
 
 let meshQ = 0;
@@ -137,7 +139,9 @@ class Serving {
     this.source = new WorkerIntrospection(parts.worker);
     port.on('message', (m: ArrayBuffer | ToThread) => (m instanceof ArrayBuffer ? this.frames(m) : this.message(m)));
     // Before the refusals it causes reach the main thread: /health says so once a client has seen one.
-    parts.worker.onFailure(() => this.post({ t: 'failures', failures: parts.worker.failures() }));
+    const report = () => this.post({ t: 'failures', failures: parts.worker.failures() });
+    parts.worker.onFailure(report);
+    report(); // one that stopped while the thread started (its rule books)
   }
 
   private post(m: FromThread): void {
@@ -157,10 +161,12 @@ class Serving {
   private message(m: ToThread): void {
     switch (m.t) {
       case 'call':
-        return void this.call(m.m, revive(m.args)).then(
-          (value) => this.post({ t: 'answer', q: m.q, value }),
-          (err: unknown) => this.post({ t: 'answer', q: m.q, error: errorShape(err) }),
-        );
+        return void Promise.resolve()
+          .then(() => this.call(m.m, revive(m.args)))
+          .then((value) => this.answer(m.q, value))
+          .catch((err: unknown) => this.post({ t: 'answer', q: m.q, error: errorShape(err) }));
+      case 'go':
+        return this.parts.go();
       case 'open':
         this.streams.set(m.q, this.open(m.m, m.args)[Symbol.asyncIterator]());
         return void this.pump(m.q);
@@ -173,10 +179,19 @@ class Serving {
         return this.parts.appliers.forEach((apply) => apply(m.rec));
       case 'watch':
         this.unwatch?.();
-        this.unwatch = m.on ? this.parts.worker.watchInvocations((changes) => this.post({ t: 'changes', changes })) : undefined;
+        this.unwatch = m.on ? this.parts.worker.watchInvocations((changes) => this.out.push(encodeChanges(changes))) : undefined;
         return;
       case 'stop':
         return void this.parts.stop().then(() => this.post({ t: 'stopped' }));
+    }
+  }
+
+  /** An answer that cannot cross (a value a clone refuses) is a refusal, not an uncaught error. */
+  private answer(q: number, value: unknown): void {
+    try {
+      this.post({ t: 'answer', q, value });
+    } catch (err) {
+      this.post({ t: 'answer', q, error: errorShape(err) });
     }
   }
 
