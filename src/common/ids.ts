@@ -214,6 +214,14 @@ export function randomPartitionKey(): bigint {
   return randomPooled(8).readBigUInt64BE(0);
 }
 
+/** A random partition key of partition `p` of `partitions`: from ⌈p·2⁶⁴/P⌉ up to ⌈(p+1)·2⁶⁴/P⌉ (the inverse of ⌊key·P/2⁶⁴⌋). */
+export function randomKeyOfPartition(p: number, partitions: number): bigint {
+  const count = BigInt(partitions);
+  const lo = ((BigInt(p) << 64n) + count - 1n) / count;
+  const hi = ((BigInt(p + 1) << 64n) + count - 1n) / count;
+  return lo + (randomPartitionKey() % (hi - lo));
+}
+
 /** Deterministic 128-bit uuid from the parts, for workflow and idempotent invocation ids. */
 export function deterministicUuid(...parts: string[]): Buffer {
   return sha256(parts.map((p) => `${p}\0`).join('')).subarray(0, 16);

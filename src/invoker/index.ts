@@ -8,11 +8,11 @@ import { Outcome, Then, type AttemptEnded } from '../log/commands.js';
 import { resolveTarget } from '../metadata/targets.js';
 import type { HandlerSchema, ServiceSchema } from '../metadata/types.js';
 import { MAX_LIVE_INVOCATIONS_PER_PARTITION, type AppendOptions, type AttemptHost } from '../partition/processor.js';
-import type { Action } from '../partition/state.js';
+import type { Action, InvocationStatus } from '../partition/state.js';
 import type { AttemptRunner } from '../partition/worker.js';
 import { failedAttempts } from '../partition/fold/attempt-ended.js';
 import { MAX_SERVICE_PROTOCOL_VERSION, MIN_SERVICE_PROTOCOL_VERSION } from '../protocol/versions.js';
-import { standaloneTelemetry, type Telemetry } from '../telemetry/index.js';
+import { standaloneTelemetry, type TargetCells, type Telemetry } from '../telemetry/index.js';
 import Queue from 'yocto-queue';
 import { Attempt, type AttemptDeployment, type AttemptFailure } from './attempt.js';
 import { decideRetry, retryAfter } from './retry.js';
@@ -194,64 +194,36 @@ export class Invoker implements AttemptRunner {
     if (status === undefined || status.status !== 'running' || status.epoch !== epoch) return { outcome: 'skipped' };
     const service = this.registry.service(status.service);
     const deploymentId = status.deployment_id ?? service?.deployment_id;
-    const cap = deploymentId === undefined ? undefined : this.registry.deploymentConcurrency?.(deploymentId);
-    // The snapshot is taken now: notifications folded before this point are in the journal,
-    // later ones are forwarded to the live attempt.
-    const journal = host.journal(id);
-    assert(journal.length === status.journal_length, () => `${id}: journal of ${journal.length} entries, status says ${status.journal_length}`);
-    const handler = service?.handlers.find((h) => h.name === status.handler);
-    const policy = this.policyFor(status.service, status.handler);
-    const invocationBytes = InvocationId.parse(id)!.bytes;
-    const cells = this.telemetry.metrics.target(status.service, status.handler);
-    const failed = (f: AttemptFailure): AttemptEnded => {
-      const decision = f.behavior === 1 ? { then: Then.PAUSE, retry_at_ms: 0 }
-        : f.behavior === 2 ? { then: Then.FAIL, retry_at_ms: 0 }
-        : f.retry_after_ms !== undefined ? retryAfter(policy, f.retry_after_ms, Date.now())
-        : decideRetry(policy, failedAttempts(host.invocation(id) ?? { retry_count: 0 }, f.error_code), Date.now(), f.next_retry_delay_ms);
-      if (decision.then === Then.RETRY) cells.retries.inc();
-      const cmd: AttemptEnded = {
-        invocation_id: invocationBytes,
-        epoch,
-        outcome: Outcome.FAILED,
-        error_code: f.error_code,
-        failure_code: f.failure_code,
-        failure_message: f.message,
-        retry_at_ms: decision.retry_at_ms,
-        then: decision.then,
-      };
-      if (f.retry_after_ms !== undefined) cmd.free_retry = true;
-      if (f.related_entry_index !== undefined) cmd.related_entry_index = f.related_entry_index;
-      if (f.related_entry_name !== undefined) cmd.related_entry_name = f.related_entry_name;
-      if (f.related_entry_type !== undefined) cmd.related_entry_type = f.related_entry_type;
-      return cmd;
-    };
     const deployment = deploymentId === undefined ? undefined : this.registry.deployment(deploymentId);
-    if (deployment === undefined) {
-      const message = status.deployment_id
-        ? `deployment ${status.deployment_id} that the invocation is pinned to no longer exists`
-        : `no deployment found for service ${status.service}`;
-      this.logger.error({ code: 'RT0011', invocation: id }, message);
-      this.record(host, id, failed({ error_code: 'RT0011', failure_code: 500, message }));
+    const cells = this.telemetry.metrics.target(status.service, status.handler);
+    const failed = attemptFailure(host, id, epoch, this.policyFor(status.service, status.handler), cells);
+    const protocol = protocolFor(status, deployment);
+    if ('code' in protocol) {
+      this.logger.error({ code: protocol.code, invocation: id }, protocol.message);
+      this.record(host, id, failed({ error_code: protocol.code, failure_code: 500, message: protocol.message }));
       return { outcome: 'skipped', ...(deploymentId !== undefined ? { deployment: deploymentId } : {}) };
     }
-    const version = Math.min(deployment.max_protocol_version, MAX_SERVICE_PROTOCOL_VERSION);
-    const pinned = status.protocol_version;
-    const protocol_version = pinned ?? version;
-    if (protocol_version < Math.max(MIN_SERVICE_PROTOCOL_VERSION, deployment.min_protocol_version) || protocol_version > MAX_SERVICE_PROTOCOL_VERSION) {
-      const [code, message] = pinned !== undefined
-        ? ['RT0014', `the invocation was started with protocol version ${pinned}, which cannot be resumed here`]
-        : ['RT0013', `deployment ${deployment.id} supports none of the protocol versions ${MIN_SERVICE_PROTOCOL_VERSION}-${MAX_SERVICE_PROTOCOL_VERSION}`];
-      this.logger.error({ code, invocation: id }, message);
-      this.record(host, id, failed({ error_code: code!, failure_code: 500, message: message! }));
-      return { outcome: 'skipped', deployment: deployment.id };
-    }
-    if (!this.slots.take(deployment.id, cap)) {
-      this.park(deployment.id, q);
+    // The snapshot is taken now: notifications folded before this point are in the journal,
+    // later ones are forwarded to the live attempt (begin runs in this same turn).
+    const journal = host.journal(id);
+    assert(journal.length === status.journal_length, () => `${id}: journal of ${journal.length} entries, status says ${status.journal_length}`);
+    const cap = this.registry.deploymentConcurrency?.(protocol.deployment.id);
+    if (!this.slots.take(protocol.deployment.id, cap)) {
+      this.park(protocol.deployment.id, q);
       // A slot another thread's invoker freed between the take and the park was announced to no one: look again.
-      if (!this.slots.full(deployment.id, cap)) this.unpark(deployment.id);
-      return { outcome: 'parked', deployment: deployment.id };
+      if (!this.slots.full(protocol.deployment.id, cap)) this.unpark(protocol.deployment.id);
+      return { outcome: 'parked', deployment: protocol.deployment.id };
     }
     this.running += 1;
+    this.begin(q, status, journal, protocol.deployment, protocol.version, failed, cells);
+    return { outcome: 'started', deployment: protocol.deployment.id };
+  }
+
+  /** The attempt itself, its slot taken: from the journal as folded now, and the object's state unless lazy. */
+  private begin(q: Queued, status: InvocationStatus, journal: ReturnType<AttemptHost['journal']>, deployment: LaunchDeployment, protocol_version: number, failed: (f: AttemptFailure) => AttemptEnded, cells: TargetCells): void {
+    const { host, id, epoch } = q;
+    const service = this.registry.service(status.service);
+    const handler = service?.handlers.find((h) => h.name === status.handler);
     // Epoch 0 is the invocation's first attempt (every later one bumps the epoch).
     if (status.epoch === 0) cells.started.inc();
     const started_ms = performance.now();
@@ -264,30 +236,7 @@ export class Invoker implements AttemptRunner {
       : [];
     const attempt = new Attempt({
       state: { entries, partial: keyed && lazy },
-      resolveCall: (svc, hdl, key, idem, flow) => {
-        const target = this.registry.handler(svc, hdl);
-        if (target === undefined) {
-          const message = this.registry.service(svc) === undefined
-            ? `call to service '${svc}', which is not registered: register it`
-            : `call to handler '${svc}/${hdl}', which does not exist`;
-          return { error_code: 'RT0018', message };
-        }
-        if (target.service.ty !== 'Service' && key === '') {
-          return { error_code: 'RT0017', message: `call to ${target.service.ty} '${svc}' without a key` };
-        }
-        // A call or send is a new request: refused, like at the ingress, when the callee's
-        // deployment speaks only deprecated protocol versions.
-        const callee = this.registry.deployment(target.service.deployment_id);
-        if (callee !== undefined && callee.max_protocol_version < MIN_SERVICE_PROTOCOL_VERSION) {
-          return {
-            error_code: 'RT0020',
-            message: `call to service '${svc}', exposed by deployment ${callee.id} with the deprecated service protocol version ${callee.max_protocol_version}: new requests are not accepted; register a new deployment with an upgraded SDK`,
-          };
-        }
-        const refused = flowRefusal(flow);
-        if (refused !== undefined) return { error_code: 'RT0024', message: refused };
-        return resolveTarget(this.config, target.service, target.handler, key, idem, flow.scope);
-      },
+      resolveCall: (svc, hdl, key, idem, flow) => this.resolveCall(svc, hdl, key, idem, flow),
       status,
       journal,
       deployment,
@@ -314,13 +263,84 @@ export class Invoker implements AttemptRunner {
     this.live.get(id)?.abort();
     this.live.set(id, attempt);
     attempt.start();
-    return { outcome: 'started', deployment: deployment.id };
+  }
+
+  /** Where an attempt's call or send goes, or why it is refused (RT0017, RT0018, RT0020, RT0024). */
+  private resolveCall(svc: string, hdl: string, key: string, idem: Parameters<ResolveCall>[3], flow: Parameters<ResolveCall>[4]): ReturnType<ResolveCall> {
+    const target = this.registry.handler(svc, hdl);
+    if (target === undefined) {
+      const message = this.registry.service(svc) === undefined
+        ? `call to service '${svc}', which is not registered: register it`
+        : `call to handler '${svc}/${hdl}', which does not exist`;
+      return { error_code: 'RT0018', message };
+    }
+    if (target.service.ty !== 'Service' && key === '') {
+      return { error_code: 'RT0017', message: `call to ${target.service.ty} '${svc}' without a key` };
+    }
+    // A call or send is a new request: refused, like at the ingress, when the callee's
+    // deployment speaks only deprecated protocol versions.
+    const callee = this.registry.deployment(target.service.deployment_id);
+    if (callee !== undefined && callee.max_protocol_version < MIN_SERVICE_PROTOCOL_VERSION) {
+      return {
+        error_code: 'RT0020',
+        message: `call to service '${svc}', exposed by deployment ${callee.id} with the deprecated service protocol version ${callee.max_protocol_version}: new requests are not accepted; register a new deployment with an upgraded SDK`,
+      };
+    }
+    const refused = flowRefusal(flow);
+    if (refused !== undefined) return { error_code: 'RT0024', message: refused };
+    return resolveTarget(this.config, target.service, target.handler, key, idem, flow.scope);
   }
 
   /** Records the end of an attempt that could not start; a refused append is logged, the invocation stays as it was. */
   private record(host: AttemptHost, id: string, ended: AttemptEnded): void {
     host.append({ kind: 'attempt_ended', attempt_ended: ended }).catch((err) => this.logger.error({ err, invocation: id }, 'cannot record the end of an attempt'));
   }
+}
+
+type LaunchDeployment = NonNullable<ReturnType<DeploymentLookup['deployment']>>;
+type ResolveCall = ConstructorParameters<typeof Attempt>[0]['resolveCall'];
+
+/** The deployment an attempt runs against and the protocol version it speaks, or why it cannot (RT0011, RT0013, RT0014). */
+function protocolFor(status: InvocationStatus, deployment: LaunchDeployment | undefined): { deployment: LaunchDeployment; version: number } | { code: string; message: string } {
+  if (deployment === undefined) {
+    const message = status.deployment_id
+      ? `deployment ${status.deployment_id} that the invocation is pinned to no longer exists`
+      : `no deployment found for service ${status.service}`;
+    return { code: 'RT0011', message };
+  }
+  const pinned = status.protocol_version;
+  const version = pinned ?? Math.min(deployment.max_protocol_version, MAX_SERVICE_PROTOCOL_VERSION);
+  if (version >= Math.max(MIN_SERVICE_PROTOCOL_VERSION, deployment.min_protocol_version) && version <= MAX_SERVICE_PROTOCOL_VERSION) return { deployment, version };
+  return pinned !== undefined
+    ? { code: 'RT0014', message: `the invocation was started with protocol version ${pinned}, which cannot be resumed here` }
+    : { code: 'RT0013', message: `deployment ${deployment.id} supports none of the protocol versions ${MIN_SERVICE_PROTOCOL_VERSION}-${MAX_SERVICE_PROTOCOL_VERSION}` };
+}
+
+/** The AttemptEnded of a failed attempt: what the retry policy (or the SDK, or a Retry-After) decides, in one place. */
+function attemptFailure(host: AttemptHost, id: string, epoch: number, policy: RetryPolicy, cells: TargetCells): (f: AttemptFailure) => AttemptEnded {
+  const invocation_id = InvocationId.parse(id)!.bytes;
+  return (f) => {
+    const decision = f.behavior === 1 ? { then: Then.PAUSE, retry_at_ms: 0 }
+      : f.behavior === 2 ? { then: Then.FAIL, retry_at_ms: 0 }
+      : f.retry_after_ms !== undefined ? retryAfter(policy, f.retry_after_ms, Date.now())
+      : decideRetry(policy, failedAttempts(host.invocation(id) ?? { retry_count: 0 }, f.error_code), Date.now(), f.next_retry_delay_ms);
+    if (decision.then === Then.RETRY) cells.retries.inc();
+    const cmd: AttemptEnded = {
+      invocation_id,
+      epoch,
+      outcome: Outcome.FAILED,
+      error_code: f.error_code,
+      failure_code: f.failure_code,
+      failure_message: f.message,
+      retry_at_ms: decision.retry_at_ms,
+      then: decision.then,
+    };
+    if (f.retry_after_ms !== undefined) cmd.free_retry = true;
+    if (f.related_entry_index !== undefined) cmd.related_entry_index = f.related_entry_index;
+    if (f.related_entry_name !== undefined) cmd.related_entry_name = f.related_entry_name;
+    if (f.related_entry_type !== undefined) cmd.related_entry_type = f.related_entry_type;
+    return cmd;
+  };
 }
 
 function retryPolicy(base: RetryPolicy, ...overrides: Array<ServiceSchema['retry_policy'] | undefined>): RetryPolicy {

@@ -1,5 +1,5 @@
 import type { Config } from '../config/index.js';
-import { InvocationId, randomPartitionKey } from '../common/ids.js';
+import { InvocationId, randomKeyOfPartition, randomPartitionKey } from '../common/ids.js';
 import type { RuleBook } from '../common/limit-rules.js';
 import { limitRulesCommand } from './fold/limit-rules.js';
 import { assert } from '../common/assert.js';
@@ -309,11 +309,7 @@ export class Worker implements Effects {
     const open = this.processors.length;
     if (open === 0 || open === this.config.worker.partitions) return randomPartitionKey();
     const p = this.processors[Math.floor(Math.random() * open)]!.partition;
-    const count = BigInt(this.config.worker.partitions);
-    // The keys of partition p: from ⌈p·2⁶⁴/P⌉ up to ⌈(p+1)·2⁶⁴/P⌉ (partitionIndexOf's inverse).
-    const lo = ((BigInt(p) << 64n) + count - 1n) / count;
-    const hi = ((BigInt(p + 1) << 64n) + count - 1n) / count;
-    const key = lo + (randomPartitionKey() % (hi - lo));
+    const key = randomKeyOfPartition(p, this.config.worker.partitions);
     assert(this.partitionIndexOf(key) === p, () => `key ${key} drawn for partition ${p} falls in ${this.partitionIndexOf(key)}`);
     return key;
   }

@@ -8,7 +8,7 @@ import { MessageChannel, Worker as Thread, type MessagePort } from 'node:worker_
 import { assert } from '../common/assert.js';
 import type { Config } from '../config/index.js';
 import type { Logger } from '../common/logger.js';
-import { randomPartitionKey, type InvocationId } from '../common/ids.js';
+import { randomKeyOfPartition, type InvocationId } from '../common/ids.js';
 import type { RuleBook } from '../common/limit-rules.js';
 import type { InvocationChanges } from '../admin/introspection.js';
 import type { CommandKind } from '../log/commands.js';
@@ -44,6 +44,10 @@ interface Handle {
   readonly index: number;
   readonly thread: Thread;
   readonly frames: FrameBatcher;
+  /** Its partitions, in order. */
+  readonly partitions: readonly number[];
+  /** Requests sent to it and not answered yet: a plain service's call goes where fewer wait. */
+  inFlight: number;
   failures: PartitionFailure[];
   /** Resolves when the thread has closed its partitions (its 'stopped', or its end). */
   stopped?: () => void;
@@ -131,7 +135,8 @@ export class PartitionThreads implements PartitionGateway {
       const ports = mesh[t]!.filter((p): p is MessagePort => p !== undefined);
       const workerData: ThreadData & { keelPartitionThread: true } = { keelPartitionThread: true, config: perThread, thread: t, owners: [...this.owners], history, mesh: mesh[t]!, slots };
       const thread = new Thread(threadMainPath(), { workerData, transferList: ports, name: `keel-partitions-${t}` });
-      const handle: Handle = { index: t, thread, frames: new FrameBatcher(thread), failures: [] };
+      const partitions = this.owners.flatMap((o, p) => (o === t ? [p] : []));
+      const handle: Handle = { index: t, thread, frames: new FrameBatcher(thread), partitions, inFlight: 0, failures: [] };
       this.handles.push(handle);
       if (this.watchers.size > 0) thread.postMessage({ t: 'watch', on: true } satisfies ToThread);
       ready.push(this.attend(handle));
@@ -181,6 +186,7 @@ export class PartitionThreads implements PartitionGateway {
     for (const [q, p] of this.pending) {
       if (p.thread !== h.index) continue;
       this.pending.delete(q);
+      h.inFlight -= 1;
       p.reject(err);
     }
     for (const [q, c] of this.chunks) if (c.thread === h.index) c.deliver({ t: 'chunk', q, rows: [], done: true, error: errorShape(err) });
@@ -206,6 +212,7 @@ export class PartitionThreads implements PartitionGateway {
     const p = this.pending.get(q);
     if (p === undefined) return;
     this.pending.delete(q);
+    this.handles[p.thread]!.inFlight -= 1;
     if ('error' in outcome) p.reject(outcome.error);
     else p.resolve(outcome.value);
   }
@@ -217,6 +224,7 @@ export class PartitionThreads implements PartitionGateway {
 
   /** A request's answer, settled by the thread that will answer it (or by its end). */
   private expect<T>(h: Handle, q: number): Promise<T> {
+    h.inFlight += 1;
     return new Promise<T>((resolve, reject) => this.pending.set(q, { thread: h.index, resolve: resolve as (v: unknown) => void, reject }));
   }
 
@@ -284,9 +292,21 @@ export class PartitionThreads implements PartitionGateway {
     };
   }
 
+  /**
+   * A plain service's call may start in any partition: of two drawn at random, the one whose thread
+   * has fewer requests waiting per partition it serves (every partition alike when all are idle; a
+   * slow thread gets fewer new calls; two choices, not all, so that a burst does not pile onto the
+   * thread that was idlest a moment ago).
+   */
   anyKey(): bigint {
-    // A plain service's call may start in any partition: the threads share the calls by chance.
-    return randomPartitionKey();
+    const P = this.config.worker.partitions;
+    const a = Math.floor(Math.random() * P);
+    const b = Math.floor(Math.random() * P);
+    const load = (p: number) => {
+      const h = this.handles[this.owners[p]!]!;
+      return h.inFlight / h.partitions.length;
+    };
+    return randomKeyOfPartition(load(b) < load(a) ? b : a, P);
   }
 
   invoke(req: InvokeRequest): Promise<InvokeOutcome> {
