@@ -332,3 +332,16 @@ t.test('the server runs on the system Node (20) and serves the Greeter', async (
   t.match(await ui.text(), /<html/i);
   t.equal(keel.logLines('RT0006').length, 0, 'no internal error logged');
 });
+
+t.test('the system Node (20) runs partition threads too: the bundled thread entry, the shared store', async (t) => {
+  const nodePath = systemNode();
+  const keel = await startKeel(t, { nodePath, env: { KEEL_WORKER__THREADS: '2', KEEL_WORKER__PARTITIONS: '4' } });
+  const started = keel.output.split('\n').find((l) => l.includes('partition threads started'));
+  t.same(JSON.parse(started).partitions_per_thread, [2, 2], 'two threads, two partitions each');
+  await register(keel, await serveServices(t, [greeter]));
+  const answers = await Promise.all(Array.from({ length: 12 }, (_, i) => ingress(keel, '/Greeter/greet', { name: `n${i}` })));
+  t.ok(answers.every((r, i) => r.status === 200 && r.body.result === `You said hi to n${i}!`), 'twelve calls answered');
+  const metrics = await (await fetch(`${keel.admin}/metrics`)).text();
+  t.match(metrics, /keel_invocations_completed_total\{service="Greeter",handler="greet",outcome="succeeded"\} 12/, 'counted by both threads together');
+  t.equal(keel.logLines('RT0006').length, 0, 'no internal error logged');
+});
