@@ -51,6 +51,8 @@ interface Handle {
   failures: PartitionFailure[];
   /** Resolves when the thread has closed its partitions (its 'stopped', or its end). */
   stopped?: () => void;
+  /** The thread has ended: nothing sent to it is answered. */
+  exited?: Error;
 }
 
 /** A thread's stream chunk, as `rows` waits for it. */
@@ -80,6 +82,7 @@ export class PartitionThreads implements PartitionGateway {
   private readonly watchers = new Set<(changes: InvocationChanges) => void>();
   private state: 'new' | 'starting' | 'serving' | 'stopping' | 'stopped' = 'new';
   private starting: Promise<void> | undefined;
+  private stopping: Promise<void> | undefined;
   private unfollow: (() => void) | undefined;
   private readonly handles: Handle[] = [];
   /** Partition index → the thread serving it (contiguous ranges: threads in order list partitions in order). */
@@ -183,13 +186,18 @@ export class PartitionThreads implements PartitionGateway {
 
   /** What a thread that ended left unanswered fails; a stop waiting for it goes on. */
   private abandon(h: Handle, err: Error): void {
+    h.exited = err;
     for (const [q, p] of this.pending) {
       if (p.thread !== h.index) continue;
       this.pending.delete(q);
       h.inFlight -= 1;
       p.reject(err);
     }
-    for (const [q, c] of this.chunks) if (c.thread === h.index) c.deliver({ t: 'chunk', q, rows: [], done: true, error: errorShape(err) });
+    for (const [q, c] of this.chunks) {
+      if (c.thread !== h.index) continue;
+      this.chunks.delete(q);
+      c.deliver({ t: 'chunk', q, rows: [], done: true, error: errorShape(err) });
+    }
     h.stopped?.();
   }
 
@@ -224,6 +232,7 @@ export class PartitionThreads implements PartitionGateway {
 
   /** A request's answer, settled by the thread that will answer it (or by its end). */
   private expect<T>(h: Handle, q: number): Promise<T> {
+    if (h.exited !== undefined) return Promise.reject(h.exited);
     h.inFlight += 1;
     return new Promise<T>((resolve, reject) => this.pending.set(q, { thread: h.index, resolve: resolve as (v: unknown) => void, reject }));
   }
@@ -265,7 +274,9 @@ export class PartitionThreads implements PartitionGateway {
     let done = false;
     const next = (ask: ToThread) =>
       new Promise<Chunk>((deliver) => {
+        if (h.exited !== undefined) return deliver({ t: 'chunk', q, rows: [], done: true, error: errorShape(h.exited) });
         this.chunks.set(q, { thread: h.index, deliver });
+        h.frames.flush(); // after the invoke frames of this turn, as a call
         h.thread.postMessage(ask);
       });
     try {
@@ -362,7 +373,12 @@ export class PartitionThreads implements PartitionGateway {
   }
 
   /** Each thread closes its partitions and its handle on the store; resolves once all have (a start under way first ends). */
-  async stop(): Promise<void> {
+  stop(): Promise<void> {
+    this.stopping ??= this.stopThreads();
+    return this.stopping;
+  }
+
+  private async stopThreads(): Promise<void> {
     await this.starting?.catch(() => {});
     if (this.state !== 'serving') return;
     this.state = 'stopping';

@@ -144,7 +144,9 @@ class Serving {
     report(); // one that stopped while the thread started (its rule books)
   }
 
+  /** After the frames of this turn: status changes a batch made reach the query engine before any answer that followed it. */
   private post(m: FromThread): void {
+    this.out.flush();
     this.port.postMessage(m);
   }
 
@@ -173,7 +175,7 @@ class Serving {
       case 'next':
         return void this.pump(m.q);
       case 'close':
-        void this.streams.get(m.q)?.return?.();
+        this.streams.get(m.q)?.return?.()?.catch(() => {});
         return void this.streams.delete(m.q);
       case 'record':
         return this.parts.appliers.forEach((apply) => apply(m.rec));
@@ -182,7 +184,10 @@ class Serving {
         this.unwatch = m.on ? this.parts.worker.watchInvocations((changes) => this.out.push(encodeChanges(changes))) : undefined;
         return;
       case 'stop':
-        return void this.parts.stop().then(() => this.post({ t: 'stopped' }));
+        return void this.parts
+          .stop()
+          .catch((err: unknown) => this.parts.logger.error({ err, code: 'RT0006' }, 'a partition thread did not close cleanly'))
+          .finally(() => this.post({ t: 'stopped' }));
     }
   }
 
@@ -253,6 +258,7 @@ class Serving {
       this.post({ t: 'chunk', q, rows, done: false });
     } catch (err) {
       this.streams.delete(q);
+      it.return?.()?.catch(() => {}); // its store iterator closes
       this.post({ t: 'chunk', q, rows: [], done: true, error: errorShape(err) });
     }
   }
