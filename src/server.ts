@@ -69,7 +69,7 @@ export class KeelServer {
     const phase = (name: string) => (phases_ms[name] = Math.round(performance.now()));
     // The store opens (after a crash, LevelDB replays its write-ahead log on the thread pool)
     // while the registry opens and the routes are built; the partitions load once it is open.
-    const opening = openWorkerStore(config.worker.storage_db.path, { block_cache_bytes: config.worker.storage_db.block_cache_size_bytes, max_open_files: config.worker.storage_db.max_open_files, write_buffer_bytes: config.worker.storage_db.write_buffer_size_bytes, upgrade: upgradeLogged(logger, config.worker.storage_db.path), multithreading: config.worker.threads > 1 });
+    const opening = openStore(config, logger);
     opening.catch(() => {}); // awaited below, or closed when the start fails before that
     let db: Db | undefined;
     let registry: Registry | undefined;
@@ -86,11 +86,7 @@ export class KeelServer {
       threadsToStop = threads;
       // With partition threads, this thread's worker serves none (the threads do).
       const worker = new Worker(config, logger.child({ component: 'worker' }), telemetry, threads !== undefined ? [] : undefined);
-      const endpoints = new EndpointClient({
-        ...DEFAULT_ENDPOINT_CLIENT_OPTIONS,
-        http2: { ...DEFAULT_ENDPOINT_CLIENT_OPTIONS.http2, connect_timeout_ms: config.worker.invoker.connect_timeout_ms },
-        ...(signer !== undefined ? { signer } : {}),
-      });
+      const endpoints = endpointClient(config, signer);
       const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }), telemetry);
       registry.onDeploymentLimits(() => invoker.limitsChanged());
       sampleQueues(metrics, config, worker, invoker, endpoints);
@@ -124,26 +120,7 @@ export class KeelServer {
       phase('store_opened');
       const opened = db;
       worker.useStore(opened);
-      // Never throws: what opened is led here whatever failed after it (a cluster node decides from the answer).
-      const openPartitions = async (log?: KafkaLogClient, partitions?: number[]): Promise<PartitionsOpened> => {
-        const answer = await worker.open(opened, log, partitions).catch((err: unknown): PartitionsOpened => ({ opened: (partitions ?? worker.allPartitions()).filter((p) => worker.leads(p)), failure: err }));
-        // A partition whose log has an older rule book than the metadata (a crash between a
-        // change's commit and its append, or a change made while this node stood by) catches up
-        // before anything is served: those that opened, though another failed. A catch-up refused
-        // (another node announced a later epoch meanwhile) is the answer's failure.
-        try {
-          await worker.setLimitRules(known.limitRules());
-          await worker.setStateTtls(known.stateTtls(), { onlyWhereDiffers: true });
-          await applySchedules();
-        } catch (err) {
-          answer.failure ??= err;
-        }
-        if (!('failure' in answer)) return answer;
-        // A read that fails its checksum, or state that breaks an invariant: never run on it.
-        const failure = answer.failure;
-        const err = failure instanceof KeelError ? failure : new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(failure as Error)?.message ?? String(failure)}`, 500, { cause: failure });
-        return { opened: answer.opened, failure: err };
-      };
+      const openPartitions = partitionOpener(config, worker, opened, known, applySchedules);
       const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, metrics, opened, { ingress, admin }, routing, worker, {
         open: (log, partitions) => openPartitions(log, partitions),
         close: (partition) => worker.closePartition(partition),
@@ -163,17 +140,7 @@ export class KeelServer {
         if ('failure' in answer) throw answer.failure;
       }
       phase('partitions_loaded');
-      await listen(ingress, config.ingress.bind_address, 'ingress');
-      let pgsql: PgServer;
-      try {
-        await listen(admin, config.admin.bind_address, 'admin');
-        // With the partitions spread, every node's engine answers for the cluster (it follows every partition).
-        const sql = cluster === undefined || config.cluster!.spread_partitions ? engine : routePgQueries(engine, cluster.route('admin'), cluster.peers, config.admin.auth_tokens[0]);
-        pgsql = await startPgServer(config.admin.query_engine, sql, logger);
-      } catch (err) {
-        await Promise.allSettled([ingress.close(), admin.close()]);
-        throw err;
-      }
+      const pgsql = await listenAll(config, logger, { ingress, admin }, engine, cluster);
       phase('listening');
       if (cluster === undefined) {
         worker.start(invoker);
@@ -183,34 +150,8 @@ export class KeelServer {
       } else {
         await cluster.start();
       }
-      // The query engine boots in a process of its own a moment after the server answers (its
-      // boot would take CPU from the first requests and from recovery on a small machine), and
-      // its copy of the statuses loads in the background; a query before that starts it at once.
-      const started = engine;
-      setTimeout(() => started.start(), ENGINE_START_DELAY_MS).unref();
-      // prom-client loads a second after the start, in the background, out of the way of the first
-      // requests; a scrape before that loads it itself.
-      setTimeout(() => metrics.load().catch((err) => logger.error({ err, code: 'RT0006' }, 'cannot load the metrics registry')), METRICS_LOAD_DELAY_MS).unref();
-      const cpu = process.cpuUsage();
-      logger.info(
-        {
-          startup_ms: Math.round(performance.now()),
-          startup_cpu_ms: Math.round((cpu.user + cpu.system) / 1000),
-          startup_phases_ms: phases_ms,
-          code_cache: (globalThis as Record<symbol, unknown>)[Symbol.for('keel.code_cache')] ?? 'none',
-          // glibc's arenas keep what LevelDB's reads on libuv's threads freed: `make run` sets 2.
-          malloc_arena_max: process.env.MALLOC_ARENA_MAX ?? 'glibc default',
-          ingress: config.ingress.bind_address,
-          admin: config.admin.bind_address,
-          pgsql: pgsql.address,
-          partitions: config.worker.partitions,
-          threads: config.worker.threads,
-          fsync: config.worker.storage_db.fsync,
-          ...(cluster !== undefined ? { cluster: { node: cluster.self.node, brokers: config.cluster!.brokers, log_topic: config.cluster!.log_topic } } : {}),
-          ...(config.tracing.endpoint ? { tracing: config.tracing.endpoint } : {}),
-        },
-        'keel is ready',
-      );
+      startInBackground(engine, metrics, logger);
+      logReady(config, logger, phases_ms, pgsql, cluster);
       return new KeelServer(config, logger, db, registry, worker, subscriptions, invoker, endpoints, ingress, admin, telemetry, engine, pgsql, cluster, threads);
     } catch (err) {
       await engine?.close().catch(() => {});
@@ -297,6 +238,96 @@ function startSnapshots(cluster: ClusterConfig, db: Db, worker: Worker, log: Kaf
 }
 
 /** Queue depths, invocations by status and store sizes for /metrics, read at scrape time. */
+/** The worker store, opened (and brought to this format) while the registry opens and the routes are built. */
+function openStore(config: Config, logger: Logger): Promise<Db> {
+  const sdb = config.worker.storage_db;
+  return openWorkerStore(sdb.path, { block_cache_bytes: sdb.block_cache_size_bytes, max_open_files: sdb.max_open_files, write_buffer_bytes: sdb.write_buffer_size_bytes, upgrade: upgradeLogged(logger, sdb.path), multithreading: config.worker.threads > 1 });
+}
+
+function endpointClient(config: Config, signer: RequestSigner | undefined): EndpointClient {
+  return new EndpointClient({
+    ...DEFAULT_ENDPOINT_CLIENT_OPTIONS,
+    http2: { ...DEFAULT_ENDPOINT_CLIENT_OPTIONS.http2, connect_timeout_ms: config.worker.invoker.connect_timeout_ms },
+    ...(signer !== undefined ? { signer } : {}),
+  });
+}
+
+/**
+ * Opens partitions of this process's worker (all, or a cluster node's share) and brings their rule
+ * books, TTLs and declared schedules up to date. Never throws: what opened is led here whatever
+ * failed after it (a cluster node decides from the answer).
+ */
+function partitionOpener(config: Config, worker: Worker, db: Db, registry: Registry, applySchedules: () => Promise<void>) {
+  return async (log?: KafkaLogClient, partitions?: number[]): Promise<PartitionsOpened> => {
+    const answer = await worker.open(db, log, partitions).catch((err: unknown): PartitionsOpened => ({ opened: (partitions ?? worker.allPartitions()).filter((p) => worker.leads(p)), failure: err }));
+    // A partition whose log has an older rule book than the metadata (a crash between a
+    // change's commit and its append, or a change made while this node stood by) catches up
+    // before anything is served: those that opened, though another failed. A catch-up refused
+    // (another node announced a later epoch meanwhile) is the answer's failure.
+    try {
+      await worker.setLimitRules(registry.limitRules());
+      await worker.setStateTtls(registry.stateTtls(), { onlyWhereDiffers: true });
+      await applySchedules();
+    } catch (err) {
+      answer.failure ??= err;
+    }
+    if (!('failure' in answer)) return answer;
+    // A read that fails its checksum, or state that breaks an invariant: never run on it.
+    const failure = answer.failure;
+    const err = failure instanceof KeelError ? failure : new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(failure as Error)?.message ?? String(failure)}`, 500, { cause: failure });
+    return { opened: answer.opened, failure: err };
+  };
+}
+
+/** The ingress, admin and SQL servers listen; if one cannot, those already listening close. */
+async function listenAll(config: Config, logger: Logger, servers: { ingress: FastifyInstance; admin: FastifyInstance }, engine: QueryEngine, cluster: ClusterNode | undefined): Promise<PgServer> {
+  await listen(servers.ingress, config.ingress.bind_address, 'ingress');
+  try {
+    await listen(servers.admin, config.admin.bind_address, 'admin');
+    // With the partitions spread, every node's engine answers for the cluster (it follows every partition).
+    const sql = cluster === undefined || config.cluster!.spread_partitions ? engine : routePgQueries(engine, cluster.route('admin'), cluster.peers, config.admin.auth_tokens[0]);
+    return await startPgServer(config.admin.query_engine, sql, logger);
+  } catch (err) {
+    await Promise.allSettled([servers.ingress.close(), servers.admin.close()]);
+    throw err;
+  }
+}
+
+/**
+ * The query engine boots in a process of its own a moment after the server answers (its boot would
+ * take CPU from the first requests and from recovery on a small machine), and its copy of the
+ * statuses loads in the background; a query before that starts it at once. prom-client loads a
+ * second after the start, out of the way of the first requests; a scrape before that loads it itself.
+ */
+function startInBackground(engine: QueryEngine, metrics: KeelMetrics, logger: Logger): void {
+  setTimeout(() => engine.start(), ENGINE_START_DELAY_MS).unref();
+  setTimeout(() => metrics.load().catch((err) => logger.error({ err, code: 'RT0006' }, 'cannot load the metrics registry')), METRICS_LOAD_DELAY_MS).unref();
+}
+
+/** The "keel is ready" line: where the start's time went, and what this server is. */
+function logReady(config: Config, logger: Logger, phases_ms: Record<string, number>, pgsql: PgServer, cluster: ClusterNode | undefined): void {
+  const cpu = process.cpuUsage();
+  logger.info(
+    {
+      startup_ms: Math.round(performance.now()),
+      startup_cpu_ms: Math.round((cpu.user + cpu.system) / 1000),
+      startup_phases_ms: phases_ms,
+      code_cache: (globalThis as Record<symbol, unknown>)[Symbol.for('keel.code_cache')] ?? 'none',
+      // glibc's arenas keep what LevelDB's reads on libuv's threads freed: `make run` sets 2.
+      malloc_arena_max: process.env.MALLOC_ARENA_MAX ?? 'glibc default',
+      ingress: config.ingress.bind_address,
+      admin: config.admin.bind_address,
+      pgsql: pgsql.address,
+      partitions: config.worker.partitions,
+      threads: config.worker.threads,
+      fsync: config.worker.storage_db.fsync,
+      ...(cluster !== undefined ? { cluster: { node: cluster.self.node, brokers: config.cluster!.brokers, log_topic: config.cluster!.log_topic } } : {}),
+      ...(config.tracing.endpoint ? { tracing: config.tracing.endpoint } : {}),
+    },
+    'keel is ready',
+  );
+}
+
 /**
  * worker.threads > 1: the threads that will serve the partitions (started once the store is open).
  * Not in a cluster, and without Kafka subscriptions, yet: their consumers read and write the
