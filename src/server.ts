@@ -8,7 +8,7 @@ import { KeelError } from './errors/index.js';
 import { assert } from './common/assert.js';
 import { createIngressServer } from './ingress/server.js';
 import { Invoker } from './invoker/index.js';
-import { DEFAULT_ENDPOINT_CLIENT_OPTIONS, EndpointClient } from './endpoint/client.js';
+import { endpointClientFor, type EndpointClient } from './endpoint/client.js';
 import { RequestSigner } from './endpoint/identity.js';
 import { Registry } from './metadata/registry.js';
 import { stateCacheBytesPerPartition, Worker, type PartitionsOpened } from './partition/worker.js';
@@ -27,7 +27,7 @@ import { WorkerIntrospection } from './admin/partition-source.js';
 import { sampleQueues } from './admin/queue-metrics.js';
 import { ConfiguredSchedules } from './admin/schedules.js';
 import { upgradeWorkerStore } from './storage/upgrade.js';
-import { openWorkerStore, WORKER_FORMAT_VERSION, type Db, type StateWrite } from './storage/store.js';
+import { openWorkerStore, workerStoreOptions, WORKER_FORMAT_VERSION, type Db, type StateWrite } from './storage/store.js';
 import type { PartitionState } from './partition/state.js';
 import { logTable } from './storage/tables/log.js';
 import { SubscriptionManager } from './subscriptions/manager.js';
@@ -86,7 +86,7 @@ export class KeelServer {
       threadsToStop = threads;
       // With partition threads, this thread's worker serves none (the threads do).
       const worker = new Worker(config, logger.child({ component: 'worker' }), telemetry, threads !== undefined ? [] : undefined);
-      const endpoints = endpointClient(config, signer);
+      const endpoints = endpointClientFor(config, signer);
       const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }), telemetry);
       registry.onDeploymentLimits(() => invoker.limitsChanged());
       sampleQueues(metrics, config, worker, invoker, endpoints);
@@ -240,16 +240,7 @@ function startSnapshots(cluster: ClusterConfig, db: Db, worker: Worker, log: Kaf
 /** Queue depths, invocations by status and store sizes for /metrics, read at scrape time. */
 /** The worker store, opened (and brought to this format) while the registry opens and the routes are built. */
 function openStore(config: Config, logger: Logger): Promise<Db> {
-  const sdb = config.worker.storage_db;
-  return openWorkerStore(sdb.path, { block_cache_bytes: sdb.block_cache_size_bytes, max_open_files: sdb.max_open_files, write_buffer_bytes: sdb.write_buffer_size_bytes, upgrade: upgradeLogged(logger, sdb.path), multithreading: config.worker.threads > 1 });
-}
-
-function endpointClient(config: Config, signer: RequestSigner | undefined): EndpointClient {
-  return new EndpointClient({
-    ...DEFAULT_ENDPOINT_CLIENT_OPTIONS,
-    http2: { ...DEFAULT_ENDPOINT_CLIENT_OPTIONS.http2, connect_timeout_ms: config.worker.invoker.connect_timeout_ms },
-    ...(signer !== undefined ? { signer } : {}),
-  });
+  return openWorkerStore(config.worker.storage_db.path, { ...workerStoreOptions(config), upgrade: upgradeLogged(logger, config.worker.storage_db.path) });
 }
 
 /**

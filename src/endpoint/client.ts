@@ -2,6 +2,7 @@ import http from 'node:http';
 import http2 from 'node:http2';
 import type { Socket } from 'node:net';
 import { DEFAULT_HTTP2_POOL_OPTIONS, Http2Pool, type Http2PoolOptions, type PooledStream } from './http2-pool.js';
+import type { Config } from '../config/index.js';
 import type { RequestSigner } from './identity.js';
 import { closeLambdaClients, invokeLambda, LambdaApiError, LambdaFunctionError } from './lambda.js';
 
@@ -56,6 +57,15 @@ export const DEFAULT_ENDPOINT_CLIENT_OPTIONS: EndpointClientOptions = {
   http2: DEFAULT_HTTP2_POOL_OPTIONS,
   http1_max_sockets_per_origin: 128,
 };
+
+/** The endpoint client as configured (the connect timeout, the request identity key when there is one). */
+export function endpointClientFor(config: Config, signer: RequestSigner | undefined): EndpointClient {
+  return new EndpointClient({
+    ...DEFAULT_ENDPOINT_CLIENT_OPTIONS,
+    http2: { ...DEFAULT_ENDPOINT_CLIENT_OPTIONS.http2, connect_timeout_ms: config.worker.invoker.connect_timeout_ms },
+    ...(signer !== undefined ? { signer } : {}),
+  });
+}
 
 /** How long a finished stream may take to end the endpoint's side before it is reset. */
 const FINISH_GRACE_MS = 5_000;

@@ -8,7 +8,7 @@ import type { Config } from '../config/index.js';
 import { installLeanAsyncBind } from '../common/async-bind.js';
 import { createLogger, type Logger } from '../common/logger.js';
 import { InvocationId } from '../common/ids.js';
-import { DEFAULT_ENDPOINT_CLIENT_OPTIONS, EndpointClient } from '../endpoint/client.js';
+import { endpointClientFor } from '../endpoint/client.js';
 import { RequestSigner } from '../endpoint/identity.js';
 import { Invoker } from '../invoker/index.js';
 import { SharedSlots } from '../invoker/deployment-slots.js';
@@ -21,7 +21,7 @@ import { acceptInvoke, LocalGateway } from '../partition/gateway.js';
 import { Worker } from '../partition/worker.js';
 import { WorkerIntrospection } from '../admin/partition-source.js';
 import { sampleQueues } from '../admin/queue-metrics.js';
-import { openWorkerStore } from '../storage/store.js';
+import { openWorkerStore, workerStoreOptions } from '../storage/store.js';
 import { createTracing, KeelMetrics } from '../telemetry/index.js';
 import { CHUNK_BYTES, CHUNK_ROWS, errorShape, revive, rowBytes, type CallName, type FromThread, type StreamName, type ToThread } from './messages.js';
 
@@ -60,16 +60,12 @@ async function start(data: ThreadData): Promise<Parts & { opened: number[] }> {
   metrics.knownTarget = (service, handler) => registry.handler(service, handler) !== undefined;
   const tracing = await createTracing(config.tracing.endpoint, logger.child({ component: 'tracing' }));
   const telemetry = { metrics, tracing };
-  const sdb = config.worker.storage_db;
-  const db = await openWorkerStore(sdb.path, { block_cache_bytes: sdb.block_cache_size_bytes, max_open_files: sdb.max_open_files, write_buffer_bytes: sdb.write_buffer_size_bytes, multithreading: true });
+  const db = await openWorkerStore(config.worker.storage_db.path, workerStoreOptions(config));
   const owned = owners.flatMap((t, p) => (t === thread ? [p] : []));
   const worker = new Worker(config, logger.child({ component: 'worker' }), telemetry, owned);
   const key = config.worker.invoker.request_identity_private_key_pem_file;
-  const endpoints = new EndpointClient({
-    ...DEFAULT_ENDPOINT_CLIENT_OPTIONS,
-    http2: { ...DEFAULT_ENDPOINT_CLIENT_OPTIONS.http2, connect_timeout_ms: config.worker.invoker.connect_timeout_ms },
-    ...(key !== undefined ? { signer: RequestSigner.fromPemFile(key, config.worker.invoker.request_identity_expiration_ms) } : {}),
-  });
+  const endpoints = endpointClientFor(config, key !== undefined ? RequestSigner.fromPemFile(key, config.worker.invoker.request_identity_expiration_ms) : undefined);
+
   const peers = mesh.filter((p): p is MessagePort => p !== undefined);
   const freed = (deployment: string) => peers.forEach((peer) => peer.postMessage({ t: 'freed', deployment } satisfies PeerMessage));
   const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }), telemetry, new SharedSlots(slots, freed));
