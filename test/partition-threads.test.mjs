@@ -6,11 +6,15 @@
 // (`KEEL_TEST_THREADS=3` runs any other suite against threads: test/helpers/keel.mjs.)
 import t from 'tap';
 import * as restate from '@restatedev/restate-sdk';
+import { fileURLToPath } from 'node:url';
+import { InvocationId } from '../dist/common/ids.js';
 import { adminCall, eventually, ingress, query, register, serveServices, startKeel, tempDir } from './helpers/keel.mjs';
 
 const PARTITIONS = 8;
 const awakeables = new Map();
 const concurrency = { now: 0, most: 0 };
+/** When each attempt of Fan/slow entered its run (ms since the epoch). */
+const slowRuns = [];
 
 const counter = restate.object({
   name: 'Counter',
@@ -38,6 +42,13 @@ const fan = restate.service({
       awakeables.set(tag, a.id);
       return a.promise;
     },
+    slow: async (ctx) => {
+      await ctx.run('slow', async () => {
+        slowRuns.push(Date.now());
+        await new Promise((r) => setTimeout(r, 1_000));
+      });
+      return 'slow';
+    },
     hold: async (ctx) => {
       await ctx.run('hold', async () => {
         concurrency.now++;
@@ -50,12 +61,15 @@ const fan = restate.service({
   },
 });
 
-async function setup(t, { threads = '3', dir, uri } = {}) {
-  const keel = await startKeel(t, { ...(dir ? { dir } : {}), env: { KEEL_WORKER__PARTITIONS: String(PARTITIONS), KEEL_WORKER__THREADS: threads } });
+async function setup(t, { threads = '3', dir, uri, env = {} } = {}) {
+  const keel = await startKeel(t, { ...(dir ? { dir } : {}), env: { KEEL_WORKER__PARTITIONS: String(PARTITIONS), KEEL_WORKER__THREADS: threads, ...env } });
   const endpoint = uri ?? (await serveServices(t, [counter, fan]));
   if (uri === undefined) await register(keel, endpoint);
   return { keel, endpoint };
 }
+
+/** The partition of an invocation id, as the server maps keys (⌊key · partitions / 2⁶⁴⌋). */
+const partitionOf = (id) => Number((InvocationId.parse(id).partitionKey * BigInt(PARTITIONS)) >> 64n);
 
 /** Each partition's thread, by the ranges the server logged. */
 function ownersOf(keel) {
@@ -157,6 +171,37 @@ t.test('the store outlives the thread count: 3 threads, then 2, then 1, then 3 a
   t.pass('every accepted send ran once after the SIGKILL');
   const total = await query(keel, "SELECT count(*) AS n FROM sys_invocation WHERE target_service_name = 'Counter' AND target_handler_name = 'add'");
   t.same(total, [{ n: 16 * 3 + 40 }], 'no invocation lost or doubled');
+});
+
+t.test('a partition thread that ends while serving stops the server; the restart runs what was accepted, once it listens', async (t) => {
+  const fault = fileURLToPath(new URL('./helpers/thread-fault.cjs', import.meta.url));
+  const { keel } = await setup(t, { dir: tempDir(t), env: { NODE_OPTIONS: `--require ${fault}`, END_PARTITION_THREAD: '1' } });
+  slowRuns.length = 0;
+  const sends = await Promise.all(Array.from({ length: 24 }, (_, i) => ingress(keel, '/Fan/slow/send', i)));
+  t.ok(sends.every((r) => r.status === 202), 'twenty-four sends accepted');
+  const owners = ownersOf(keel);
+  const onThread1 = sends.filter((r) => owners[partitionOf(r.body.invocationId)] === 1).length;
+  t.ok(onThread1 > 0, `some of them on thread 1 (${onThread1})`);
+  await eventually(() => slowRuns.length === 24);
+
+  process.kill(keel.proc.pid, 'SIGUSR2'); // thread 1 ends (test/helpers/thread-fault.cjs)
+  t.same(await keel.exited, { code: 1, signal: null }, 'the process exits with 1');
+  const fatal = keel.logLines('KEEL0503');
+  t.equal(fatal.length, 1, 'one KEEL0503 line');
+  t.match(fatal[0], { level: 60, thread: 1, msg: /partition thread 1 stopped: the server stops/ }, 'at fatal level, naming the thread');
+  const endedAt = Date.now();
+
+  await keel.launch();
+  const readyAt = Date.parse(JSON.parse(keel.output.split('\n').filter((l) => l.includes('keel is ready')).pop()).time);
+  await eventually(async () => {
+    const rows = await query(keel, "SELECT status FROM sys_invocation WHERE target_handler_name = 'slow'");
+    return rows.length === 24 && rows.every((r) => r.status === 'completed');
+  }, { timeout_ms: 20_000 });
+  t.pass('all twenty-four completed after the restart');
+  const again = slowRuns.filter((at) => at > endedAt);
+  t.equal(again.length, 24, 'each run again (its run had not been journaled when the process ended)');
+  // The ready line is logged right after the listen and the threads' go; the slack covers two threads' clocks.
+  t.ok(again.every((at) => at >= readyAt - 50), `no attempt before the server listened (first ${Math.min(...again) - readyAt} ms after the ready line)`);
 });
 
 t.test('what threads cannot do yet is refused, with the reason', async (t) => {

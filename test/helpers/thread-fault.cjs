@@ -1,0 +1,17 @@
+// Preloaded into a Keel server (NODE_OPTIONS=--require) by test/partition-threads.test.mjs: on
+// SIGUSR2 the partition thread named by END_PARTITION_THREAD (`keel-partitions-<n>`) is ended
+// with Worker.terminate(), as the runtime ends a thread that ran out of heap or threw where
+// nothing caught it. Nothing in the server is changed; only the thread's end comes from outside.
+'use strict';
+const threads = require('node:worker_threads');
+
+if (threads.isMainThread) {
+  const name = `keel-partitions-${process.env.END_PARTITION_THREAD ?? '1'}`;
+  const Base = threads.Worker;
+  threads.Worker = class extends Base {
+    constructor(file, options) {
+      super(file, options);
+      if (options?.name === name) process.once('SIGUSR2', () => void this.terminate());
+    }
+  };
+}
