@@ -31,6 +31,7 @@ import { openWorkerStore, workerStoreOptions, WORKER_FORMAT_VERSION, type Db, ty
 import type { PartitionState } from './partition/state.js';
 import { logTable } from './storage/tables/log.js';
 import { SubscriptionManager } from './subscriptions/manager.js';
+import { workerPartitions } from './subscriptions/partitions.js';
 import { createTracing, KeelMetrics, type Telemetry } from './telemetry/index.js';
 
 const METRICS_LOAD_DELAY_MS = 1_000;
@@ -82,7 +83,7 @@ export class KeelServer {
       phase('registry_opened');
       const known = registry;
       metrics.knownTarget = (service, handler) => known.handler(service, handler) !== undefined;
-      const threads = partitionThreads(config, registry, logger);
+      const threads = partitionThreads(config, logger);
       threadsToStop = threads;
       // With partition threads, this thread's worker serves none (the threads do).
       const worker = new Worker(config, logger.child({ component: 'worker' }), telemetry, threads !== undefined ? [] : undefined);
@@ -91,7 +92,8 @@ export class KeelServer {
       registry.onDeploymentLimits(() => invoker.limitsChanged());
       sampleQueues(metrics, config, worker, invoker, endpoints);
       if (threads !== undefined) metrics.addPeers(() => threads.metrics());
-      const subscriptions = new SubscriptionManager({ config, registry, worker, logger: logger.child({ component: 'subscriptions' }) });
+      const partitions = threads?.subscriptionPartitions() ?? workerPartitions(worker);
+      const subscriptions = new SubscriptionManager({ config, registry, partitions, logger: logger.child({ component: 'subscriptions' }) });
       // Filled in by the cluster node when the partitions are spread (requests for partitions led elsewhere go there).
       const routing: { ingress: PartitionRouting; admin: PartitionRouting } = { ingress: {}, admin: {} };
       const ingress = await createIngressServer({ config, registry, partitions: threads ?? new LocalGateway(worker), logger, telemetry, routing: routing.ingress });
@@ -319,17 +321,10 @@ function logReady(config: Config, logger: Logger, phases_ms: Record<string, numb
   );
 }
 
-/**
- * worker.threads > 1: the threads that will serve the partitions (started once the store is open).
- * Not in a cluster, and without Kafka subscriptions, yet: their consumers read and write the
- * partitions' memory on this thread.
- */
-function partitionThreads(config: Config, registry: Registry, logger: Logger): PartitionThreads | undefined {
+/** worker.threads > 1: the threads that will serve the partitions (started once the store is open); not in a cluster, yet. */
+function partitionThreads(config: Config, logger: Logger): PartitionThreads | undefined {
   if (config.worker.threads === 1) return undefined;
-  const why = 'Kafka subscriptions need worker.threads = 1 for now (their consumers run beside the partitions)';
   assert(config.cluster === undefined, () => 'worker.threads > 1 in a cluster: the configuration refuses it');
-  if (registry.subscriptions().length > 0) throw new KeelError('RT0002', `worker.threads is ${config.worker.threads}, and the registry has ${registry.subscriptions().length} subscription(s): ${why}; remove them or set worker.threads = 1`);
-  registry.refuseSubscriptions(why);
   return new PartitionThreads(config, logger);
 }
 

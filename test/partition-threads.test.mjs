@@ -2,7 +2,8 @@
 // SDK services: calls land on every thread, an object's calls cross threads through the outbox
 // mesh, awakeables and admin actions reach the thread that owns the invocation, SQL, /partitions
 // and /metrics answer for every thread, a deployment's limit holds for the process, the store
-// outlives a change of the thread count and a SIGKILL, and what threads cannot do yet is refused.
+// outlives a change of the thread count and a SIGKILL, a thread's end stops the process, and what
+// threads cannot do yet is refused. (Kafka subscriptions on threads: threads-suites.test.mjs.)
 // (`KEEL_TEST_THREADS=3` runs any other suite against threads: test/helpers/keel.mjs.)
 import t from 'tap';
 import * as restate from '@restatedev/restate-sdk';
@@ -205,10 +206,6 @@ t.test('a partition thread that ends while serving stops the server; the restart
 });
 
 t.test('what threads cannot do yet is refused, with the reason', async (t) => {
-  const { keel } = await setup(t);
-  const sub = await adminCall(keel, 'POST', '/subscriptions', { source: 'kafka://c/topic', sink: 'service://Fan/echo' });
-  t.equal(sub.status, 501, sub.text);
-  t.match(sub.json?.message, /KEEL0009.*worker\.threads = 1/, 'a subscription: KEEL0009, naming worker.threads');
   const cluster = await startKeel(t, { env: { KEEL_WORKER__THREADS: '2', KEEL_CLUSTER__BROKERS: '127.0.0.1:1', KEEL_CLUSTER__NODE_NAME: 'n1' } }).catch((err) => err);
   t.match(String(cluster?.message), /RT0002[^\n]*'worker\.threads' is 2: a cluster node needs worker\.threads = 1/, 'a cluster node with threads does not start');
   const bad = await startKeel(t, { env: { KEEL_WORKER__THREADS: 'many' } }).catch((err) => err);

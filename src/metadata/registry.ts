@@ -209,8 +209,6 @@ export class Registry {
   private readonly recordListeners = new Set<(rec: MetaRecord) => void>();
   /** A replica's changes come from this process's main registry, which logged them. */
   private replicated = false;
-  /** Why this server takes no subscriptions (worker.threads > 1), when it takes none. */
-  private subscriptionsRefused: string | undefined;
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
   private changes = 0;
@@ -382,15 +380,9 @@ export class Registry {
     this.notify(this.subscriptionListeners, e, 'subscription', 'KEEL0701', { subscription: e.kind === 'added' ? e.subscription.id : e.id });
   }
 
-  /** From now on a subscription is refused (KEEL0009) for `reason`. */
-  refuseSubscriptions(reason: string): void {
-    this.subscriptionsRefused = reason;
-  }
-
   /** Validates (META0009) and persists a subscription through the metadata log. */
   addSubscription(req: SubscriptionRequest): Promise<SubscriptionSchema> {
     return this.serial(async () => {
-      if (this.subscriptionsRefused !== undefined) throw new KeelError('KEEL0009', `subscriptions are not available on this server: ${this.subscriptionsRefused}`);
       const fields = validateSubscription(req, this.clusters, (name) => this.latest.get(name));
       const subscription: SubscriptionSchema = { id: newSubscriptionId(), ...fields, created_at_ms: Date.now() };
       await this.commit({ kind: 'subscription_added', subscription });

@@ -186,6 +186,11 @@ export class PartitionState {
     return this.counters.subscriptions[subscription_id] ?? 0;
   }
 
+  /** Invocations here that have not completed, by the subscription that made them (a copy). */
+  subscriptionCounts(): Record<string, number> {
+    return { ...this.counters.subscriptions };
+  }
+
   /**
    * The status of `id`, from memory or else from the store. Both give the same content, so the
    * fold does not depend on what happens to be cached.

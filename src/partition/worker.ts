@@ -17,6 +17,7 @@ import { locksTable } from '../storage/tables/locks.js';
 import { promisesTable, type PromiseState } from '../storage/tables/promises.js';
 import { schedulesTable, type ScheduleRecord } from '../storage/tables/schedules.js';
 import { stateTable } from '../storage/tables/state.js';
+import { subscriptionPositionsTable, type SubscriptionPosition } from '../storage/tables/subscription-positions.js';
 import { vqueueMetaTable } from '../storage/tables/vqueue-meta.js';
 import { standaloneTelemetry, type CompletionOutcome, type Telemetry } from '../telemetry/index.js';
 import { KILLED_FAILURE } from './fold/manage.js';
@@ -63,6 +64,14 @@ const LOCAL_ROUTE = '';
 export type InvocationChanges = Array<[id: string, status: Buffer | null]>;
 export type InvocationListener = (changes: InvocationChanges) => void;
 
+/** What one partition holds of Kafka subscriptions: its invocations not completed by subscription, and positions it wrote. */
+export interface SubscriptionChanges {
+  partition: number;
+  pending: Readonly<Record<string, number>>;
+  positions: SubscriptionPosition[];
+}
+export type SubscriptionListener = (changes: SubscriptionChanges) => void;
+
 /**
  * Bytes of statuses per chunk of `scanInvocationLines`. Each record is copied into its chunk as it
  * is read and dropped: held across the engine's apply instead, the records outlived two young
@@ -101,6 +110,9 @@ export class Worker implements Effects {
   private writer: GroupWriter | undefined;
   private kafkaLog: KafkaLogClient | undefined;
   private readonly invocationListeners = new Set<InvocationListener>();
+  private readonly subscriptionListeners = new Set<SubscriptionListener>();
+  /** The pending counts each partition last told the subscription listeners of (JSON). */
+  private readonly pendingTold = new Map<number, string>();
   private readonly failureListeners = new Set<(failure: PartitionFailure) => void>();
   /** Per open partition, the delivery of its outbox to the others. */
   private readonly shuffles = new Map<number, Shuffle>();
@@ -391,8 +403,37 @@ export class Worker implements Effects {
     return () => this.invocationListeners.delete(listener);
   }
 
+  /**
+   * Calls `listener` at once with what each partition here holds of Kafka subscriptions (pending
+   * counts, every position), then after each durable batch that changed it; returns the function
+   * that stops it. A copy kept from these (partition threads: the main thread's) is never older
+   * than the batch whose append the caller awaited, for the batch's own partition.
+   */
+  watchSubscriptions(listener: SubscriptionListener): () => void {
+    this.subscriptionListeners.add(listener);
+    for (const { partition, state } of this.views()) {
+      const pending = state.subscriptionCounts();
+      this.pendingTold.set(partition, JSON.stringify(pending));
+      listener({ partition, pending, positions: [...state.subscriptionPositions.values()] });
+    }
+    return () => this.subscriptionListeners.delete(listener);
+  }
+
+  private observeSubscriptions(partition: number, writes: readonly StateWrite[]): void {
+    const state = this.byPartition[partition]?.state ?? this.replicas.get(partition);
+    if (state === undefined) return;
+    const positions: SubscriptionPosition[] = [];
+    for (const [key, value] of writes) if (value !== null && subscriptionPositionsTable.holds(partition, key)) positions.push(subscriptionPositionsTable.decode(value));
+    const pending = state.subscriptionCounts();
+    const told = JSON.stringify(pending);
+    if (positions.length === 0 && this.pendingTold.get(partition) === told) return;
+    this.pendingTold.set(partition, told);
+    for (const l of this.subscriptionListeners) l({ partition, pending, positions });
+  }
+
   /** Hands the statuses a durable batch of `partition` wrote to the watchers (a follower's batches too). */
   observeBatch(partition: number, writes: readonly StateWrite[]): void {
+    if (this.subscriptionListeners.size > 0) this.observeSubscriptions(partition, writes);
     if (this.invocationListeners.size === 0) return;
     const changes: InvocationChanges = [];
     for (const [key, value] of writes) {

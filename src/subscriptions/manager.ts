@@ -8,8 +8,8 @@ import type { Config, KafkaCluster } from '../config/index.js';
 import type { Logger } from '../common/logger.js';
 import { parseSource } from '../metadata/subscriptions.js';
 import type { SubscriptionEvent, SubscriptionSchema } from '../metadata/registry.js';
-import type { Worker } from '../partition/worker.js';
 import { createKafkaConsumer } from './index.js';
+import type { SubscriptionPartitions } from './partitions.js';
 import { SubscriptionRunner, type CreateConsumer, type SinkLookup, type SubscriptionStatus } from './runner.js';
 
 export type { SubscriptionPartitionStatus, SubscriptionStatus } from './runner.js';
@@ -24,7 +24,7 @@ export interface SubscriptionRegistry extends SinkLookup {
 export interface ManagerDeps {
   config: Config;
   registry: SubscriptionRegistry;
-  worker: Worker;
+  partitions: SubscriptionPartitions;
   logger: Logger;
   /** Replaces the Kafka client (tests). */
   createConsumer?: CreateConsumer;
@@ -65,7 +65,7 @@ export class SubscriptionManager {
     const runner = new SubscriptionRunner(s, cluster, {
       config: this.deps.config,
       registry: this.deps.registry,
-      worker: this.deps.worker,
+      partitions: this.deps.partitions,
       logger: this.deps.logger,
       createConsumer: this.deps.createConsumer ?? createKafkaConsumer,
     });

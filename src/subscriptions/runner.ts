@@ -20,8 +20,8 @@ import { kafkaConsumerSettings, type KafkaConsumerSettings } from '../metadata/k
 import { parseSink, parseSource } from '../metadata/subscriptions.js';
 import { resolveTarget } from '../metadata/targets.js';
 import type { HandlerSchema, ServiceSchema, SubscriptionSchema } from '../metadata/types.js';
-import type { Worker } from '../partition/worker.js';
 import type { KafkaConsumer, KafkaConsumerHandlers, KafkaRecord, PartitionLag } from './kafka-client.js';
+import type { SubscriptionPartitions } from './partitions.js';
 import { buildCommand, chunks, positionPartitionKey, type Sink } from './records.js';
 
 /** How often a paused subscription checks whether it may go on. */
@@ -40,7 +40,7 @@ export type CreateConsumer = (settings: KafkaConsumerSettings, topic: string, ha
 export interface RunnerDeps {
   config: Config;
   registry: SinkLookup;
-  worker: Worker;
+  partitions: SubscriptionPartitions;
   logger: Logger;
   createConsumer: CreateConsumer;
 }
@@ -166,7 +166,7 @@ export class SubscriptionRunner {
     const p = records[0]!.partition;
     const positionKey = positionPartitionKey(this.subscription.id, this.topic, p);
     // The partition keeping this topic partition's position: here, or led by another node of a cluster.
-    const partition = this.deps.worker.partitionIndexOf(positionKey);
+    const partition = this.deps.partitions.partitionIndexOf(positionKey);
     let first = true;
     for (const chunk of chunks(records)) {
       if (this.stopped) throw new Error('the subscription is stopping');
@@ -174,13 +174,13 @@ export class SubscriptionRunner {
       // it resumes (the chunks already in the log are dropped then, below the stored position).
       if (!first && this.checkPending()) throw Object.assign(new Error('paused by back-pressure'), { quiet: true });
       first = false;
-      await this.deps.worker.appendTo(partition, { kind: 'subscription_records', subscription_records: this.command(sink, chunk, positionKey, partition) });
+      await this.deps.partitions.appendTo(partition, { kind: 'subscription_records', subscription_records: this.command(sink, chunk, positionKey, partition) });
     }
     this.checkPending();
   }
 
   private command(sink: Sink, chunk: KafkaRecord[], positionKey: bigint, partition: number) {
-    const isLocal = (id: InvocationId) => this.deps.worker.partitionIndexOf(id.partitionKey) === partition;
+    const isLocal = (id: InvocationId) => this.deps.partitions.partitionIndexOf(id.partitionKey) === partition;
     return buildCommand(this.subscription.id, sink, chunk, positionKey, isLocal, (s) =>
       this.warn('KEEL0702', `record ${this.topic}/${chunk[0]!.partition}@${s.offset} skipped: ${s.reason}`, { partition: chunk[0]!.partition, offset: s.offset }),
     );
@@ -197,9 +197,7 @@ export class SubscriptionRunner {
   // ---- pausing ----
 
   pendingInvocations(): number {
-    let n = 0;
-    for (const p of this.deps.worker.views()) n += p.state.subscriptionPending(this.subscription.id);
-    return n;
+    return this.deps.partitions.pending(this.subscription.id);
   }
 
   /** Pauses the consumer when the subscription has too many invocations pending; true when it is paused. */
@@ -242,9 +240,7 @@ export class SubscriptionRunner {
   }
 
   private storedPosition(kafka_partition: number) {
-    // As the partition keeping it has it here (led, or followed: a position a moment old only means
-    // records delivered again, which the fold drops).
-    return this.deps.worker.viewOf(positionPartitionKey(this.subscription.id, this.topic, kafka_partition)).subscriptionPosition(this.subscription.id, this.topic, kafka_partition);
+    return this.deps.partitions.position(this.subscription.id, this.topic, kafka_partition);
   }
 
   /** Keel's positions of the assigned partitions, shown to Kafka tools (never read back). */
@@ -308,13 +304,7 @@ export class SubscriptionRunner {
 
   /** Topic partitions with a stored position (every Keel partition may keep some). */
   private storedPartitions(): number[] {
-    const out: number[] = [];
-    for (const view of this.deps.worker.views()) {
-      for (const pos of view.state.subscriptionPositions.values()) {
-        if (pos.subscription_id === this.subscription.id && pos.topic === this.topic) out.push(pos.kafka_partition);
-      }
-    }
-    return out;
+    return this.deps.partitions.positions(this.subscription.id, this.topic).map((pos) => pos.kafka_partition);
   }
 
   private partitionStatus(p: number, assigned: boolean, paused: boolean, kafka: PartitionLag | undefined): SubscriptionPartitionStatus {

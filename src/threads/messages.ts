@@ -7,10 +7,11 @@ import { KeelError, type ErrorCode } from '../errors/index.js';
 import type { MetaRecord } from '../metadata/store.js';
 import { NotLedHereError, PartitionMovedError } from '../partition/errors.js';
 import type { PartitionFailure } from '../partition/processor.js';
+import type { SubscriptionChanges } from '../partition/worker.js';
 
 /** Requests with one answer: the gateway's rare ones, the keyed and fanned-out admin reads, rule books, metrics. */
 export const CALLS = [
-  'attach', 'output', 'append',
+  'attach', 'output', 'append', 'appendTo',
   'journalEntries', 'stepAttempts', 'manage', 'pauseFlowQueue', 'schedule', 'applySchedule', 'setState',
   'unfinishedPinnedTo', 'replayCandidates', 'partitions',
   'setLimitRules', 'setStateTtls', 'metrics',
@@ -42,6 +43,8 @@ export type FromThread =
   | { t: 'answer'; q: number; value?: unknown; error?: ErrorShape }
   | { t: 'chunk'; q: number; rows: unknown[]; done: boolean; error?: ErrorShape }
   | { t: 'failures'; failures: PartitionFailure[] }
+  /** What a partition holds of Kafka subscriptions, at the thread's start and as batches change it. */
+  | { t: 'subscriptions'; changes: SubscriptionChanges }
   | { t: 'stopped' };
 
 /** A refusal as it crosses between threads. */

@@ -21,6 +21,8 @@ import { invocationsTable } from '../storage/tables/invocations.js';
 import { sharedSlotsMemory } from '../invoker/deployment-slots.js';
 import type { CollectedMetric } from '../telemetry/cells.js';
 import { errorOf, errorShape, revive, type CallName, type FromThread, type StreamName, type ToThread } from './messages.js';
+import { SubscriptionMirror, threadedPartitions } from './subscription-mirror.js';
+import type { SubscriptionPartitions } from '../subscriptions/partitions.js';
 import type { ThreadData } from './thread.js';
 
 /** The thread's entry: bundled beside the server's bundle (dist/bundle/thread.cjs), or compiled beside this file. */
@@ -87,6 +89,7 @@ export class PartitionThreads implements PartitionGateway {
   private readonly handles: Handle[] = [];
   /** Partition index → the thread serving it (contiguous ranges: threads in order list partitions in order). */
   readonly owners: readonly number[];
+  private readonly subscriptionMirror: SubscriptionMirror;
 
   constructor(
     private readonly config: Config,
@@ -95,6 +98,7 @@ export class PartitionThreads implements PartitionGateway {
     const threads = config.worker.threads;
     assert(threads > 1 && threads <= config.worker.partitions, () => `${threads} partition threads for ${config.worker.partitions} partitions`);
     this.owners = Array.from({ length: config.worker.partitions }, (_, p) => Math.floor((p * threads) / config.worker.partitions));
+    this.subscriptionMirror = new SubscriptionMirror(config.worker.partitions);
   }
 
   /** Whether the threads serve their partitions (started, not stopping). */
@@ -211,6 +215,8 @@ export class PartitionThreads implements PartitionGateway {
       case 'failures':
         h.failures = m.failures;
         return;
+      case 'subscriptions':
+        return this.subscriptionMirror.update(m.changes);
       case 'stopped':
         return h.stopped?.();
     }
@@ -352,6 +358,11 @@ export class PartitionThreads implements PartitionGateway {
 
   append(id: InvocationId, command: CommandKind): Promise<void> {
     return this.callAt(id.partitionKey, 'append', [id.bytes, command]);
+  }
+
+  /** What the Kafka consumers (on this thread) need of the partitions. */
+  subscriptionPartitions(): SubscriptionPartitions {
+    return threadedPartitions(this.subscriptionMirror, this.config.worker.partitions, (partition, command) => this.call(this.handles[this.owners[partition]!]!, 'appendTo', [partition, command]));
   }
 
   /** Partitions that stopped, as each thread reported them (as they stopped, before any refusal they caused). */

@@ -138,6 +138,8 @@ class Serving {
     const report = () => this.post({ t: 'failures', failures: parts.worker.failures() });
     parts.worker.onFailure(report);
     report(); // one that stopped while the thread started (its rule books)
+    // Before 'ready' (this runs first): the consumers on the main thread start from these positions.
+    parts.worker.watchSubscriptions((changes) => this.post({ t: 'subscriptions', changes }));
   }
 
   /** After the frames of this turn: status changes a batch made reach the query engine before any answer that followed it. */
@@ -203,6 +205,7 @@ class Serving {
       case 'attach': return this.gateway.attach(id());
       case 'output': return this.gateway.output(id());
       case 'append': return this.gateway.append(id(), args[1] as CommandKind);
+      case 'appendTo': return this.parts.worker.appendTo(args[0] as number, args[1] as CommandKind);
       case 'journalEntries': return s.journalEntries(args[0] as string);
       case 'stepAttempts': return s.stepAttempts(args[0] as string);
       case 'manage': return s.manage(args[0] as string, args[1] as Parameters<WorkerIntrospection['manage']>[1]);

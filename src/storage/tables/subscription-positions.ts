@@ -29,8 +29,11 @@ export const subscriptionPositionsTable = {
   key: (partition: number, p: Pick<SubscriptionPosition, 'subscription_id' | 'topic' | 'kafka_partition'>): string =>
     `${tablePrefix(partition, TABLE)}${p.subscription_id}/${encodeURIComponent(p.topic)}/${pad(p.kafka_partition, 10)}`,
   encode: (p: SubscriptionPosition): Buffer => Buffer.from(JSON.stringify(p)),
+  decode: (raw: Buffer): SubscriptionPosition => JSON.parse(raw.toString('utf8')) as SubscriptionPosition,
+  /** Whether `key` is a key of this table in `partition`. */
+  holds: (partition: number, key: string): boolean => key.startsWith(tablePrefix(partition, TABLE)),
 
   async *scan(db: Db, partition: number): AsyncGenerator<SubscriptionPosition> {
-    for await (const value of valuesIn(db, tableRange(partition, TABLE))) yield JSON.parse(value.toString('utf8')) as SubscriptionPosition;
+    for await (const value of valuesIn(db, tableRange(partition, TABLE))) yield subscriptionPositionsTable.decode(value);
   },
 };
