@@ -136,7 +136,7 @@ t.test("cluster.auth_token[_file]: the cluster's own tokens, the first sent betw
   t.throws(() => loadConfig(undefined, { ...brokers, KEEL_CLUSTER__AUTH_TOKEN_FILE: path.join(dir, 'missing') }), /cluster\.auth_token_file.*cannot read/);
 });
 
-t.test('worker.threads: 1 by default, a count or auto, at most one per partition; not in a cluster', async (t) => {
+t.test('worker.threads: 1 by default, a count or auto, at most one per partition; a cluster node takes 1 or auto (one)', async (t) => {
   t.equal(loadConfig(undefined, {}).worker.threads, 1);
   t.equal(loadConfig(undefined, { KEEL_WORKER__THREADS: '3' }).worker.threads, 3);
   t.equal(loadConfig(undefined, { KEEL_WORKER__THREADS: '64', KEEL_WORKER__PARTITIONS: '4' }).worker.threads, 4, 'more threads than partitions: one per partition');
@@ -144,7 +144,10 @@ t.test('worker.threads: 1 by default, a count or auto, at most one per partition
   t.equal(loadConfig(writeToml(t, '[worker]\nthreads = 2\n'), {}).worker.threads, 2);
   t.equal(loadConfig(writeToml(t, '[worker]\nthreads = "auto"\npartitions = 1\n'), {}).worker.threads, 1);
   for (const bad of ['0', 'many', '-1', '1.5']) rt0002(t, () => loadConfig(undefined, { KEEL_WORKER__THREADS: bad }), [/KEEL_WORKER__THREADS/, /expected "auto" or a positive integer/], `threads '${bad}'`);
-  rt0002(t, () => loadConfig(undefined, { KEEL_WORKER__THREADS: '2', KEEL_CLUSTER__BROKERS: 'localhost:9092' }), [/'worker\.threads' is 2/, /cluster node needs worker\.threads = 1/], 'threads in a cluster');
+  rt0002(t, () => loadConfig(undefined, { KEEL_WORKER__THREADS: '2', KEEL_CLUSTER__BROKERS: 'localhost:9092' }), [/'worker\.threads' is 2/, /cluster node needs worker\.threads = 1 \(or auto\)/], 'threads in a cluster');
+  const clustered = loadConfig(undefined, { KEEL_WORKER__THREADS: 'auto', KEEL_WORKER__PARTITIONS: '64', KEEL_CLUSTER__BROKERS: 'localhost:9092' });
+  t.equal(clustered.worker.threads, 1, 'auto on a cluster node: one (the same file serves both kinds of node)');
+  t.ok(clustered.cluster !== undefined);
 });
 
 t.test('tracing.endpoint: off by default, set from the file or KEEL_TRACING__ENDPOINT', async (t) => {

@@ -560,7 +560,7 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
     meta: { storage_path: v<string | undefined>('meta.storage_path') ?? join(baseDir, 'meta') },
     worker: {
       partitions: v<number>('worker.partitions'),
-      threads: threadsOf(v<number | 'auto'>('worker.threads'), v<number>('worker.partitions')),
+      threads: threadsOf(v<number | 'auto'>('worker.threads'), v<number>('worker.partitions'), v<string | undefined>('cluster.brokers') !== undefined),
       storage_db: {
         path: v<string | undefined>('worker.storage_db.path') ?? join(baseDir, 'worker'),
         fsync: v<boolean>('worker.storage_db.fsync'),
@@ -609,7 +609,7 @@ function clusterConfig(v: <T>(path: string) => T): ClusterConfig | undefined {
   const brokers = v<string | undefined>('cluster.brokers');
   if (brokers === undefined) return undefined;
   const threads = v<number | 'auto'>('worker.threads');
-  if (threads !== 1) throw new KeelError('RT0002', `key 'worker.threads' is ${JSON.stringify(threads)}: a cluster node needs worker.threads = 1 for now (partitions on threads do not lead or follow Kafka logs yet)`);
+  if (threads !== 1 && threads !== 'auto') throw new KeelError('RT0002', `key 'worker.threads' is ${JSON.stringify(threads)}: a cluster node needs worker.threads = 1 (or auto) for now (partitions on threads do not lead or follow Kafka logs yet)`);
   const list = brokers.split(',').map((b) => b.trim()).filter((b) => b.length > 0);
   if (list.length === 0 || list.some((b) => !BROKER.test(b))) throw new KeelError('RT0002', `key 'cluster.brokers': a comma-separated list of host:port, got ${JSON.stringify(brokers)}`);
   const topic = v<string>('cluster.log_topic');
@@ -668,7 +668,12 @@ function snapshotConfig(v: <T>(path: string) => T): Pick<ClusterConfig, 'snapsho
   return { snapshot_path: path === undefined || path === '' ? undefined : resolvePath(path), snapshot_interval_records: v<number>('cluster.snapshot_interval_records'), snapshots_kept: v<number>('cluster.snapshots_kept') };
 }
 
-/** worker.threads: 'auto' (a thread per core this process may use) or a count; at most one per partition. */
-function threadsOf(value: number | 'auto', partitions: number): number {
-  return Math.min(value === 'auto' ? availableParallelism() : value, partitions);
+/**
+ * worker.threads: 'auto' (a thread per core this process may use) or a count; at most one per
+ * partition. A cluster node's 'auto' is one: its partitions lead and follow Kafka logs on the main
+ * event loop (a count above one is refused with the cluster's keys), so one file serves both kinds of node.
+ */
+function threadsOf(value: number | 'auto', partitions: number, clustered: boolean): number {
+  if (value === 'auto') return clustered ? 1 : Math.min(availableParallelism(), partitions);
+  return Math.min(value, partitions);
 }
