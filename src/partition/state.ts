@@ -186,6 +186,12 @@ export class PartitionState {
     return this.counters.subscriptions[subscription_id] ?? 0;
   }
 
+  /** Whether any subscription has an invocation here that has not completed. */
+  anySubscriptionPending(): boolean {
+    for (const _ in this.counters.subscriptions) return true;
+    return false;
+  }
+
   /** Invocations here that have not completed, by the subscription that made them (a copy). */
   subscriptionCounts(): Record<string, number> {
     return { ...this.counters.subscriptions };

@@ -64,6 +64,9 @@ const LOCAL_ROUTE = '';
 export type InvocationChanges = Array<[id: string, status: Buffer | null]>;
 export type InvocationListener = (changes: InvocationChanges) => void;
 
+/** The pending counts of a partition where no subscription has any, as told (JSON). */
+const NOTHING_PENDING = '{}';
+
 /** What one partition holds of Kafka subscriptions: its invocations not completed by subscription, and positions it wrote. */
 export interface SubscriptionChanges {
   partition: number;
@@ -423,7 +426,10 @@ export class Worker implements Effects {
     const state = this.byPartition[partition]?.state ?? this.replicas.get(partition);
     if (state === undefined) return;
     const positions: SubscriptionPosition[] = [];
-    for (const [key, value] of writes) if (value !== null && subscriptionPositionsTable.holds(partition, key)) positions.push(subscriptionPositionsTable.decode(value));
+    const prefix = subscriptionPositionsTable.prefix(partition);
+    for (const [key, value] of writes) if (value !== null && key.startsWith(prefix)) positions.push(subscriptionPositionsTable.decode(value));
+    // Most batches of most servers: no subscription has anything pending here, as before.
+    if (positions.length === 0 && !state.anySubscriptionPending() && this.pendingTold.get(partition) === NOTHING_PENDING) return;
     const pending = state.subscriptionCounts();
     const told = JSON.stringify(pending);
     if (positions.length === 0 && this.pendingTold.get(partition) === told) return;

@@ -30,8 +30,8 @@ export const subscriptionPositionsTable = {
     `${tablePrefix(partition, TABLE)}${p.subscription_id}/${encodeURIComponent(p.topic)}/${pad(p.kafka_partition, 10)}`,
   encode: (p: SubscriptionPosition): Buffer => Buffer.from(JSON.stringify(p)),
   decode: (raw: Buffer): SubscriptionPosition => JSON.parse(raw.toString('utf8')) as SubscriptionPosition,
-  /** Whether `key` is a key of this table in `partition`. */
-  holds: (partition: number, key: string): boolean => key.startsWith(tablePrefix(partition, TABLE)),
+  /** What every key of this table in `partition` starts with. */
+  prefix: (partition: number): string => tablePrefix(partition, TABLE),
 
   async *scan(db: Db, partition: number): AsyncGenerator<SubscriptionPosition> {
     for await (const value of valuesIn(db, tableRange(partition, TABLE))) yield subscriptionPositionsTable.decode(value);
