@@ -14,8 +14,9 @@ import { adminCall, eventually, ingress, query, register, serveServices, startKe
 const PARTITIONS = 8;
 const awakeables = new Map();
 const concurrency = { now: 0, most: 0 };
-/** When each attempt of Fan/slow entered its run (ms since the epoch). */
+/** When each attempt of Fan/slow entered its run (ms since the epoch); runs end once `slow.release()` is called. */
 const slowRuns = [];
+const slow = { gate: Promise.resolve(), release: () => {} };
 
 const counter = restate.object({
   name: 'Counter',
@@ -46,7 +47,7 @@ const fan = restate.service({
     slow: async (ctx) => {
       await ctx.run('slow', async () => {
         slowRuns.push(Date.now());
-        await new Promise((r) => setTimeout(r, 1_000));
+        await slow.gate;
       });
       return 'slow';
     },
@@ -178,6 +179,8 @@ t.test('a partition thread that ends while serving stops the server; the restart
   const fault = fileURLToPath(new URL('./helpers/thread-fault.cjs', import.meta.url));
   const { keel } = await setup(t, { dir: tempDir(t), env: { NODE_OPTIONS: `--require ${fault}`, END_PARTITION_THREAD: '1' } });
   slowRuns.length = 0;
+  // Every first run waits until the process has ended: none is journaled, so each runs again after the restart.
+  slow.gate = new Promise((resolve) => (slow.release = resolve));
   const sends = await Promise.all(Array.from({ length: 24 }, (_, i) => ingress(keel, '/Fan/slow/send', i)));
   t.ok(sends.every((r) => r.status === 202), 'twenty-four sends accepted');
   const owners = ownersOf(keel);
@@ -191,6 +194,7 @@ t.test('a partition thread that ends while serving stops the server; the restart
   t.equal(fatal.length, 1, 'one KEEL0503 line');
   t.match(fatal[0], { level: 60, thread: 1, msg: /partition thread 1 stopped: the server stops/ }, 'at fatal level, naming the thread');
   const endedAt = Date.now();
+  slow.release();
 
   await keel.launch();
   const readyAt = Date.parse(JSON.parse(keel.output.split('\n').filter((l) => l.includes('keel is ready')).pop()).time);

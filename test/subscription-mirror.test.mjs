@@ -1,10 +1,20 @@
 // The main thread's copy of what partition threads hold of Kafka subscriptions
 // (threads/subscription-mirror.ts): pending counts summed over partitions, each told as a whole;
-// positions kept per topic partition, refused when told going back; the view the consumers use.
+// positions kept per topic partition as their owning partition tells them (another partition's
+// copy, left from before a change of worker.partitions, is ignored), refused when told going
+// back; the view the consumers use.
 import t from 'tap';
+import { partitionIndexOf } from '../dist/common/ids.js';
+import { positionPartitionKey } from '../dist/subscriptions/records.js';
 import { SubscriptionMirror, threadedPartitions } from '../dist/threads/subscription-mirror.js';
 
 const pos = (kafka_partition, next_offset, topic = 'orders', subscription_id = 'sub_a') => ({ subscription_id, topic, kafka_partition, next_offset, delivered: next_offset, skipped: 0, updated_at_ms: 1 });
+/** The partition (of `partitions`) that keeps a position, as the server maps it. */
+const ownerOf = (p, partitions) => partitionIndexOf(positionPartitionKey(p.subscription_id, p.topic, p.kafka_partition), partitions);
+/** Each position told by the partition that owns it. */
+const tell = (m, partitions, positions) => {
+  for (const p of positions) m.update({ partition: ownerOf(p, partitions), pending: {}, positions: [p] });
+};
 
 t.test('pending counts: each partition tells its own, the mirror sums them', async (t) => {
   const m = new SubscriptionMirror(4);
@@ -19,16 +29,19 @@ t.test('pending counts: each partition tells its own, the mirror sums them', asy
   t.throws(() => m.update({ partition: 4, pending: {}, positions: [] }), /partition 4 of 4/, 'a partition past the count is refused');
 });
 
-t.test('positions: per (subscription, topic, Kafka partition), never back', async (t) => {
-  const m = new SubscriptionMirror(2);
-  m.update({ partition: 1, pending: {}, positions: [pos(0, 10), pos(1, 5), pos(0, 7, 'other')] });
+t.test('positions: per (subscription, topic, Kafka partition), from their owner, never back', async (t) => {
+  const m = new SubscriptionMirror(8);
+  tell(m, 8, [pos(0, 10), pos(1, 5), pos(0, 7, 'other')]);
   t.equal(m.position('sub_a', 'orders', 0)?.next_offset, 10);
   t.equal(m.position('sub_a', 'other', 0)?.next_offset, 7);
   t.equal(m.position('sub_b', 'orders', 0), undefined, 'another subscription has none');
   t.same(m.positions('sub_a', 'orders').map((p) => [p.kafka_partition, p.next_offset]).sort(), [[0, 10], [1, 5]]);
-  m.update({ partition: 1, pending: {}, positions: [pos(0, 12)] });
+  tell(m, 8, [pos(0, 12)]);
   t.equal(m.position('sub_a', 'orders', 0)?.next_offset, 12, 'a later position replaces it');
-  t.throws(() => m.update({ partition: 1, pending: {}, positions: [pos(0, 11)] }), /going back from 12 to 11/);
+  t.throws(() => tell(m, 8, [pos(0, 11)]), /going back from 12 to 11/);
+  const elsewhere = (ownerOf(pos(0, 0), 8) + 1) % 8;
+  m.update({ partition: elsewhere, pending: {}, positions: [pos(0, 3)] });
+  t.equal(m.position('sub_a', 'orders', 0)?.next_offset, 12, 'a partition that does not own the position is not heard (an older copy, or a bug)');
 });
 
 t.test('the consumers\' view: partitions as the server maps keys, appends handed on', async (t) => {
@@ -40,7 +53,8 @@ t.test('the consumers\' view: partitions as the server maps keys, appends handed
   t.equal(view.partitionIndexOf(1n << 63n), 4);
   await view.appendTo(5, { kind: 'subscription_records' });
   t.same(appended, [[5, 'subscription_records']]);
-  m.update({ partition: 3, pending: { sub_a: 2 }, positions: [pos(0, 1)] });
+  m.update({ partition: 3, pending: { sub_a: 2 }, positions: [] });
+  tell(m, 8, [pos(0, 1)]);
   t.equal(view.pending('sub_a'), 2);
   t.equal(view.position('sub_a', 'orders', 0)?.next_offset, 1);
 });

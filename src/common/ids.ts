@@ -214,6 +214,11 @@ export function randomPartitionKey(): bigint {
   return randomPooled(8).readBigUInt64BE(0);
 }
 
+/** The partition (of `partitions`) that owns a partition key: ⌊key · partitions / 2⁶⁴⌋, contiguous ranges of keys. */
+export function partitionIndexOf(partitionKey: bigint, partitions: number): number {
+  return Number((partitionKey * BigInt(partitions)) >> 64n);
+}
+
 /** A random partition key of partition `p` of `partitions`: from ⌈p·2⁶⁴/P⌉ up to ⌈(p+1)·2⁶⁴/P⌉ (the inverse of ⌊key·P/2⁶⁴⌋). */
 export function randomKeyOfPartition(p: number, partitions: number): bigint {
   const count = BigInt(partitions);

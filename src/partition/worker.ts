@@ -1,5 +1,5 @@
 import type { Config } from '../config/index.js';
-import { InvocationId, randomKeyOfPartition, randomPartitionKey } from '../common/ids.js';
+import { InvocationId, partitionIndexOf, randomKeyOfPartition, randomPartitionKey } from '../common/ids.js';
 import type { RuleBook } from '../common/limit-rules.js';
 import { limitRulesCommand } from './fold/limit-rules.js';
 import { assert } from '../common/assert.js';
@@ -307,7 +307,7 @@ export class Worker implements Effects {
 
   /** The partition that owns a partition key. */
   partitionIndexOf(partitionKey: bigint): number {
-    return Number((partitionKey * BigInt(this.config.worker.partitions)) >> 64n);
+    return partitionIndexOf(partitionKey, this.config.worker.partitions);
   }
 
   /** The open partition that owns a partition key; throws KEEL0805 when another node leads it. */
@@ -437,10 +437,19 @@ export class Worker implements Effects {
     for (const l of this.subscriptionListeners) l({ partition, pending, positions });
   }
 
-  /** Hands the statuses a durable batch of `partition` wrote to the watchers (a follower's batches too). */
+  /** Hands what a durable batch of `partition` wrote to the watchers (a follower's batches too); one watcher's failure does not keep the batch from the others. */
   observeBatch(partition: number, writes: readonly StateWrite[]): void {
+    let failure: unknown;
+    try {
+      if (this.invocationListeners.size > 0) this.observeInvocations(partition, writes);
+    } catch (err) {
+      failure = err;
+    }
     if (this.subscriptionListeners.size > 0) this.observeSubscriptions(partition, writes);
-    if (this.invocationListeners.size === 0) return;
+    if (failure !== undefined) throw failure; // the processor logs it (RT0006)
+  }
+
+  private observeInvocations(partition: number, writes: readonly StateWrite[]): void {
     const changes: InvocationChanges = [];
     for (const [key, value] of writes) {
       const id = invocationsTable.idOf(partition, key);

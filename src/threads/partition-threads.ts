@@ -8,10 +8,10 @@ import { MessageChannel, Worker as Thread, type MessagePort } from 'node:worker_
 import { assert } from '../common/assert.js';
 import type { Config } from '../config/index.js';
 import type { Logger } from '../common/logger.js';
-import { randomKeyOfPartition, type InvocationId } from '../common/ids.js';
+import { partitionIndexOf, randomKeyOfPartition, type InvocationId } from '../common/ids.js';
 import type { RuleBook } from '../common/limit-rules.js';
 import type { InvocationChanges } from '../admin/introspection.js';
-import type { CommandKind } from '../log/commands.js';
+import { encodeCommand, type Command, type CommandKind } from '../log/commands.js';
 import type { Registry } from '../metadata/registry.js';
 import { decodeChanges, decodeOutcome, encodeInvokeRequest, FrameBatcher, framesOf } from '../partition/frames.js';
 import type { InvokeOutcome, InvokeRequest, OutputOutcome, PartitionGateway } from '../partition/gateway.js';
@@ -248,8 +248,7 @@ export class PartitionThreads implements PartitionGateway {
   }
 
   private threadOf(partitionKey: bigint): Handle {
-    const p = Number((partitionKey * BigInt(this.config.worker.partitions)) >> 64n);
-    return this.handles[this.owners[p]!]!;
+    return this.handles[this.owners[partitionIndexOf(partitionKey, this.config.worker.partitions)]!]!;
   }
 
   /** A call to one thread; after the invoke frames of this turn, so that it finds what they made. */
@@ -362,7 +361,10 @@ export class PartitionThreads implements PartitionGateway {
 
   /** What the Kafka consumers (on this thread) need of the partitions. */
   subscriptionPartitions(): SubscriptionPartitions {
-    return threadedPartitions(this.subscriptionMirror, this.config.worker.partitions, (partition, command) => this.call(this.handles[this.owners[partition]!]!, 'appendTo', [partition, command]));
+    // Encoded into a buffer of its own: the records' values are views into kafkajs's whole fetch
+    // response (megabytes), which a structured clone of the command would copy for every chunk.
+    const appendTo = (partition: number, command: CommandKind) => this.call<void>(this.handles[this.owners[partition]!]!, 'appendTo', [partition, new Uint8Array(encodeCommand(command as Command))]);
+    return threadedPartitions(this.subscriptionMirror, this.config.worker.partitions, appendTo);
   }
 
   /** Partitions that stopped, as each thread reported them (as they stopped, before any refusal they caused). */

@@ -12,7 +12,7 @@ import { endpointClientFor } from '../endpoint/client.js';
 import { RequestSigner } from '../endpoint/identity.js';
 import { Invoker } from '../invoker/index.js';
 import { SharedSlots } from '../invoker/deployment-slots.js';
-import type { CommandKind } from '../log/commands.js';
+import { decodeCommand, type CommandKind } from '../log/commands.js';
 import { Registry } from '../metadata/registry.js';
 import type { MetaRecord } from '../metadata/store.js';
 import { appendBatch, BatchAppender, type AppendAnswer, type AppendEntry } from '../partition/batch-appender.js';
@@ -139,7 +139,9 @@ class Serving {
     parts.worker.onFailure(report);
     report(); // one that stopped while the thread started (its rule books)
     // Before 'ready' (this runs first): the consumers on the main thread start from these positions.
-    parts.worker.watchSubscriptions((changes) => this.post({ t: 'subscriptions', changes }));
+    // Not after the turn's frames (nothing in them concerns the copy), but always before the answer
+    // to the append that made the batch, which comes later on the same port.
+    parts.worker.watchSubscriptions((changes) => this.port.postMessage({ t: 'subscriptions', changes } satisfies FromThread));
   }
 
   /** After the frames of this turn: status changes a batch made reach the query engine before any answer that followed it. */
@@ -205,7 +207,7 @@ class Serving {
       case 'attach': return this.gateway.attach(id());
       case 'output': return this.gateway.output(id());
       case 'append': return this.gateway.append(id(), args[1] as CommandKind);
-      case 'appendTo': return this.parts.worker.appendTo(args[0] as number, args[1] as CommandKind);
+      case 'appendTo': return this.parts.worker.appendTo(args[0] as number, decodeCommand(args[1] as Buffer));
       case 'journalEntries': return s.journalEntries(args[0] as string);
       case 'stepAttempts': return s.stepAttempts(args[0] as string);
       case 'manage': return s.manage(args[0] as string, args[1] as Parameters<WorkerIntrospection['manage']>[1]);

@@ -2,6 +2,8 @@
 // SIGUSR2 the partition thread named by END_PARTITION_THREAD (`keel-partitions-<n>`) is ended
 // with Worker.terminate(), as the runtime ends a thread that ran out of heap or threw where
 // nothing caught it. Nothing in the server is changed; only the thread's end comes from outside.
+// It works because the server is a CommonJS bundle that reads `Worker` off the module when it
+// makes a thread: an ESM build importing it by name would not see the replacement.
 'use strict';
 const threads = require('node:worker_threads');
 
