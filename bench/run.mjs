@@ -344,7 +344,7 @@ const headline =
   `data dirs in ${meta.dataRoot}; took ${fmt(meta.elapsedS, 0)} s`;
 const targetLines = opts.targets.map((t) => {
   const i = res.targets[t];
-  return `${t}: ${i.status}${i.version ? ` (version ${i.version})` : ''}${t.startsWith('keel') ? `, worker.threads ${keelThreads()}${keelThreads() === '1' ? ' (every partition on one event loop)' : ''}` : ''}${i.idleCpuMsPerSec != null ? `, idle server CPU ${fmt(i.idleCpuMsPerSec, 1)} ms/s` : ''}${i.error ? ` — ${i.error}` : ''}`;
+  return `${t}: ${i.status}${i.version ? ` (version ${i.version})` : ''}${t.startsWith('keel') ? `, worker.threads ${keelThreads()}${keelThreads() === '1' ? ' (every partition on one event loop)' : keelThreads() === 'auto' ? ' (a thread per core from 4 cores, else one event loop)' : ''}` : ''}${i.idleCpuMsPerSec != null ? `, idle server CPU ${fmt(i.idleCpuMsPerSec, 1)} ms/s` : ''}${i.error ? ` — ${i.error}` : ''}`;
 });
 const legend = 'Ratios are Keel ÷ Restate for the same cell ("vs R"): throughput > 1 and p50/p99/CPU < 1 mean Keel is better.';
 console.log(`\n${headline}\n${targetLines.join('\n')}\n${legend}${renderText(tables)}\n`);

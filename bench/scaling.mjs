@@ -1,9 +1,9 @@
 // Scaling (`--scaling`, issue 23): what a second core buys each server. Per target (restate, keel) and per
 // CPU set of the server process (taskset: core 0, then cores 0-1), one fresh server: noop and steps at c=32,
-// --rounds times in turn (the median reported), and 2-core ÷ 1-core throughput per scenario. Keel runs every
-// partition on one event loop by default (workers: 1), so what a second core gives it is its store's and V8's
-// threads; with KEEL_WORKER__THREADS=auto it runs a partition thread per core of its set (README, "Partitions
-// on threads"). Restate's Tokio runtime spreads partitions over every core. On this 2-core machine the SDK service and the
+// --rounds times in turn (the median reported), and 2-core ÷ 1-core throughput per scenario. Keel's default
+// (worker.threads = auto) runs a partition thread per core of its set from 4 cores, and every partition on one
+// event loop below that, so on 1 or 2 cores what a second core gives it is its store's and V8's threads
+// (KEEL_WORKER__THREADS=2 forces two partition threads; README, "Partitions on threads"). Restate's Tokio runtime spreads partitions over every core. On this 2-core machine the SDK service and the
 // load generator share the cores with the server (there are no others). On a larger one, BENCH_SCALING_CORES
 // names the server's CPU sets and the rest of the run is pinned elsewhere: `BENCH_SCALING_CORES='0;0-1;0-3;0-7'
 // BENCH_SERVICE_WORKERS=6 BENCH_SERVICE_MAX_STREAMS=4 taskset -c 8-15 npm run bench -- --scaling-only` (the

@@ -13,10 +13,11 @@ export const ALL_TARGETS = ['restate', 'keel', 'keel-nofsync', 'relay'];
 export const isKeel = (target) => target.startsWith('keel');
 
 /**
- * Keel's partition threads in this run: KEEL_WORKER__THREADS passes through to the server (`auto`:
- * one per core its taskset allows), unset is Keel's default, one event loop for every partition.
+ * Keel's partition threads in this run: KEEL_WORKER__THREADS passes through to the server; unset is
+ * Keel's default, `auto` (one per core its taskset allows where it allows 4 or more, else one event
+ * loop for every partition).
  */
-export const keelThreads = () => process.env.KEEL_WORKER__THREADS ?? '1';
+export const keelThreads = () => process.env.KEEL_WORKER__THREADS ?? 'auto';
 
 /** Where the servers' data dirs go (a real disk, so that fsync costs what it costs). */
 export const dataRoot = () => process.env.BENCH_TMPDIR ?? os.tmpdir();

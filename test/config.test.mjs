@@ -8,7 +8,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { loadConfig } from '../dist/config/index.js';
+import { autoThreads, loadConfig } from '../dist/config/index.js';
 import { KeelError } from '../dist/errors/index.js';
 import { startKeel, serveServices, register, ingress, tempDir, freePort } from './helpers/keel.mjs';
 import { greeter } from '../examples/greeter/greeter.mjs';
@@ -41,7 +41,6 @@ const expectedDefaults = {
   http: { idle_timeout_ms: 60_000, header_timeout_ms: 10_000, request_timeout_ms: 300_000, max_connections: 10_000, max_header_size_bytes: 64 * 1024, max_header_count: 200 },
   meta: { storage_path: path.join('./keel-data', 'meta') },
   worker: {
-    threads: 1,
     storage_db: { path: path.join('./keel-data', 'worker'), fsync: true },
     invoker: {
       inactivity_timeout_ms: 60_000,
@@ -136,11 +135,18 @@ t.test("cluster.auth_token[_file]: the cluster's own tokens, the first sent betw
   t.throws(() => loadConfig(undefined, { ...brokers, KEEL_CLUSTER__AUTH_TOKEN_FILE: path.join(dir, 'missing') }), /cluster\.auth_token_file.*cannot read/);
 });
 
-t.test('worker.threads: 1 by default, a count or auto, at most one per partition; a cluster node takes 1 or auto (one)', async (t) => {
-  t.equal(loadConfig(undefined, {}).worker.threads, 1);
+t.test('worker.threads: auto by default (one below 4 cores), a count, at most one per partition; a cluster node takes 1 or auto (one)', async (t) => {
+  const cores = os.availableParallelism();
+  const dflt = loadConfig(undefined, {});
+  t.equal(dflt.worker.threads, cores >= 4 ? Math.min(cores, dflt.worker.partitions) : 1, `auto by default (${cores} cores here)`);
+  const limits = { partitions: 8, clustered: false, concurrent_invocations_limit: 1000 };
+  t.same([1, 2, 3, 4, 6, 8, 16, 64].map((n) => autoThreads(n, limits)), [1, 1, 1, 4, 6, 8, 8, 8], 'auto by cores: one below 4, then a thread per core, at most one per partition');
+  t.equal(autoThreads(16, { ...limits, concurrent_invocations_limit: 3 }), 3, 'auto: no more threads than concurrent_invocations_limit (each has one slot at least)');
+  t.equal(autoThreads(16, { ...limits, clustered: true }), 1, 'auto on a cluster node: one');
+  t.equal(loadConfig(undefined, { KEEL_WORKER__THREADS: '1' }).worker.threads, 1, 'one: every partition on the main event loop');
   t.equal(loadConfig(undefined, { KEEL_WORKER__THREADS: '3' }).worker.threads, 3);
   t.equal(loadConfig(undefined, { KEEL_WORKER__THREADS: '64', KEEL_WORKER__PARTITIONS: '4' }).worker.threads, 4, 'more threads than partitions: one per partition');
-  t.equal(loadConfig(undefined, { KEEL_WORKER__THREADS: 'auto', KEEL_WORKER__PARTITIONS: '64' }).worker.threads, os.availableParallelism(), 'auto: the cores this process may use');
+  t.equal(loadConfig(undefined, { KEEL_WORKER__THREADS: 'auto', KEEL_WORKER__PARTITIONS: '64' }).worker.threads, cores >= 4 ? cores : 1, 'auto: the cores this process may use');
   t.equal(loadConfig(writeToml(t, '[worker]\nthreads = 2\n'), {}).worker.threads, 2);
   t.equal(loadConfig(writeToml(t, '[worker]\nthreads = "auto"\npartitions = 1\n'), {}).worker.threads, 1);
   for (const bad of ['0', 'many', '-1', '1.5']) rt0002(t, () => loadConfig(undefined, { KEEL_WORKER__THREADS: bad }), [/KEEL_WORKER__THREADS/, /expected "auto" or a positive integer/], `threads '${bad}'`);

@@ -195,7 +195,7 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'admin.query_engine.indexed_statuses', kind: 'count', dflt: 1_000_000 },
   { path: 'meta.storage_path', kind: 'string', dflt: undefined },
   { path: 'worker.partitions', kind: 'int', dflt: 8 },
-  { path: 'worker.threads', kind: 'threads', dflt: 1 },
+  { path: 'worker.threads', kind: 'threads', dflt: 'auto' },
   { path: 'worker.storage_db.path', kind: 'string', dflt: undefined },
   { path: 'worker.storage_db.fsync', kind: 'bool', dflt: true },
   { path: 'worker.storage_db.log_retained_records', kind: 'count', dflt: 100_000 },
@@ -560,7 +560,11 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
     meta: { storage_path: v<string | undefined>('meta.storage_path') ?? join(baseDir, 'meta') },
     worker: {
       partitions: v<number>('worker.partitions'),
-      threads: threadsOf(v<number | 'auto'>('worker.threads'), v<number>('worker.partitions'), v<string | undefined>('cluster.brokers') !== undefined),
+      threads: threadsOf(v<number | 'auto'>('worker.threads'), {
+        partitions: v<number>('worker.partitions'),
+        clustered: v<string | undefined>('cluster.brokers') !== undefined,
+        concurrent_invocations_limit: v<number>('worker.invoker.concurrent_invocations_limit'),
+      }),
       storage_db: {
         path: v<string | undefined>('worker.storage_db.path') ?? join(baseDir, 'worker'),
         fsync: v<boolean>('worker.storage_db.fsync'),
@@ -669,11 +673,32 @@ function snapshotConfig(v: <T>(path: string) => T): Pick<ClusterConfig, 'snapsho
 }
 
 /**
- * worker.threads: 'auto' (a thread per core this process may use) or a count; at most one per
- * partition. A cluster node's 'auto' is one: its partitions lead and follow Kafka logs on the main
+ * Below this many cores `auto` is one thread: with fewer, the SDK services, the load and V8's own
+ * threads share the cores with the server, and threads cost more than they give (bench/README: on
+ * 2 shared cores two threads served 20% fewer calls at 40% more CPU per call; with 4 cores of its
+ * own the server served 24% more noop calls with threads, 95% more with 8).
+ */
+const AUTO_THREADS_MIN_CORES = 4;
+
+/**
+ * worker.threads: a count, or 'auto' (the default): a thread per core this process may use where it
+ * may use AUTO_THREADS_MIN_CORES or more, else one. Never more than the partitions (one per thread
+ * at least) nor, for 'auto', than concurrent_invocations_limit (each thread gets one slot of it at
+ * least). A cluster node's 'auto' is one: its partitions lead and follow Kafka logs on the main
  * event loop (a count above one is refused with the cluster's keys), so one file serves both kinds of node.
  */
-function threadsOf(value: number | 'auto', partitions: number, clustered: boolean): number {
-  if (value === 'auto') return clustered ? 1 : Math.min(availableParallelism(), partitions);
-  return Math.min(value, partitions);
+function threadsOf(value: number | 'auto', o: AutoThreadsLimits): number {
+  return value === 'auto' ? autoThreads(availableParallelism(), o) : Math.min(value, o.partitions);
+}
+
+export interface AutoThreadsLimits {
+  partitions: number;
+  clustered: boolean;
+  concurrent_invocations_limit: number;
+}
+
+/** What worker.threads = 'auto' is on a process that may use `cores` cores. */
+export function autoThreads(cores: number, o: AutoThreadsLimits): number {
+  if (o.clustered || cores < AUTO_THREADS_MIN_CORES) return 1;
+  return Math.min(cores, o.partitions, o.concurrent_invocations_limit);
 }
