@@ -88,7 +88,7 @@ export async function startKeel(t, { env = {}, dir = tempDir(t), nodePath = proc
           // One event loop (auto's choice below 4 cores), whatever the machine: a suite runs the same
           // path on every machine. Against partition threads: KEEL_TEST_THREADS=3 make test (a file of it),
           // and threads-suites.test.mjs / partition-threads.test.mjs in every run.
-          KEEL_WORKER__THREADS: process.env.KEEL_TEST_THREADS ?? '1',
+          KEEL_WORKER__THREADS: process.env.KEEL_TEST_THREADS || '1',
           ...env,
         },
         stdio: ['ignore', 'pipe', 'pipe'],
