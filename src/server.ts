@@ -9,7 +9,7 @@ import { assert } from './common/assert.js';
 import { createIngressServer } from './ingress/server.js';
 import { Invoker } from './invoker/index.js';
 import { endpointClientFor, type EndpointClient } from './endpoint/client.js';
-import { RequestSigner } from './endpoint/identity.js';
+import { signerFor, type RequestSigner } from './endpoint/identity.js';
 import { Registry } from './metadata/registry.js';
 import { stateCacheBytesPerPartition, Worker, type PartitionsOpened } from './partition/worker.js';
 import { LocalGateway } from './partition/gateway.js';
@@ -330,11 +330,10 @@ function partitionThreads(config: Config, logger: Logger): PartitionThreads | un
 
 /** The request identity key, when configured; its public key is logged for the endpoints' identityKeys. */
 function loadSigner(config: Config, logger: Logger): RequestSigner | undefined {
-  const file = config.worker.invoker.request_identity_private_key_pem_file;
-  if (file === undefined) return undefined;
-  const signer = RequestSigner.fromPemFile(file, config.worker.invoker.request_identity_expiration_ms);
+  const signer = signerFor(config);
+  if (signer === undefined) return undefined;
   logger.info(
-    { kid: signer.publicKey, path: file },
+    { kid: signer.publicKey, path: config.worker.invoker.request_identity_private_key_pem_file },
     `Loaded request identity key: requests to endpoints are signed; endpoints verify them with identityKeys: ["${signer.publicKey}"]`,
   );
   return signer;

@@ -58,3 +58,20 @@ t.test('the consumers\' view: partitions as the server maps keys, appends handed
   t.equal(view.pending('sub_a'), 2);
   t.equal(view.position('sub_a', 'orders', 0)?.next_offset, 1);
 });
+
+t.test('a partition tells its counts only when they changed: PartitionState.subscriptionCountsEqual', async (t) => {
+  const { PartitionState } = await import('../dist/partition/state.js');
+  const state = new PartitionState(0);
+  t.notOk(state.subscriptionCountsEqual(undefined), 'nothing told yet: tell');
+  t.ok(state.subscriptionCountsEqual({}), 'none pending, none told');
+  state.counters.subscriptions.sub_a = 2;
+  t.notOk(state.subscriptionCountsEqual({}), 'one more pending than told');
+  const told = state.subscriptionCounts();
+  t.ok(state.subscriptionCountsEqual(told));
+  state.counters.subscriptions.sub_a = 3;
+  t.notOk(state.subscriptionCountsEqual(told), 'a count moved');
+  t.equal(told.sub_a, 2, 'what was told is a copy');
+  delete state.counters.subscriptions.sub_a;
+  t.notOk(state.subscriptionCountsEqual({ sub_a: 2 }), 'a subscription gone from the counts');
+  t.ok(state.subscriptionCountsEqual({}));
+});

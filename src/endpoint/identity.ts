@@ -9,6 +9,7 @@
 // signature, so Keel leaves it out.
 import { createPrivateKey, createPublicKey, sign, type KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import type { Config } from '../config/index.js';
 import { KeelError } from '../errors/index.js';
 
 export const SIGNATURE_SCHEME_HEADER = 'x-restate-signature-scheme';
@@ -113,4 +114,10 @@ export class RequestSigner {
     this.cache.set(path, { jwt, renew_at_s: now_s + Math.max(1, Math.floor(this.expiration_s / 2)) });
     return jwt;
   }
+}
+
+/** The request signer the configuration names (worker.invoker.request_identity_private_key_pem_file), if any. */
+export function signerFor(config: Config): RequestSigner | undefined {
+  const file = config.worker.invoker.request_identity_private_key_pem_file;
+  return file === undefined ? undefined : RequestSigner.fromPemFile(file, config.worker.invoker.request_identity_expiration_ms);
 }

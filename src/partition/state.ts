@@ -186,10 +186,17 @@ export class PartitionState {
     return this.counters.subscriptions[subscription_id] ?? 0;
   }
 
-  /** Whether any subscription has an invocation here that has not completed. */
-  anySubscriptionPending(): boolean {
-    for (const _ in this.counters.subscriptions) return true;
-    return false;
+  /** Whether `counts` are this partition's pending counts by subscription (no copy made). */
+  subscriptionCountsEqual(counts: Readonly<Record<string, number>> | undefined): boolean {
+    if (counts === undefined) return false;
+    const mine = this.counters.subscriptions;
+    let n = 0;
+    for (const id in mine) {
+      if (counts[id] !== mine[id]) return false;
+      n++;
+    }
+    for (const _ in counts) n--;
+    return n === 0;
   }
 
   /** Invocations here that have not completed, by the subscription that made them (a copy). */

@@ -64,9 +64,6 @@ const LOCAL_ROUTE = '';
 export type InvocationChanges = Array<[id: string, status: Buffer | null]>;
 export type InvocationListener = (changes: InvocationChanges) => void;
 
-/** The pending counts of a partition where no subscription has any, as told (JSON). */
-const NOTHING_PENDING = '{}';
-
 /** What one partition holds of Kafka subscriptions: its invocations not completed by subscription, and positions it wrote. */
 export interface SubscriptionChanges {
   partition: number;
@@ -114,8 +111,8 @@ export class Worker implements Effects {
   private kafkaLog: KafkaLogClient | undefined;
   private readonly invocationListeners = new Set<InvocationListener>();
   private readonly subscriptionListeners = new Set<SubscriptionListener>();
-  /** The pending counts each partition last told the subscription listeners of (JSON). */
-  private readonly pendingTold = new Map<number, string>();
+  /** The pending counts each partition last told the subscription listeners of. */
+  private readonly pendingTold = new Map<number, Readonly<Record<string, number>>>();
   private readonly failureListeners = new Set<(failure: PartitionFailure) => void>();
   /** Per open partition, the delivery of its outbox to the others. */
   private readonly shuffles = new Map<number, Shuffle>();
@@ -416,7 +413,7 @@ export class Worker implements Effects {
     this.subscriptionListeners.add(listener);
     for (const { partition, state } of this.views()) {
       const pending = state.subscriptionCounts();
-      this.pendingTold.set(partition, JSON.stringify(pending));
+      this.pendingTold.set(partition, pending);
       listener({ partition, pending, positions: [...state.subscriptionPositions.values()] });
     }
     return () => this.subscriptionListeners.delete(listener);
@@ -428,12 +425,10 @@ export class Worker implements Effects {
     const positions: SubscriptionPosition[] = [];
     const prefix = subscriptionPositionsTable.prefix(partition);
     for (const [key, value] of writes) if (value !== null && key.startsWith(prefix)) positions.push(subscriptionPositionsTable.decode(value));
-    // Most batches of most servers: no subscription has anything pending here, as before.
-    if (positions.length === 0 && !state.anySubscriptionPending() && this.pendingTold.get(partition) === NOTHING_PENDING) return;
+    // Most batches: no position written and the counts as told (empty, on most servers).
+    if (positions.length === 0 && state.subscriptionCountsEqual(this.pendingTold.get(partition))) return;
     const pending = state.subscriptionCounts();
-    const told = JSON.stringify(pending);
-    if (positions.length === 0 && this.pendingTold.get(partition) === told) return;
-    this.pendingTold.set(partition, told);
+    this.pendingTold.set(partition, pending);
     for (const l of this.subscriptionListeners) l({ partition, pending, positions });
   }
 

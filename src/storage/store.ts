@@ -35,17 +35,17 @@ export interface OpenOptions {
 }
 const VERSION_FILE = 'KEEL_STORAGE_VERSION';
 
-/**
- * Opens the worker store at `path`: one LevelDB for every partition (keys are prefixed with
- * the partition). A fresh directory gets a format version file; a non-empty one without it is
- * refused (RT0009), and so is a directory another process has open (RT0005).
- */
 /** The worker store's options as configured (every thread that opens it opens it so). */
 export function workerStoreOptions(config: Config): OpenOptions {
   const sdb = config.worker.storage_db;
   return { block_cache_bytes: sdb.block_cache_size_bytes, max_open_files: sdb.max_open_files, write_buffer_bytes: sdb.write_buffer_size_bytes, multithreading: config.worker.threads > 1 };
 }
 
+/**
+ * Opens the worker store at `path`: one LevelDB for every partition (keys are prefixed with
+ * the partition). A fresh directory gets a format version file; a non-empty one without it is
+ * refused (RT0009), and so is a directory another process has open (RT0005).
+ */
 export async function openWorkerStore(path: string, options: OpenOptions = {}): Promise<Db> {
   mkdirSync(path, { recursive: true });
   const versionFile = join(path, VERSION_FILE);

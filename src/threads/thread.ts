@@ -9,7 +9,7 @@ import { installLeanAsyncBind } from '../common/async-bind.js';
 import { createLogger, type Logger } from '../common/logger.js';
 import { InvocationId } from '../common/ids.js';
 import { endpointClientFor } from '../endpoint/client.js';
-import { RequestSigner } from '../endpoint/identity.js';
+import { signerFor } from '../endpoint/identity.js';
 import { Invoker } from '../invoker/index.js';
 import { SharedSlots } from '../invoker/deployment-slots.js';
 import { decodeCommand, type CommandKind } from '../log/commands.js';
@@ -63,8 +63,7 @@ async function start(data: ThreadData): Promise<Parts & { opened: number[] }> {
   const db = await openWorkerStore(config.worker.storage_db.path, workerStoreOptions(config));
   const owned = owners.flatMap((t, p) => (t === thread ? [p] : []));
   const worker = new Worker(config, logger.child({ component: 'worker' }), telemetry, owned);
-  const key = config.worker.invoker.request_identity_private_key_pem_file;
-  const endpoints = endpointClientFor(config, key !== undefined ? RequestSigner.fromPemFile(key, config.worker.invoker.request_identity_expiration_ms) : undefined);
+  const endpoints = endpointClientFor(config, signerFor(config));
 
   const peers = mesh.filter((p): p is MessagePort => p !== undefined);
   const freed = (deployment: string) => peers.forEach((peer) => peer.postMessage({ t: 'freed', deployment } satisfies PeerMessage));
