@@ -4,6 +4,7 @@
 // Fakes: a registry, an endpoint client whose streams never answer, partitions holding statuses.
 import t from 'tap';
 import { Invoker } from '../dist/invoker/index.js';
+import { SharedSlots, sharedSlotsMemory } from '../dist/invoker/deployment-slots.js';
 import { InvocationId } from '../dist/common/ids.js';
 import { silentLogger } from '../dist/common/logger.js';
 
@@ -72,4 +73,45 @@ t.test('the limit is lifted: every parked attempt runs at once', async (t) => {
   s.invoker.limitsChanged();
   t.same(s.invoker.depths(), { waiting: 0, running: 5 });
   s.invoker.stop();
+});
+
+t.test('threads: a slot freed on another thread between a refused take and the park is not lost', async (t) => {
+  // Two partition threads' invokers over one table of slots, in one thread so the interleaving is exact:
+  // B holds the deployment's only slot; A's take is refused, and B's attempt ends right then — before
+  // A counts itself as waiting, so B announces nothing. A must see the free slot itself.
+  const s = setup();
+  s.finishAll();
+  const memory = sharedSlotsMemory();
+  const announced = [];
+  let invokerA;
+  const slotsB = new SharedSlots(memory, (d) => (announced.push(d), invokerA.slotFreed(d)));
+  const sharedA = new SharedSlots(memory, () => {});
+  const registry = { deployment: (id) => s.deployments.get(id), deploymentConcurrency: (id) => s.limits.get(id), service: () => ({ name: 'S', ty: 'Service', deployment_id: 'D1', handlers: [{ name: 'h' }] }) };
+  const endpoints = { openStream: () => ({ write() {}, end() {}, finish() {}, abort() {} }) };
+  const host = { invocation: (id) => s.statuses.get(id), journal: () => [], objectState: () => [], append: async () => {} };
+  const invokerB = new Invoker(config, registry, endpoints, silentLogger, undefined, slotsB);
+  let takes = 0;
+  const slotsA = Object.assign(Object.create(sharedA), {
+    take(d, cap) {
+      const took = sharedA.take(d, cap);
+      takes += 1;
+      if (!took && takes === 1) invokerB.abort(idB); // the other thread gives its slot back now
+      return took;
+    },
+  });
+  invokerA = new Invoker(config, registry, endpoints, silentLogger, undefined, slotsA);
+  const running = (id) => ({ id, status: 'running', epoch: 0, journal_length: 0, service: 'S', handler: 'h', service_type: 'Service', key: '', retry_count: 0, modified_at_ms: Date.now() });
+  const idB = InvocationId.random(2n).text;
+  const idA = InvocationId.random(3n).text;
+  s.statuses.set(idB, running(idB));
+  s.statuses.set(idA, running(idA));
+  invokerB.start(host, idB, 0);
+  t.same(invokerB.depths(), { waiting: 0, running: 1 }, 'B runs on the only slot');
+  invokerA.start(host, idA, 0);
+  t.equal(takes, 2, "A's first take was refused while B held the slot, its second took it");
+  t.same(announced, [], 'B announced nothing: A did not wait yet when the slot came free');
+  t.same(invokerB.depths(), { waiting: 0, running: 0 });
+  t.same(invokerA.depths(), { waiting: 0, running: 1 }, 'A runs all the same: it looked again after it parked');
+  invokerA.stop();
+  invokerB.stop();
 });

@@ -209,6 +209,36 @@ t.test('a partition thread that ends while serving stops the server; the restart
   t.ok(again.every((at) => at >= readyAt - 50), `no attempt before the server listened (first ${Math.min(...again) - readyAt} ms after the ready line)`);
 });
 
+t.test('a partition thread that ends during the stop: the stop still ends, says so, and the next start runs what was accepted', async (t) => {
+  const fault = fileURLToPath(new URL('./helpers/thread-fault.cjs', import.meta.url));
+  const { keel } = await setup(t, { dir: tempDir(t), env: { NODE_OPTIONS: `--require ${fault}`, END_PARTITION_THREAD: '1', END_PARTITION_THREAD_ON: 'stop' } });
+  slowRuns.length = 0;
+  slow.gate = new Promise((resolve) => (slow.release = resolve));
+  const sends = await Promise.all(Array.from({ length: 24 }, (_, i) => ingress(keel, '/Fan/slow/send', i)));
+  t.ok(sends.every((r) => r.status === 202), 'twenty-four sends accepted');
+  const owners = ownersOf(keel);
+  t.ok(sends.some((r) => owners[partitionOf(r.body.invocationId)] === 1), 'some of them on thread 1');
+  await eventually(() => slowRuns.length === 24);
+
+  // Thread 1 is ended instead of receiving the stop (test/helpers/thread-fault.cjs): it never says 'stopped'.
+  const stopAt = Date.now();
+  await keel.stop();
+  t.same(await keel.exited, { code: 0, signal: null }, `the stop ends (${Date.now() - stopAt} ms), with 0`);
+  const lines = keel.logLines('KEEL0503');
+  t.equal(lines.length, 1, 'one KEEL0503 line');
+  t.match(lines[0], { level: 40, thread: 1, msg: /partition thread 1 ended during the stop before it closed its partitions/ }, 'a warning naming the thread, not a fatal line');
+  const endedAt = Date.now();
+  slow.release();
+
+  await keel.launch();
+  await eventually(async () => {
+    const rows = await query(keel, "SELECT status FROM sys_invocation WHERE target_handler_name = 'slow'");
+    return rows.length === 24 && rows.every((r) => r.status === 'completed');
+  }, { timeout_ms: 20_000 });
+  t.pass('all twenty-four completed after the next start');
+  t.equal(slowRuns.filter((at) => at > endedAt).length, 24, 'each ran again (none had its run journaled)');
+});
+
 t.test('what threads cannot do yet is refused, with the reason', async (t) => {
   const cluster = await startKeel(t, { env: { KEEL_WORKER__THREADS: '2', KEEL_CLUSTER__BROKERS: '127.0.0.1:1', KEEL_CLUSTER__NODE_NAME: 'n1' } }).catch((err) => err);
   t.match(String(cluster?.message), /RT0002[^\n]*'worker\.threads' is 2: a cluster node needs worker\.threads = 1 \(or auto\)/, 'a cluster node with threads does not start');

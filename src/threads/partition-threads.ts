@@ -53,6 +53,8 @@ interface Handle {
   failures: PartitionFailure[];
   /** Resolves when the thread has closed its partitions (its 'stopped', or its end). */
   stopped?: () => void;
+  /** It said 'stopped': its partitions and its handle on the store are closed. */
+  closed?: true;
   /** The thread has ended: nothing sent to it is answered. */
   exited?: Error;
 }
@@ -174,6 +176,10 @@ export class PartitionThreads implements PartitionGateway {
       h.thread.on('messageerror', (err) => this.logger.error({ err, code: 'RT0006', thread: h.index }, 'a message from a partition thread could not be read'));
       h.thread.once('error', (err) => (serving ? this.lost(h, err) : reject(err)));
       h.thread.once('exit', (code) => {
+        if (this.state === 'stopping' && h.closed === undefined) {
+          // Nothing is lost (every accepted call is in the store), but the next start recovers it: say so.
+          this.logger.warn({ code: 'KEEL0503', thread: h.index, exit_code: code }, `partition thread ${h.index} ended during the stop before it closed its partitions: the next start recovers them from the store`);
+        }
         this.abandon(h, new Error(`partition thread ${h.index} exited with code ${code}`));
         if (serving) this.lost(h, new Error(`exited with code ${code}`));
         else reject(new Error(`partition thread ${h.index} exited with code ${code} before it served`));
@@ -218,6 +224,7 @@ export class PartitionThreads implements PartitionGateway {
       case 'subscriptions':
         return this.subscriptionMirror.update(m.changes);
       case 'stopped':
+        h.closed = true;
         return h.stopped?.();
     }
   }
