@@ -4,6 +4,8 @@
 //         warmupMs, durationMs      – timed mode: unmeasured warmup, then a measured window (the default)
 //         total                     – fixed-count mode: exactly `total` requests, measured from the first send
 //                                     to the last answer (wallMs); no warmup
+//         metricsUrl?               – a Keel server's /metrics, scraped right before and after the measured
+//                                     window: `serverTail` (bench/tail.mjs) says what paused and wrote in it
 //         keys?, keyPrefix?         – object mode: `{key}` in url is replaced by keyPrefix + i, i = 0..keys-1,
 //                                     round robin over all requests; successes per key are counted in every
 //                                     phase (warmup too), so they can be compared with the object's state }
@@ -11,6 +13,7 @@
 // `cpuMs.loadgen` is this process's own over the same window.
 import * as http from 'node:http';
 import { sampleCpu } from './proc.mjs';
+import { scrapeServerTail, serverTail } from './tail.mjs';
 
 const spec = JSON.parse(process.argv[2]);
 const body = Buffer.from(spec.body ?? '{}');
@@ -124,6 +127,7 @@ const rec = (r) => {
 };
 
 const pids = spec.pids ?? {};
+const tail0 = spec.metricsUrl ? await scrapeServerTail(spec.metricsUrl) : undefined;
 const cpu0 = sampleCpu(pids);
 const own0 = process.cpuUsage();
 const t0 = nowMs();
@@ -131,6 +135,8 @@ await phase(fixed ? { total: spec.total } : { durationMs: spec.durationMs }, rec
 const t1 = nowMs();
 const cpu1 = sampleCpu(pids);
 const own1 = process.cpuUsage(own0);
+// After the CPU sample: the scrape's own cost stays out of the server's CPU figure.
+const tail1 = spec.metricsUrl ? await scrapeServerTail(spec.metricsUrl) : undefined;
 agent.destroy();
 
 const sorted = lat.subarray(0, ok).sort();
@@ -159,5 +165,7 @@ const out = {
   cpuMsPerInvocation: Object.fromEntries(Object.entries(cpuMs).map(([k, v]) => [k, v != null && ok ? v / ok : null])),
 };
 if (fixed) out.wallMs = elapsedMs;
+const tailFigures = serverTail(tail0, tail1, ok);
+if (tailFigures !== undefined) out.serverTail = tailFigures;
 if (keys > 0) out.perKey = { prefix: spec.keyPrefix ?? '', ok: okPerKey, errors: errorsPerKey };
 process.stdout.write(JSON.stringify(out) + '\n');

@@ -1,6 +1,7 @@
 // The report: tables built once from the results, rendered as text (stdout) and markdown (latest.md),
 // the Keel/Restate ratios per cell and the goals check of issue 7.
 import { fmt, median } from './common.mjs';
+import { serverTailText } from './tail.mjs';
 
 // ---------------------------------------------------------------- goals (issue 7, Keel's default mode)
 
@@ -73,6 +74,8 @@ export function buildTables(res) {
         rows.push(loadRow([c], t, r, base, LOAD_COLS.length + 2));
         if (r?.error) notes.push(`${t} c=${c}: ${r.error}`);
         if (r?.errors) notes.push(`${t} c=${c}: ${errText(r)}; e.g. ${r.errorSamples?.[0] ?? ''}`);
+        const tail = serverTailText(r?.serverTail);
+        if (tail !== undefined) notes.push(`${t} c=${c}: ${tail}`);
       }
     }
     tables.push({ title: `Closed loop: ${scenario} (${res.scenarioPaths?.[scenario] ?? ''})`, columns: ['c', 'target', ...LOAD_COLS], rows, notes });

@@ -26,6 +26,7 @@ export function combineRows(rows) {
   out.rps = median(rows.map((r) => r.rps));
   out.latencyMs = medianOf(rows, (r) => r.latencyMs);
   out.cpuMsPerInvocation = medianOf(rows, (r) => r.cpuMsPerInvocation);
+  if (rows.some((r) => r.serverTail)) out.serverTail = medianOf(rows, (r) => r.serverTail);
   out.ok = rows.reduce((n, r) => n + r.ok, 0);
   out.errors = rows.reduce((n, r) => n + r.errors, 0);
   out.errorKinds = {};

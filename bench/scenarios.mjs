@@ -44,6 +44,8 @@ export function runLoad(node, spec, hardTimeoutMs) {
 }
 
 const pidsOf = (server, service) => ({ server: server.pid, service: service.child.pid });
+/** Keel's own account of its pauses and writes in a cell (bench/tail.mjs); the other targets have none to give. */
+const metricsOf = (server) => (server.target?.startsWith('keel') ? { metricsUrl: `${server.admin}/metrics` } : {});
 
 /** Unmeasured load at c=16 (per scenario, once per server). */
 export async function warmup(node, server, sc, opts) {
@@ -73,6 +75,7 @@ export async function closedLoopCell(node, server, service, sc, c, opts, idleCpu
       durationMs: opts.durationMs,
       requestTimeoutMs: opts.requestTimeoutMs,
       pids: pidsOf(server, service),
+      ...metricsOf(server),
     },
     opts.runWarmupMs + opts.durationMs + 2 * opts.requestTimeoutMs + 15000,
   );
