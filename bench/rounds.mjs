@@ -2,6 +2,7 @@
 // machine that speeds up or slows down during the run (a shared VM here moved ±20% within minutes)
 // does not decide a ratio. A cell of several rounds reports the median of each figure.
 import { median } from './common.mjs';
+import { poolServerTails } from './tail.mjs';
 
 const medianOf = (rows, pick) => {
   const keys = new Set(rows.flatMap((r) => Object.keys(pick(r) ?? {})));
@@ -26,7 +27,8 @@ export function combineRows(rows) {
   out.rps = median(rows.map((r) => r.rps));
   out.latencyMs = medianOf(rows, (r) => r.latencyMs);
   out.cpuMsPerInvocation = medianOf(rows, (r) => r.cpuMsPerInvocation);
-  if (rows.some((r) => r.serverTail)) out.serverTail = medianOf(rows, (r) => r.serverTail);
+  // Totals over the rounds (means are taken once, from the sums): a median of each figure could mix rounds.
+  if (rows.some((r) => r.serverTail)) out.serverTail = poolServerTails(rows.map((r) => r.serverTail));
   out.ok = rows.reduce((n, r) => n + r.ok, 0);
   out.errors = rows.reduce((n, r) => n + r.errors, 0);
   out.errorKinds = {};

@@ -149,7 +149,7 @@ async function loadPhase(target, service, round) {
       const skip = guard(scenario);
       if (skip) row.error = skip;
       else {
-        const r = await closedLoopCell(node, s, service, SCENARIOS[scenario], c, opts, info.idleCpuMsPerSec);
+        const r = await closedLoopCell(node, s, service, SCENARIOS[scenario], c, opts, info.idleCpuMsPerSec, { tail: true });
         if (r.failed) row.error = r.failed;
         else Object.assign(row, r);
         if (s.child.exited) row.error = `server exited during the run (${fmtExit(s.child.exited)})`;

@@ -62,8 +62,12 @@ function netOfIdle(r, idleCpuMsPerSec) {
     r.cpuMsPerInvocation.serverNetOfIdle = Math.max(0, r.cpuMs.server - (idleCpuMsPerSec * r.elapsedMs) / 1000) / r.ok;
 }
 
-/** One closed-loop cell: a scenario at one concurrency for `durationMs` after `runWarmupMs`. */
-export async function closedLoopCell(node, server, service, sc, c, opts, idleCpuMsPerSec) {
+/**
+ * One closed-loop cell: a scenario at one concurrency for `durationMs` after `runWarmupMs`. `tail`: Keel's own
+ * account of its pauses and writes in the window (bench/tail.mjs) — only for a cell alone on its server (two
+ * at once would each see the other's, and each scrape would land in the other's window).
+ */
+export async function closedLoopCell(node, server, service, sc, c, opts, idleCpuMsPerSec, { tail = false } = {}) {
   const r = await runLoad(
     node,
     {
@@ -75,7 +79,7 @@ export async function closedLoopCell(node, server, service, sc, c, opts, idleCpu
       durationMs: opts.durationMs,
       requestTimeoutMs: opts.requestTimeoutMs,
       pids: pidsOf(server, service),
-      ...metricsOf(server),
+      ...(tail ? metricsOf(server) : {}),
     },
     opts.runWarmupMs + opts.durationMs + 2 * opts.requestTimeoutMs + 15000,
   );

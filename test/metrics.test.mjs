@@ -120,12 +120,16 @@ t.test('/metrics after real invocations: counters, histograms, gauges, labels, f
     'keel_attempt_duration_seconds', 'keel_invocation_duration_seconds', 'keel_journal_entries_appended_total', 'keel_log_batch_commands',
     'keel_log_batch_size_bytes', 'keel_log_write_duration_seconds', 'keel_errors_total', 'keel_ingress_requests_in_flight',
     'keel_invoker_attempts_waiting', 'keel_invoker_attempts_running', 'keel_partition_queued_commands', 'keel_outbox_entries',
-    'keel_invocations', 'keel_store_size_bytes', 'keel_endpoint_http2_connections', 'keel_endpoint_http2_streams']) {
+    'keel_invocations', 'keel_store_size_bytes', 'keel_endpoint_http2_connections', 'keel_endpoint_http2_streams', 'keel_gc_pause_seconds']) {
     t.ok(families.includes(f), `${f} is exposed`);
   }
   t.equal(m.types.get('keel_attempt_duration_seconds'), 'histogram');
   t.equal(m.types.get('keel_invocations_started_total'), 'counter');
   t.ok(m.types.has('process_cpu_seconds_total') && m.types.has('nodejs_heap_size_used_bytes'), 'prom-client process metrics');
+  // prom-client's gc metric takes only the first entry of each batch Node hands over; Keel's counts them all.
+  const [gcKeel, gcProm] = [sum(m, 'keel_gc_pause_seconds_count'), sum(m, 'nodejs_gc_duration_seconds_count')];
+  t.ok(gcKeel >= gcProm, `every GC pause counted (${gcKeel}; prom-client's ${gcProm}; test/bench-tail.test.mjs sees them under load)`);
+  t.same([...new Set(m.samples.filter((x) => x.name === 'keel_gc_pause_seconds_count').map((x) => x.labels.kind))].sort(), ['incremental', 'major', 'minor', 'weakcb'], 'by kind');
 
   const ok = { service: 'Metered', handler: 'ok' };
   t.equal(value(m, 'keel_invocations_started_total', ok), 3);

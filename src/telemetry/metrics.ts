@@ -1,3 +1,4 @@
+import { constants as perf, PerformanceObserver } from 'node:perf_hooks';
 import type { Registry } from 'prom-client';
 import { assert } from '../common/assert.js';
 import { loadPackage } from '../common/load-package.js';
@@ -58,6 +59,13 @@ export interface MetricSources {
  * growing (a deployment per commit, say) cannot grow the scrape without bound.
  */
 const MAX_TARGETS = 2_000;
+/** Node's GC kinds (perf_hooks) and their label. */
+const GC_KINDS: ReadonlyArray<[number, string]> = [
+  [perf.NODE_PERFORMANCE_GC_MINOR, 'minor'],
+  [perf.NODE_PERFORMANCE_GC_MAJOR, 'major'],
+  [perf.NODE_PERFORMANCE_GC_INCREMENTAL, 'incremental'],
+  [perf.NODE_PERFORMANCE_GC_WEAKCB, 'weakcb'],
+];
 export const OTHER = '_other';
 
 const COMPLETIONS: readonly CompletionOutcome[] = ['succeeded', 'failed', 'killed'];
@@ -94,6 +102,7 @@ export class KeelMetrics {
     batchCommands: new HistogramFamily('keel_log_batch_commands', 'Commands per log batch (one store write), by partition', BATCH_COMMANDS_BUCKETS),
     batchBytes: new HistogramFamily('keel_log_batch_size_bytes', 'Bytes of log records per batch (materialised state writes not included), by partition', BATCH_BYTES_BUCKETS),
     writeSeconds: new HistogramFamily('keel_log_write_duration_seconds', 'Duration of one log batch write (fsync included when on), by partition', WRITE_SECONDS_BUCKETS),
+    gcPauses: new HistogramFamily('keel_gc_pause_seconds', "Every pause of the main thread for garbage collection, by kind (minor, major, incremental, weakcb); nodejs_gc_duration_seconds counts only the first of each batch of them", WRITE_SECONDS_BUCKETS),
     errors: new CellFamily('keel_errors_total', 'Log lines at warn or error level carrying a stable error code, by code'),
     ingressInFlight: new CellFamily('keel_ingress_requests_in_flight', 'Ingress requests waiting for an invocation (call, send, attach, output)', 'gauge'),
     flowRejected: new CellFamily('keel_flow_rule_rejected_total', 'Requests refused (429) because the backlog of a flow-control rule was full, by rule'),
@@ -116,10 +125,25 @@ export class KeelMetrics {
       // used on the hot path (see cells.ts).
       for (const m of this.scraped) registry.registerMetric(this.withPeers(m) as unknown as Parameters<Registry['registerMetric']>[0]);
       // Process metrics under their usual names (process_*, nodejs_*): dashboards expect them so.
-      if (this.options.processMetrics) collectDefaultMetrics({ register: registry });
+      if (this.options.processMetrics) {
+        collectDefaultMetrics({ register: registry });
+        this.observeGc();
+      }
       return registry;
     });
     return this.registry;
+  }
+
+  /**
+   * Every GC pause, into keel_gc_pause_seconds. prom-client's gc metric observes only the first entry
+   * of each callback, and Node hands several over at once (two scavenges in one turn of the loop under
+   * load): it under-counts the pauses that make the tail (bench/tail.mjs reads these).
+   */
+  private observeGc(): void {
+    const cells = new Map<number, HistogramCell>(GC_KINDS.map(([flag, kind]) => [flag, this.f.gcPauses.cell({ kind })]));
+    new PerformanceObserver((list) => {
+      for (const entry of list.getEntries()) cells.get((entry as PerformanceEntry & { detail?: { kind?: number } }).detail?.kind ?? -1)?.observe(entry.duration / 1000);
+    }).observe({ entryTypes: ['gc'] });
   }
 
   /** The cells of a service and handler; unknown or too many pairs share the `_other` cells. */

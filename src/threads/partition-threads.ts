@@ -55,6 +55,8 @@ interface Handle {
   stopped?: () => void;
   /** It said 'stopped': its partitions and its handle on the store are closed. */
   closed?: true;
+  /** What ended it during the stop (an uncaught error, out of heap), for the warning its exit logs. */
+  died?: Error;
   /** The thread has ended: nothing sent to it is answered. */
   exited?: Error;
 }
@@ -178,7 +180,7 @@ export class PartitionThreads implements PartitionGateway {
       h.thread.once('exit', (code) => {
         if (this.state === 'stopping' && h.closed === undefined) {
           // Nothing is lost (every accepted call is in the store), but the next start recovers it: say so.
-          this.logger.warn({ code: 'KEEL0503', thread: h.index, exit_code: code }, `partition thread ${h.index} ended during the stop before it closed its partitions: the next start recovers them from the store`);
+          this.logger.warn({ code: 'KEEL0503', thread: h.index, exit_code: code, ...(h.died ? { err: h.died } : {}) }, `partition thread ${h.index} ended during the stop before it closed its partitions: the next start recovers them from the store`);
         }
         this.abandon(h, new Error(`partition thread ${h.index} exited with code ${code}`));
         if (serving) this.lost(h, new Error(`exited with code ${code}`));
@@ -189,7 +191,10 @@ export class PartitionThreads implements PartitionGateway {
 
   /** A thread gone while serving: its partitions answer nothing more, and accepted calls wait on them: stop, as a deposed node does. */
   private lost(h: Handle, err: Error): void {
-    if (this.state === 'stopping' || this.state === 'stopped') return;
+    if (this.state === 'stopping' || this.state === 'stopped') {
+      h.died ??= err;
+      return;
+    }
     this.logger.fatal({ err, code: 'KEEL0503', thread: h.index }, `partition thread ${h.index} stopped: the server stops (its partitions are recovered from the store at the next start)`);
     process.exit(1);
   }
