@@ -7,7 +7,7 @@
 // rate has a FLOW timer by then; timers counted right; and a rebuild from the log gives the same
 // store bytes (the determinism replicas rely on).
 import t from 'tap';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { invoke, ended, append, output, MessageType, Outcome, Then, TimerKind, ManageAction, InvocationId } from './helpers/fold.mjs';
@@ -36,7 +36,7 @@ async function fuzz(seed, { RUNS, STEPS, RELOAD = true, SKEW = false, LAG = 0.3 
     const A = (c, at = now) => { cmds.push([c, at]); return p.apply(c, at); };
     let broke = false;
     for (let step = 0; step < STEPS && !broke; step++) {
-      if (RELOAD && step % 50 === 49) { const db = await openWorkerStore(mkdtempSync(path.join(os.tmpdir(), 'fz3-'))); await db.batch([...p.store].map(([key, value]) => ({ type: 'put', key, value }))); const st = await loadState(db, P); await db.close(); st.loader = (k) => p.store.get(k); p.state = st; }
+      if (RELOAD && step % 50 === 49) { const dir = mkdtempSync(path.join(os.tmpdir(), 'fz3-')); const db = await openWorkerStore(dir); await db.batch([...p.store].map(([key, value]) => ({ type: 'put', key, value }))); const st = await loadState(db, P); await db.close(); rmSync(dir, { recursive: true, force: true }); st.loader = (k) => p.store.get(k); p.state = st; }
       const r = rnd(); let at = now;
       try {
         if (r < 0.06) {

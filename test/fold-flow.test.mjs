@@ -6,7 +6,7 @@ import { partition, invoke, ended, completeWith, kinds, find, ManageAction, Outc
 import { scopePartitionKey } from '../dist/common/ids.js';
 import { loadState } from '../dist/partition/recovery.js';
 import { openWorkerStore } from '../dist/storage/store.js';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -123,8 +123,9 @@ t.test('the counters, queues and rules come back from the store', async (t) => {
   p.apply(scoped(a, 's', 'k'));
   p.apply(scoped(b, 's', 'k'));
   // The fixture's writes into a real store, then a load as at a restart.
-  const db = await openWorkerStore(mkdtempSync(path.join(os.tmpdir(), 'keel-fold-flow-')));
-  t.teardown(() => db.close());
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'keel-fold-flow-'));
+  const db = await openWorkerStore(dir);
+  t.teardown(async () => { await db.close(); rmSync(dir, { recursive: true, force: true }); });
   await db.batch([...p.store].map(([key, value]) => ({ type: 'put', key, value })));
   const loaded = await loadState(db, 3);
   t.equal(loaded.flow.rules.book.version, 7);
@@ -166,8 +167,9 @@ t.test('priorities: a higher one goes ahead in its queue and across queues; the 
   const high = scopedId('s');
   p.apply(scoped(high, 's', 'a', { priority: 9 }));
   t.same(p.state.flow.queues.get('s').get('a').map((e) => e.id), [high.text, ...low.map((i) => i.text)], 'the 9 is at the head of its queue');
-  const db = await openWorkerStore(mkdtempSync(path.join(os.tmpdir(), 'keel-fold-prio-')));
-  t.teardown(() => db.close());
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'keel-fold-prio-'));
+  const db = await openWorkerStore(dir);
+  t.teardown(async () => { await db.close(); rmSync(dir, { recursive: true, force: true }); });
   await db.batch([...p.store].map(([key, value]) => ({ type: 'put', key, value })));
   const loaded = await loadState(db, 5);
   t.same(loaded.flow.queues.get('s').get('a').map((e) => [e.id, e.priority]), [[high.text, 9], [low[0].text, 0], [low[1].text, 0]], 'reloaded in the same order');
