@@ -8,7 +8,7 @@
 //   --concurrency LIST        concurrencies                                             [BENCH_CONCURRENCY] (1,32,256)
 //   --duration S              measured seconds per cell                                 [BENCH_DURATION] (6)
 //   --run-warmup S            unmeasured seconds before each cell                       [BENCH_RUN_WARMUP] (1)
-//   --warmup S                per-server warmup per scenario, at c=16                   [BENCH_WARMUP] (2)
+//   --warmup S                per-server warmup per scenario, at c=16                   [BENCH_WARMUP] (15)
 //   --idle S                  idle-CPU baseline per server                              [BENCH_IDLE] (2)
 //   --request-timeout S       per-request timeout                                       [BENCH_REQUEST_TIMEOUT] (10)
 //   --rounds N                the load phase (closed-loop, object and burst cells) N times, the targets in turn
@@ -129,7 +129,7 @@ export function parseArgs(argv, env = process.env) {
     concurrency: env.BENCH_CONCURRENCY ?? '1,32,256',
     duration: env.BENCH_DURATION ?? '6',
     runWarmup: env.BENCH_RUN_WARMUP ?? '1',
-    warmup: env.BENCH_WARMUP ?? '2',
+    warmup: env.BENCH_WARMUP ?? '15',
     idle: env.BENCH_IDLE ?? '2',
     requestTimeout: env.BENCH_REQUEST_TIMEOUT ?? '10',
     rounds: env.BENCH_ROUNDS ?? '3',

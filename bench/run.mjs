@@ -340,7 +340,7 @@ meta.elapsedS = (Date.now() - startedAt) / 1000;
 const tables = buildTables(res);
 const headline =
   `Keel vs Restate — ${meta.host.cpus} CPUs (${meta.host.cpuModel ?? '?'}), load avg at start ${meta.host.loadavg.map((v) => v.toFixed(2)).join(' ')}; ` +
-  `${opts.durationMs / 1000} s per cell after ${opts.runWarmupMs / 1000} s warmup, closed loop, ${opts.rounds > 1 ? `median of ${opts.rounds} rounds (targets in turn)` : 'one round'}; Keel on ${meta.keelNodeVersion ?? 'node'}, service and load on ${meta.loadNodeVersion ?? node}; ` +
+  `${opts.durationMs / 1000} s per cell after ${opts.runWarmupMs / 1000} s warmup (and ${opts.warmupMs / 1000} s per scenario on each fresh server), closed loop, ${opts.rounds > 1 ? `median of ${opts.rounds} rounds (targets in turn)` : 'one round'}; Keel on ${meta.keelNodeVersion ?? 'node'}, service and load on ${meta.loadNodeVersion ?? node}; ` +
   `data dirs in ${meta.dataRoot}; took ${fmt(meta.elapsedS, 0)} s`;
 const targetLines = opts.targets.map((t) => {
   const i = res.targets[t];
