@@ -290,13 +290,15 @@ export function sendResult(ctx: FoldContext, waiter: string, completion_id: numb
  */
 export function complete(ctx: FoldContext, s: InvocationStatus, result: InvocationResult): void {
   assert(s.status !== 'completed', () => `${s.id} completes twice`);
-  // Deleted before any field is added: Node 20's V8 (the system node) undoes the addition of an
-  // object's last-added field (the Output command's `output`, most often) and keeps it a fast
-  // object; any other delete (every delete, on Node 24) turns it into a hash table, and completed
-  // statuses stay in memory (the cache of idle ones). The key order, so the stored JSON, is the same.
+  // The Output command's result is cleared, not deleted: a delete turns the object into a hash table
+  // (on Node 24 any delete; Node 20 undoes only the field added last), and completed statuses stay in
+  // memory (the cache of idle ones: ~1.7 KB each as a hash table, which every scavenge copied on its
+  // way to the old space). JSON leaves out an undefined field, and nothing sets `output` again once
+  // completed, so the stored JSON is what a deleted field gives, keys in the same order. The other
+  // two are deleted: they are absent here but for rare paths, and deleting what is absent is free.
   delete s.next_retry_at_ms;
   delete s.waiting;
-  delete s.output;
+  if (s.output !== undefined) s.output = undefined;
   s.status = 'completed';
   s.result = result;
   s.completed_at_ms = ctx.now_ms;
