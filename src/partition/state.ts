@@ -48,11 +48,11 @@ export type Action =
  * Statuses of invocations that do not run (completed, sleeping, waiting for a lock, paused) kept
  * in memory; the others are read back from the store when a command reaches them. Those that run
  * or back off stay in memory: the invoker works from them, and there are at most
- * MAX_LIVE_INVOCATIONS_PER_PARTITION of them. A status in memory costs ~1.5 KB of heap (a
- * completed one is an object in dictionary mode, with its journal): at 10,000 per partition the
- * cache held ~120 MB under a noop load, all promoted to the old generation and dying there, and
- * the server's RSS after a minute of load was ~200 MB over what 500 gave, for no measured gain
- * in CPU per call. What is read again soon (a wake-up, an attach just after the end) is in it.
+ * MAX_LIVE_INVOCATIONS_PER_PARTITION of them. At 10,000 per partition the cache held ~120 MB
+ * under a noop load (a completed status was then a hash table of ~1.7 KB: `complete` deleted a
+ * field; it is now a plain object of ~200 bytes), all promoted to the old generation and dying
+ * there, and the server's RSS after a minute of load was ~200 MB over what 500 gave, for no
+ * measured gain in CPU per call. What is read again soon (a wake-up, an attach just after the end) is in it.
  */
 export const IDLE_STATUSES_IN_MEMORY = 1_000;
 /** Object locks whose holder (or absence) is kept in memory; others cost one store read. */
