@@ -50,7 +50,8 @@ export type Action =
  * or back off stay in memory: the invoker works from them, and there are at most
  * MAX_LIVE_INVOCATIONS_PER_PARTITION of them. At 10,000 per partition the cache held ~120 MB
  * under a noop load (a completed status was then a hash table of ~1.7 KB: `complete` deleted a
- * field; it is now a plain object of ~200 bytes), all promoted to the old generation and dying
+ * field; one that ran once is now a plain object of ~200 bytes, one retried, resumed or attached to
+ * still passed through a delete), all promoted to the old generation and dying
  * there, and the server's RSS after a minute of load was ~200 MB over what 500 gave, for no
  * measured gain in CPU per call. What is read again soon (a wake-up, an attach just after the end) is in it.
  */

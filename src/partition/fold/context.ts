@@ -295,7 +295,11 @@ export function complete(ctx: FoldContext, s: InvocationStatus, result: Invocati
   // memory (the cache of idle ones: ~1.7 KB each as a hash table, which every scavenge copied on its
   // way to the old space). JSON leaves out an undefined field, and nothing sets `output` again once
   // completed, so the stored JSON is what a deleted field gives, keys in the same order. The other
-  // two are deleted: they are absent here but for rare paths, and deleting what is absent is free.
+  // two are deleted: present only when a suspended or backing-off invocation is ended from outside
+  // (kill, cancel), and deleting what is absent is free. (A retried or resumed status became a hash
+  // table at its resume, whose deletes cannot clear in place: the slot kept would be filled again by
+  // the next suspension or retry, and a cached status and the same status read back from the store
+  // would store their keys in different orders.)
   delete s.next_retry_at_ms;
   delete s.waiting;
   if (s.output !== undefined) s.output = undefined;
