@@ -378,14 +378,15 @@ t.test('complete: a completed status stays a fast object (not a hash table), its
   const helpers = new URL('./helpers/fold.mjs', import.meta.url).href;
   const script = `
     import { partition, serviceId, invoke, completeWith, ended, Outcome, Then } from ${JSON.stringify(helpers)};
-    const p = partition();
+    import { invocationsTable } from ${JSON.stringify(new URL('../dist/storage/tables/invocations.js', import.meta.url).href)};
+    const p = partition(0);
     const plain = serviceId();
     p.apply(invoke(plain));
     completeWith(p, plain, { ok: true });
     const failed = serviceId();
     p.apply(invoke(failed));
     p.apply(ended(failed, 0, Outcome.FAILED, { failure_message: 'boom', then: Then.FAIL }));
-    const stored = (id) => p.store.get([...p.store.keys()].find((k) => k.includes('/s/inv/') && JSON.parse(p.store.get(k)).id === id.text)).toString();
+    const stored = (id) => p.store.get(invocationsTable.key(0, id.text)).toString();
     console.log(JSON.stringify([plain, failed].map((id) => ({ fast: %HasFastProperties(p.status(id)), stored: stored(id) }))));`;
   const runtimes = [process.execPath, '/usr/bin/node'].filter((n, i, all) => existsSync(n) && all.indexOf(n) === i);
   for (const node of runtimes) {

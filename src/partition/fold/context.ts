@@ -290,16 +290,10 @@ export function sendResult(ctx: FoldContext, waiter: string, completion_id: numb
  */
 export function complete(ctx: FoldContext, s: InvocationStatus, result: InvocationResult): void {
   assert(s.status !== 'completed', () => `${s.id} completes twice`);
-  // The Output command's result is cleared, not deleted: a delete turns the object into a hash table
-  // (on Node 24 any delete; Node 20 undoes only the field added last), and completed statuses stay in
-  // memory (the cache of idle ones: ~1.7 KB each as a hash table, which every scavenge copied on its
-  // way to the old space). JSON leaves out an undefined field, and nothing sets `output` again once
-  // completed, so the stored JSON is what a deleted field gives, keys in the same order. The other
-  // two are deleted: present only when a suspended or backing-off invocation is ended from outside
-  // (kill, cancel), and deleting what is absent is free. (A retried or resumed status became a hash
-  // table at its resume, whose deletes cannot clear in place: the slot kept would be filled again by
-  // the next suspension or retry, and a cached status and the same status read back from the store
-  // would store their keys in different orders.)
+  // `output` is cleared, not deleted: a delete makes the object a hash table (~1.7 KB, kept in the
+  // cache of idle statuses), and JSON leaves an undefined field out. Safe here only because nothing
+  // sets `output` again once completed: a slot filled again later (as resume's deletes would be)
+  // would give a cached status another key order, so other stored bytes, than one read back.
   delete s.next_retry_at_ms;
   delete s.waiting;
   if (s.output !== undefined) s.output = undefined;
