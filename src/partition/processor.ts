@@ -14,7 +14,10 @@ import { loadState, recoveryActions } from './recovery.js';
 import type { Action, InvocationStatus, JournalEntry, PartitionState } from './state.js';
 import { objectKeyOf } from './state.js';
 
-/** Runs the actions of a batch once it is durable (a new invocation's first attempt may start before: `startEarly`): the invoker, timers, waiting clients. */
+/**
+ * Runs the actions of a batch once it is durable (a new invocation's first attempt may start
+ * before: `startEarly`): the invoker, timers, waiting clients.
+ */
 export interface Effects {
   execute(processor: PartitionProcessor, actions: Action[]): void;
   /** The partition stopped (a broken invariant, a failed write): health reports it from now on. */
@@ -70,10 +73,10 @@ const MAX_QUEUED_COMMANDS = 200_000;
 /**
  * One partition: appends commands to its log, folds them into its state, and runs the actions
  * once the batch is durable (but for the first attempts that may start while it is written).
- * Commands that arrive while a batch is being written are committed
- * together in the next batch (group commit). A fold that throws or a write that fails stops
- * the partition: its memory can no longer be trusted, the batch is not written, and every
- * append is refused until a restart rebuilds the state from the store.
+ * Commands that arrive while a batch is being written are committed together in the next batch
+ * (group commit). A fold that throws or a write that fails stops the partition: its memory can no
+ * longer be trusted, the batch is not written, and every append is refused until a restart
+ * rebuilds the state from the store.
  */
 export class PartitionProcessor implements AttemptHost {
   // Linked queues: taking a batch off the front is O(batch), not O(queue) as an array's splice(0, n).
