@@ -11,8 +11,7 @@ t.test('invoke: a new invocation journals its input and starts', async (t) => {
   const p = partition();
   const id = serviceId();
   const actions = p.apply(invoke(id));
-  // It sees nothing but itself (a stateless service, its first attempt, only its input): it may start before its batch is durable.
-  t.same(actions, [{ kind: 'start', id: id.text, epoch: 0, before_durable: true }]);
+  t.same(actions, [{ kind: 'start', id: id.text, epoch: 0 }]);
   t.match(p.status(id), { status: 'running', epoch: 0, journal_length: 1, service: 'Svc', handler: 'h' });
   t.equal(p.journal(id)[0].type, MessageType.InputCommand);
   t.same(kinds(p.apply(invoke(id))), [], 'the same id again starts nothing');

@@ -15,7 +15,7 @@ import { decodeCommand } from '../dist/log/commands.js';
 import { EmbeddedLog } from '../dist/log/partition-log.js';
 import { InvocationId, randomPartitionKey } from '../dist/common/ids.js';
 import { silentLogger } from '../dist/common/logger.js';
-import { MessageType, Outcome, Then, encode, pb } from './helpers/fold.mjs';
+import { MessageType, Outcome, encode, pb } from './helpers/fold.mjs';
 import { tempDir } from './helpers/keel.mjs';
 import { NO_INVOKER, subscriptionRecords, workerStore } from './helpers/worker.mjs';
 
@@ -55,12 +55,10 @@ async function setup(t) {
     execute(processor, actions) {
       // Effects run only once the batch that produced them is on disk: every invocation that an
       // action names is already stored.
-      // (but the first attempt of a new stateless invocation, which may start while it is written).
       const stored = actions
-        .filter((a) => a.kind === 'start' && a.before_durable !== true)
+        .filter((a) => a.kind === 'start')
         .every((a) => db.getSync(invocationsTable.key(processor.partition, a.id)) !== undefined);
-      const starts = actions.filter((a) => a.kind === 'start');
-      stats.executes.push({ actions: actions.length, starts: starts.length, early: starts.filter((a) => a.before_durable).length, stored });
+      stats.executes.push({ actions: actions.length, starts: actions.filter((a) => a.kind === 'start').length, stored });
     },
   };
   return { db, stats, effects };
@@ -75,7 +73,6 @@ t.test('group commit: commands issued in one tick share few store writes', async
   t.ok(stats.batchWrites >= 1 && stats.batchWrites <= 2, `${N} commands in ${stats.batchWrites} batch write(s)`);
   t.equal(stats.executes.reduce((n, e) => n + e.starts, 0), N, 'one start action per invocation');
   t.ok(stats.executes.every((e) => e.stored), 'actions ran after their batch was durable');
-  t.equal(stats.executes.reduce((n, e) => n + e.early, 0), N, 'each a new stateless invocation, whose first attempt may start before');
 
   // The log holds every command, in the order they were appended.
   const log = await EmbeddedLog.open(db, 0);
@@ -343,110 +340,37 @@ t.test('a read of a batch being written is shown outside only once it is durable
   await p.close();
 });
 
-/** Holds the store's writes from `hold()` until `release()`, which lets them through or fails them with `err`. */
-function writeGate(db) {
-  let gate = Promise.resolve();
-  let open = () => {};
+t.test("a new invocation's first attempt starts only once its batch is durable", async (t) => {
+  // Started while its batch is written, a crash that lost the batch would leave the handler's first
+  // steps done (a card charged) and no invocation left to finish them: the client's request was the
+  // only copy. (It was tried: noop c=1 p50 -11% on this VM, and dropped for that.)
+  const { db } = await setup(t);
+  let release;
+  const gate = new Promise((r) => (release = r));
   const batch = db.batch.bind(db);
   db.batch = (...args) => {
     const b = batch(...args);
     const write = b.write.bind(b);
     b.write = async (...w) => {
-      const err = await gate;
-      if (err !== undefined) throw err;
+      await gate;
       return write(...w);
     };
     return b;
   };
-  return {
-    hold: () => (gate = new Promise((r) => (open = r))),
-    release: (err) => open(err),
-  };
-}
-
-const turns = async (n = 4) => {
-  for (let i = 0; i < n; i++) await new Promise((r) => setImmediate(r));
-};
-
-function command(i, fields = {}) {
-  const id = InvocationId.random(randomPartitionKey());
-  const cmd = invoke(i);
-  Object.assign(cmd.invoke, { invocation_id: id.bytes, ...fields });
-  return { id, cmd };
-}
-
-t.test("a new stateless invocation's first attempt starts while its batch is written; every other start waits until its batch is durable", async (t) => {
-  const { db } = await setup(t);
-  const gate = writeGate(db);
-  const seen = [];
+  const started = [];
   const effects = {
     execute(processor, actions) {
-      for (const a of actions) {
-        if (a.kind === 'start') seen.push({ id: a.id, start: a.epoch, stored: db.getSync(invocationsTable.key(processor.partition, a.id)) !== undefined });
-        if (a.kind === 'retry') seen.push({ id: a.id, retry: a.epoch });
-      }
+      for (const a of actions) if (a.kind === 'start') started.push(db.getSync(invocationsTable.key(processor.partition, a.id)) !== undefined);
     },
   };
-  const writer = new GroupWriter(db);
-  const p = await PartitionProcessor.open(db, writer, 0, { fsync: true, effects, logger: silentLogger });
-
-  const svc = command(1);
-  gate.hold();
-  let answered = false;
-  const first = p.append(svc.cmd).then(() => (answered = true));
-  await turns();
-  t.same(seen.splice(0), [{ id: svc.id.text, start: 0, stored: false }], 'a service invocation: its first attempt started while the write is held');
-  t.notOk(answered, 'its append, which its client waits for, has not resolved');
-  gate.release();
-  await first;
-
-  const obj = command(2, { service: 'Obj', key: 'k', service_type: 'VirtualObject', handler_type: 'Exclusive' });
-  gate.hold();
-  const second = p.append(obj.cmd);
-  await turns();
-  t.same(seen, [], "an object's invocation (its attempt is given the object's state) does not start while the write is held");
-  gate.release();
-  await second;
-  t.same(seen.splice(0), [{ id: obj.id.text, start: 0, stored: true }], 'it starts once the batch is durable');
-
-  await p.append({ kind: 'attempt_ended', attempt_ended: { invocation_id: svc.id.bytes, epoch: 0, outcome: Outcome.FAILED, error_code: 'RT0007', failure_code: 500, failure_message: 'boom', then: Then.RETRY, retry_at_ms: Date.now() } });
-  const [retry] = seen.splice(0);
-  t.equal(retry.retry, 0, 'the failed first attempt is retried');
-  gate.hold();
-  const third = p.append({ kind: 'retry_attempt', retry_attempt: { invocation_id: svc.id.bytes, epoch: retry.retry } });
-  await turns();
-  t.same(seen, [], 'a retry (an attempt after another, which it may have to follow) does not start while the write is held');
-  gate.release();
-  await third;
-  t.same(seen.splice(0), [{ id: svc.id.text, start: 1, stored: true }], 'it starts once the batch is durable');
-
-  // A log acknowledged on append (Kafka's): its acknowledgement is how a leader learns that it still leads.
-  const openLog = async (n) => Object.defineProperty(await EmbeddedLog.open(db, n, writer, 0), 'durable_on_append', { value: true });
-  const k = await PartitionProcessor.open(db, writer, 1, { fsync: true, effects, logger: silentLogger, openLog });
-  const onKafka = command(3);
-  gate.hold();
-  const fourth = k.append(onKafka.cmd);
-  await turns();
-  t.same(seen, [], 'on a log durable on append, a new stateless invocation waits too');
-  gate.release();
-  await fourth;
-  t.same(seen.splice(0), [{ id: onKafka.id.text, start: 0, stored: true }]);
-
-  // The write of a batch whose attempt started fails: the invocation is lost whole, refused to its client.
-  const lost = command(4);
-  const q = await PartitionProcessor.open(db, writer, 2, { fsync: true, effects, logger: silentLogger });
-  gate.hold();
-  const fifth = q.append(lost.cmd);
-  await turns();
-  t.same(seen.splice(0), [{ id: lost.id.text, start: 0, stored: false }], 'started while the write is held');
-  gate.release(new Error('disk gone'));
-  await t.rejects(fifth, { code: 'KEEL0503' }, 'the write failed: its client is refused');
-  const reopened = await PartitionProcessor.open(db, writer, 2, { fsync: true, effects, logger: silentLogger });
-  t.equal(reopened.invocation(lost.id.text), undefined, 'and after a restart the partition has no such invocation');
-  t.same(recoveryActions(reopened.state), [], 'nothing to start again');
+  const p = await PartitionProcessor.open(db, new GroupWriter(db), 0, { fsync: true, effects, logger: silentLogger });
+  const appended = p.append(invoke(1));
+  for (let i = 0; i < 4; i++) await new Promise((r) => setImmediate(r));
+  t.same(started, [], 'no attempt starts while its batch is held');
+  release();
+  await appended;
+  t.same(started, [true], 'it starts once its batch is stored');
   await p.close();
-  await k.close();
-  await reopened.close();
 });
 
 t.test('a read of a batch written without fsync makes the next write sync it', async (t) => {

@@ -14,10 +14,7 @@ import { loadState, recoveryActions } from './recovery.js';
 import type { Action, InvocationStatus, JournalEntry, PartitionState } from './state.js';
 import { objectKeyOf } from './state.js';
 
-/**
- * Runs the actions of a batch once it is durable (a new invocation's first attempt may start
- * before: `startEarly`): the invoker, timers, waiting clients.
- */
+/** Runs the actions of a durable batch: the invoker, timers, waiting clients. */
 export interface Effects {
   execute(processor: PartitionProcessor, actions: Action[]): void;
   /** The partition stopped (a broken invariant, a failed write): health reports it from now on. */
@@ -72,11 +69,10 @@ const MAX_QUEUED_COMMANDS = 200_000;
 
 /**
  * One partition: appends commands to its log, folds them into its state, and runs the actions
- * once the batch is durable (but for the first attempts that may start while it is written).
- * Commands that arrive while a batch is being written are committed together in the next batch
- * (group commit). A fold that throws or a write that fails stops the partition: its memory can no
- * longer be trusted, the batch is not written, and every append is refused until a restart
- * rebuilds the state from the store.
+ * once the batch is durable. Commands that arrive while a batch is being written are committed
+ * together in the next batch (group commit). A fold that throws or a write that fails stops
+ * the partition: its memory can no longer be trusted, the batch is not written, and every
+ * append is refused until a restart rebuilds the state from the store.
  */
 export class PartitionProcessor implements AttemptHost {
   // Linked queues: taking a batch off the front is O(batch), not O(queue) as an array's splice(0, n).
@@ -290,7 +286,6 @@ export class PartitionProcessor implements AttemptHost {
       // With fsync off, written is as durable as it gets (a crash of the process loses nothing).
       const sync = this.fsync && (needsSync(batch, actions) || this.syncWanted);
       this.syncWanted = false;
-      const afterWrite = this.startEarly(actions);
       try {
         const last = await this.log.append(records, writes, sync);
         assert(last === before + records.length, () => `partition ${this.partition}: log at ${last} after appending ${records.length} records at ${before}`);
@@ -310,7 +305,7 @@ export class PartitionProcessor implements AttemptHost {
       }
       for (const p of batch) p.resolve();
       try {
-        this.effects.execute(this, afterWrite);
+        this.effects.execute(this, actions);
       } catch (err) {
         // The batch is durable; effects are re-derived from the state at the next restart.
         this.logger.error({ err, code: 'RT0006' }, 'running the actions of a batch failed');
@@ -318,23 +313,6 @@ export class PartitionProcessor implements AttemptHost {
     }
     this.writing = false;
     this.settleIdle?.();
-  }
-
-  /**
-   * Starts the attempts the fold let start before their batch is durable (`before_durable`) and
-   * returns the actions that wait for it. The fsync of a new invocation then runs beside the
-   * endpoint's work instead of before it; the attempt's own appends come after this batch in the
-   * log, and its client hears nothing before they are durable. Not on a log durable on append
-   * (Kafka): there the acknowledged append is how a leader learns that it still leads.
-   */
-  private startEarly(actions: Action[]): Action[] {
-    if (this.log.durable_on_append || !actions.some(startsEarly)) return actions;
-    try {
-      this.effects.execute(this, actions.filter(startsEarly));
-    } catch (err) {
-      this.logger.error({ err, code: 'RT0006' }, 'starting the attempts of a batch failed');
-    }
-    return actions.filter((a) => !startsEarly(a));
   }
 
   /** One written batch: its size, its write time, the journal entries it appended. */
@@ -376,8 +354,4 @@ export class PartitionProcessor implements AttemptHost {
  */
 function needsSync(batch: readonly Pending[], actions: readonly Action[]): boolean {
   return batch.some((p) => p.durable) || actions.some((a) => a.kind !== 'timer' && a.kind !== 'outbox');
-}
-
-function startsEarly(a: Action): boolean {
-  return a.kind === 'start' && a.before_durable === true;
 }

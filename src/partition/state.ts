@@ -34,8 +34,7 @@ export { promiseKeyOf } from '../storage/tables/promises.js';
 
 /** What a fold asks for once its batch is durable. */
 export type Action =
-  /** `before_durable`: the attempt may start while its batch is written (context.ts `seesOnlyItself`). */
-  | { kind: 'start'; id: string; epoch: number; before_durable?: true }
+  | { kind: 'start'; id: string; epoch: number }
   | { kind: 'forward'; id: string; epoch: number; type: number; payload: Uint8Array }
   | { kind: 'timer'; timer: Timer }
   | { kind: 'retry'; id: string; epoch: number; at_ms: number }

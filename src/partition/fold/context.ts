@@ -61,17 +61,7 @@ function run(ctx: FoldContext, s: InvocationStatus): void {
   if (s.scope !== undefined) s.starts = (s.starts ?? 0) + 1;
   s.status = 'running';
   s.last_start_at_ms = ctx.now_ms;
-  ctx.actions.push(seesOnlyItself(s) ? { kind: 'start', id: s.id, epoch: s.epoch, before_durable: true } : { kind: 'start', id: s.id, epoch: s.epoch });
-}
-
-/**
- * The first attempt of a stateless service's invocation whose journal holds only its input sees
- * nothing but the invocation itself: no object state, no completion, no earlier attempt to end
- * first. It may start before its batch is durable (processor.ts `startEarly`): a crash before the
- * write loses the invocation whole, before its client or its caller's outbox heard it was taken.
- */
-function seesOnlyItself(s: InvocationStatus): boolean {
-  return s.epoch === 0 && s.journal_length === 1 && s.service_type === 'Service';
+  ctx.actions.push({ kind: 'start', id: s.id, epoch: s.epoch });
 }
 
 /**
