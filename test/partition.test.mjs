@@ -217,6 +217,31 @@ t.test('a worker opening partitions keeps those that open and answers why anothe
   t.same(await worker.openPartitions([0]), { opened: [0] }, 'asking again for one open already: open, nothing failed');
 });
 
+t.test('a notification folded in the batch that starts an attempt is not forwarded as well: the start sends it with the journal', async (t) => {
+  const store = await workerStore(t, { partitions: 1 });
+  const worker = store.worker();
+  await worker.open(store.db);
+  const seen = [];
+  worker.start({
+    start: (host, id, epoch) => seen.push(`start ${epoch}, ${host.journal(id).length} entries`),
+    forward: (id, epoch, type) => seen.push(`forward ${epoch} ${type.toString(16)}`),
+    abort() {},
+    reject() {},
+    stop() {},
+  });
+  const id = InvocationId.random(randomPartitionKey());
+  const cmd = invoke(1);
+  cmd.invoke.invocation_id = id.bytes;
+  const result = (completion_id) => ({ kind: 'call_result', call_result: { invocation_id: id.bytes, completion_id, entry_type: MessageType.CallCompletion, value: Buffer.from(String(completion_id)) } });
+  await worker.append(id, cmd);
+  await worker.append(id, result(1));
+  t.same(seen.splice(0), ['start 0, 1 entries', 'forward 0 800d'], 'a result for a running attempt started earlier is forwarded');
+  await worker.append(id, { kind: 'attempt_ended', attempt_ended: { invocation_id: id.bytes, epoch: 0, outcome: Outcome.SUSPENDED, waiting_completions: [2] } });
+  // Both in one batch: the first resumes the invocation, the second is journaled after the start.
+  await Promise.all([worker.append(id, result(2)), worker.append(id, result(3))]);
+  t.same(seen, ['start 1, 4 entries'], 'the resumed attempt gets both results in its journal, and neither again');
+});
+
 t.test('outbox: a refused delivery holds back later entries for the same partition; all arrive once, in order', async (t) => {
   const store = await workerStore(t);
   const { db } = store;
