@@ -64,6 +64,23 @@ async function setup(t) {
   return { db, stats, effects };
 }
 
+/** Holds every store write of `db` from now until the returned function is called. */
+function holdWrites(db) {
+  let release;
+  const gate = new Promise((r) => (release = r));
+  const batch = db.batch.bind(db);
+  db.batch = (...args) => {
+    const b = batch(...args);
+    const write = b.write.bind(b);
+    b.write = async (...w) => {
+      await gate;
+      return write(...w);
+    };
+    return b;
+  };
+  return release;
+}
+
 t.test('group commit: commands issued in one tick share few store writes', async (t) => {
   const { db, stats, effects } = await setup(t);
   const p = await PartitionProcessor.open(db, new GroupWriter(db), 0, { fsync: false, effects, logger: silentLogger });
@@ -333,19 +350,7 @@ t.test('fsync: a batch is synced when a caller waits to show it or an action lea
 t.test('a read of a batch being written is shown outside only once it is durable', async (t) => {
   const { db, effects } = await setup(t);
   const p = await PartitionProcessor.open(db, new GroupWriter(db), 0, { fsync: true, effects, logger: silentLogger });
-  // hold the next store write until released
-  let release;
-  const gate = new Promise((r) => (release = r));
-  const batch = db.batch.bind(db);
-  db.batch = (...args) => {
-    const b = batch(...args);
-    const write = b.write.bind(b);
-    b.write = async (...w) => {
-      await gate;
-      return write(...w);
-    };
-    return b;
-  };
+  const release = holdWrites(db);
   t.resolves(p.durableNow(), 'nothing folded yet: durable at once');
   const cmd = invoke(1);
   const appended = p.append(cmd);
@@ -370,18 +375,7 @@ t.test("a new invocation's first attempt starts only once its batch is durable",
   // steps done (a card charged) and no invocation left to finish them: the client's request was the
   // only copy. (It was tried: noop c=1 p50 -11% on this VM, and dropped for that.)
   const { db } = await setup(t);
-  let release;
-  const gate = new Promise((r) => (release = r));
-  const batch = db.batch.bind(db);
-  db.batch = (...args) => {
-    const b = batch(...args);
-    const write = b.write.bind(b);
-    b.write = async (...w) => {
-      await gate;
-      return write(...w);
-    };
-    return b;
-  };
+  const release = holdWrites(db);
   const started = [];
   const effects = {
     execute(processor, actions) {

@@ -566,17 +566,17 @@ export class Worker implements Effects {
   execute(processor: PartitionProcessor, actions: Action[]): void {
     // A partition being handed over: its next leader derives what must run from the state.
     if (processor.retired) actions = actions.filter((a) => a.kind === 'completed');
-    let started: Set<string> | undefined;
+    let started: Map<string, number> | undefined;
     for (const a of actions) {
       switch (a.kind) {
         case 'start':
-          (started ??= new Set()).add(`${a.id}/${a.epoch}`);
+          (started ??= new Map()).set(a.id, a.epoch);
           this.runner?.start(processor, a.id, a.epoch);
           break;
         case 'forward':
           // An attempt this batch started is given its journal as the whole batch left it: an entry
           // the batch appended after the start is in it, and sent again it would arrive twice.
-          if (started?.has(`${a.id}/${a.epoch}`)) break;
+          if (started?.get(a.id) === a.epoch) break;
           this.runner?.forward(a.id, a.epoch, a.type, a.payload);
           break;
         case 'timer':
