@@ -287,13 +287,14 @@ async function listenAll(config: Config, logger: Logger, servers: { ingress: Fas
 }
 
 /**
- * The query engine boots in a process of its own a moment after the server answers (its boot would
- * take CPU from the first requests and from recovery on a small machine), and its copy of the
- * statuses loads in the background; a query before that starts it at once. prom-client loads a
+ * A query engine kept for good (idle_timeout 0) boots in a process of its own a moment after the
+ * server answers (its boot would take CPU from the first requests and from recovery on a small
+ * machine), and its copy of the statuses loads in the background; a query before that, or any
+ * query with an idle_timeout, starts it at once (QueryEngine.boot). prom-client loads a
  * second after the start, out of the way of the first requests; a scrape before that loads it itself.
  */
 function startInBackground(engine: QueryEngine, metrics: KeelMetrics, logger: Logger): void {
-  setTimeout(() => engine.start(), ENGINE_START_DELAY_MS).unref();
+  setTimeout(() => engine.boot(), ENGINE_START_DELAY_MS).unref();
   setTimeout(() => metrics.load().catch((err) => logger.error({ err, code: 'RT0006' }, 'cannot load the metrics registry')), METRICS_LOAD_DELAY_MS).unref();
 }
 

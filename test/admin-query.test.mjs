@@ -541,6 +541,28 @@ t.test('errors', async (t) => {
   t.equal(empty.status, 400);
 });
 
+t.test('a query waits for the copy to load: its time limit counts from then (a first query on a large store is not refused)', async (t) => {
+  const { base, source } = await startAdmin(t, { queryEngine: { query_timeout_ms: 500 } });
+  const lines = source.invocationLines;
+  let loads = 0;
+  source.invocationLines = async function* () {
+    loads++;
+    await new Promise((r) => setTimeout(r, 1_500)); // a load three times the time limit
+    yield* lines();
+  };
+  const started = Date.now();
+  const [a, b] = await Promise.all([query(base, 'SELECT count(*) AS n FROM sys_invocation'), query(base, 'SELECT 1 AS one')]);
+  t.equal(a.status, 200, JSON.stringify(a.body));
+  t.equal(Number(a.body.rows[0].n), 8, 'the whole copy');
+  t.equal(b.status, 200, 'a query that reads no status waits too, and goes');
+  t.ok(Date.now() - started >= 1_500, 'answered once the copy was loaded');
+  t.equal(loads, 1);
+  // Its time limit still holds once the copy is there.
+  const slow = await query(base, 'SELECT count(*) AS n FROM range(100000000000) a');
+  t.equal(slow.status, 408, JSON.stringify(slow.body));
+  t.equal(slow.body.restate_code, 'KEEL0021');
+});
+
 t.test('two engines in one process and one directory: the end of one leaves the other\'s files alone', async (t) => {
   const dir = tempDir(t);
   const a = await startAdmin(t, { baseDir: dir });

@@ -303,6 +303,36 @@ t.test('the engine comes back after it dies, with every status', async (t) => {
   t.not(enginePid(keel), pid);
 });
 
+t.test('the engine runs while SQL is used: started by the first query, stopped after idle_timeout without one, started again from the store', async (t) => {
+  const keel = await startKeel(t, { env: { KEEL_ADMIN__QUERY_ENGINE__IDLE_TIMEOUT: '1500ms' } });
+  await register(keel, await serveServices(t, [Echo]));
+  await ingress(keel, '/Echo/echo', 'a');
+  await new Promise((r) => setTimeout(r, 1_000)); // past the moment an engine kept for good boots
+  t.equal(enginePid(keel), undefined, 'no engine before the first query');
+  t.same(await query(keel, 'SELECT count(*) AS n FROM sys_invocation'), [{ n: 1 }], 'the first query waits for the copy');
+  const first = enginePid(keel);
+  t.ok(first, 'the first query started it');
+  // Queries keep it: one every half second for longer than idle_timeout.
+  for (let i = 0; i < 5; i++) {
+    await new Promise((r) => setTimeout(r, 500));
+    t.same(await query(keel, 'SELECT count(*) AS n FROM sys_invocation'), [{ n: 1 }]);
+  }
+  t.equal(enginePid(keel), first, 'in use: not stopped');
+  await eventually(async () => enginePid(keel) === undefined, { timeout_ms: 10_000 });
+  t.match(keel.logs(), /query engine stopped: no query for \d+ s \(admin.query_engine.idle_timeout\)/);
+  // Stopped, it follows nothing; the next query's copy is loaded from the store.
+  for (const v of ['b', 'c']) await ingress(keel, '/Echo/echo', v);
+  t.same(await query(keel, "SELECT count(*) AS n FROM sys_invocation WHERE status = 'completed'"), [{ n: 3 }]);
+  t.not(enginePid(keel), first, 'a new engine');
+  t.equal(keel.logLines('KEEL0023').length, 0, 'stopping unused is not a failure');
+});
+
+t.test('idle_timeout 0: the engine starts with the server, before any query', async (t) => {
+  const keel = await startKeel(t, { env: { KEEL_ADMIN__QUERY_ENGINE__IDLE_TIMEOUT: '0' } });
+  await eventually(async () => enginePid(keel) !== undefined, { timeout_ms: 10_000 });
+  t.ok(enginePid(keel), 'running without a query');
+});
+
 t.test('PostgreSQL wire protocol on 9071: psql and the pg driver', async (t) => {
   const keel = await startKeel(t, { env: { KEEL_ADMIN__QUERY_ENGINE__MAX_RESULT_ROWS: '1000' } });
   await register(keel, await serveServices(t, [Echo]));

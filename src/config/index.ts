@@ -53,6 +53,11 @@ export interface QueryEngineConfig {
   recent_statuses: number;
   /** The copy gets an index on id when it holds at most this many statuses, and loses it past 1.25 times that (DuckDB keeps an index in memory whole); 0: never. */
   indexed_statuses: number;
+  /**
+   * An engine without a query for this long stops, its copy with it, and the next query starts it
+   * again (and waits for its copy); 0: it starts with the server and never stops.
+   */
+  idle_timeout_ms: number;
 }
 
 /** Limits and timeouts of the ingress and admin HTTP servers (`[http]`): slow or idle clients cannot hold them. */
@@ -193,6 +198,7 @@ const schema: Array<{ path: string; kind: Kind; dflt: unknown }> = [
   { path: 'admin.query_engine.threads', kind: 'int', dflt: 2 },
   { path: 'admin.query_engine.recent_statuses', kind: 'int', dflt: 65_536 },
   { path: 'admin.query_engine.indexed_statuses', kind: 'count', dflt: 1_000_000 },
+  { path: 'admin.query_engine.idle_timeout', kind: 'timeout', dflt: 600_000 },
   { path: 'meta.storage_path', kind: 'string', dflt: undefined },
   { path: 'worker.partitions', kind: 'int', dflt: 8 },
   { path: 'worker.threads', kind: 'threads', dflt: 'auto' },
@@ -547,6 +553,7 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
         threads: v<number>('admin.query_engine.threads'),
         recent_statuses: v<number>('admin.query_engine.recent_statuses'),
         indexed_statuses: v<number>('admin.query_engine.indexed_statuses'),
+        idle_timeout_ms: v<number>('admin.query_engine.idle_timeout'),
       },
     },
     http: {

@@ -45,6 +45,8 @@ const MAX_CONSTANT_BYTES = 64 * 1024;
 /** Shapes whose journal ids the engine told (`journal-ids`), and the most ids read with one query. */
 const MAX_JOURNAL_SHAPES = 256;
 const MAX_PREFETCH_IDS = 64;
+/** An engine in use when idle_timeout passed is looked at again after at least this long. */
+const MIN_USE_CHECK_MS = 1_000;
 /** Restarts after a crash wait this long, doubling up to the cap. */
 const RESTART_INITIAL_MS = 500;
 const RESTART_MAX_MS = 30_000;
@@ -115,6 +117,8 @@ let spawned = 0;
 export class QueryEngine {
   private child: ChildProcess | undefined;
   private ready = false;
+  /** The engine's copy is whole: queries go to it from here on (a query waits for the copy, not within its time limit). */
+  private copied = false;
   private unwatch: (() => void) | undefined;
   private pending = new Map<string, Uint8Array | null>();
   private pendingBytes = 0;
@@ -123,6 +127,9 @@ export class QueryEngine {
   private appliedWaiters: Array<{ seq: number; resolve: () => void }> = [];
   private expiry: NodeJS.Timeout | undefined;
   private idleTimer: NodeJS.Timeout | undefined;
+  /** When the last query came (Date.now()); the engine stops once config.idle_timeout_ms passed since. */
+  private lastQueryMs = 0;
+  private unusedTimer: NodeJS.Timeout | undefined;
   private qids = 0;
   private readonly running = new Map<number, Pending>();
   private readonly waiting: Pending[] = [];
@@ -151,17 +158,28 @@ export class QueryEngine {
     this.spawn();
   }
 
+  /**
+   * At the server's start: an engine that never stops (idle_timeout 0) starts now, so that its copy
+   * is ready for the first query; otherwise the first query starts it. Keeping the copy costs every
+   * invocation (its status parsed into DuckDB: ~10% of a noop call's CPU here), queried or not.
+   */
+  boot(): void {
+    if (this.config.idle_timeout_ms === 0) this.start();
+  }
+
   async close(): Promise<void> {
     this.closed = true;
     clearTimeout(this.restartTimer);
     clearTimeout(this.idleTimer);
     clearTimeout(this.expiry);
+    clearTimeout(this.unusedTimer);
     this.stopChild('the server is shutting down');
   }
 
   /** Runs one query; rejects with a coded KeelError (KEEL0010, KEEL0020–KEEL0024). */
   query(sql: string, format: Format, opts: QueryOptions = {}): Promise<Answer> {
     if (this.closed) return Promise.reject(unavailable('the server is shutting down'));
+    this.lastQueryMs = Date.now();
     this.start();
     const kept = recall(this.constants, constantKey(sql, format, opts.params));
     if (kept !== undefined) return Promise.resolve(wholeAnswer(kept));
@@ -200,13 +218,33 @@ export class QueryEngine {
     this.child = child;
     this.forwardStderr(child);
     this.ready = false;
+    this.copied = false;
     // A message a stopped engine sent before it went is about queries and shapes of that engine.
     child.on('message', (m) => this.child === child && this.onMessage(m as FromEngine));
     child.on('error', (err) => this.logger.error({ err, code: 'KEEL0023' }, 'query engine process error'));
     child.on('exit', (code, signal) => this.onExit(child, dir, code, signal));
     // The copy follows every durable batch from now on; the scan after `ready` fills in the rest.
     this.unwatch = this.source().watchInvocations((changes) => this.onChanges(changes));
+    this.watchUse();
     this.send({ t: 'init', options: { dir, memory_limit_bytes: this.config.memory_limit_bytes, threads: this.config.threads, max_result_rows: this.config.max_result_rows, max_result_bytes: this.config.max_result_bytes, recent_statuses: this.config.recent_statuses, indexed_statuses: this.config.indexed_statuses } });
+  }
+
+  /** Stops the engine once idle_timeout passed without a query (none running or waiting either). */
+  private watchUse(): void {
+    const idleMs = this.config.idle_timeout_ms;
+    if (idleMs === 0 || this.unusedTimer !== undefined) return;
+    const check = (): void => {
+      this.unusedTimer = undefined;
+      if (this.child === undefined) return;
+      const quietMs = Date.now() - this.lastQueryMs;
+      if (quietMs < idleMs || this.running.size > 0 || this.waiting.length > 0) {
+        this.unusedTimer = setTimeout(check, Math.max(idleMs - quietMs, MIN_USE_CHECK_MS)).unref();
+        return;
+      }
+      this.logger.info({ idle_ms: quietMs }, `query engine stopped: no query for ${Math.round(quietMs / 1000)} s (admin.query_engine.idle_timeout); the next query starts it again`);
+      this.stopChild('the query engine stopped unused');
+    };
+    this.unusedTimer = setTimeout(check, idleMs).unref();
   }
 
   private forwardStderr(child: ChildProcess): void {
@@ -245,6 +283,7 @@ export class QueryEngine {
     const child = this.child;
     this.child = undefined;
     this.ready = false;
+    this.copied = false;
     for (const p of [...this.running.values()]) this.fail(p, unavailable(why));
     if (this.closed) for (const p of this.waiting.splice(0)) p.reject(unavailable(why));
     for (const w of this.appliedWaiters.splice(0)) w.resolve();
@@ -339,10 +378,25 @@ export class QueryEngine {
         await this.applied(seq - LOAD_WINDOW + 1);
       }
       if (this.child !== child) return;
-      this.send({ t: 'load-end', seq: ++this.seq });
+      const end = ++this.seq;
+      this.send({ t: 'load-end', seq: end });
+      await this.applied(end);
+      if (this.child === child) this.copyWhole();
     } catch (err) {
       if (this.child === child) this.restart(`the statuses could not be read for its copy (${(err as Error).message})`);
     }
+  }
+
+  /**
+   * Queries that waited for the copy go now, each with its whole time limit from here: the first
+   * query after a start (idle_timeout) waits for a copy of however many statuses, and a time limit
+   * that counted the load would refuse it on a large store.
+   */
+  private copyWhole(): void {
+    this.copied = true;
+    const deadline = Date.now() + this.config.query_timeout_ms;
+    for (const p of this.waiting) p.deadline = Math.max(p.deadline, deadline);
+    this.pump();
   }
 
   /** Resolves once the engine applied change batch `seq` (or stopped). */
@@ -388,7 +442,7 @@ export class QueryEngine {
   // ----------------------------------------------------------------------------- queries
 
   private pump(): void {
-    while (this.ready && this.running.size < MAX_RUNNING && this.waiting.length > 0) {
+    while (this.ready && this.copied && this.running.size < MAX_RUNNING && this.waiting.length > 0) {
       const p = this.waiting.shift()!;
       const left = p.deadline - Date.now();
       if (left <= 0) {
@@ -435,12 +489,13 @@ export class QueryEngine {
     return ids.length <= MAX_PREFETCH_IDS ? ids : undefined;
   }
 
-  /** Queries waiting for an engine that is not ready fail at their deadline. */
+  /** Queries waiting for an engine that is not ready fail at their deadline; those waiting for its copy wait. */
   private expireWaiting(): void {
     if (this.ready || this.waiting.length === 0 || this.expiry !== undefined) return;
     const next = Math.min(...this.waiting.map((p) => p.deadline)) - Date.now();
     this.expiry = setTimeout(() => {
       this.expiry = undefined;
+      if (this.ready) return; // started meanwhile: they wait for its copy
       const now = Date.now();
       for (const p of this.waiting.filter((w) => w.deadline <= now)) {
         this.waiting.splice(this.waiting.indexOf(p), 1);
