@@ -100,8 +100,8 @@ async function fill(s, n, concurrency = 64) {
   return failed;
 }
 
-async function sqlRows(admin, sql) {
-  const r = await httpCall('POST', `${admin}/query`, { body: { query: sql }, headers: { accept: 'application/json' }, timeoutMs: 120_000 });
+async function sqlRows(admin, sql, timeoutMs = 120_000) {
+  const r = await httpCall('POST', `${admin}/query`, { body: { query: sql }, headers: { accept: 'application/json' }, timeoutMs });
   if (r.status !== 200) throw new Error(`query ${r.status}: ${r.text.slice(0, 200)}`);
   return JSON.parse(r.text).rows;
 }
@@ -244,7 +244,7 @@ export async function sqlAtScale(node, opts) {
     const main = keelPid(s);
     // The first query starts the engine (admin.query_engine.idle_timeout) and waits for its copy.
     const q0 = nowMs();
-    await sqlRows(s.admin, 'SELECT count(*) AS n FROM sys_invocation');
+    await sqlRows(s.admin, 'SELECT count(*) AS n FROM sys_invocation', 900_000);
     out.firstQueryS = (nowMs() - q0) / 1000;
     await waitFor('the query engine copy', async () => {
       const line = readFileSync(s.logFile, 'utf8').split('\n').find((l) => l.includes('copy of the invocation statuses loaded'));

@@ -48,6 +48,8 @@ let applied: Promise<void> = Promise.resolve();
 let loaded: Promise<void> = new Promise(() => {});
 let markLoaded: () => void = () => {};
 let loading = false;
+/** The copy is loaded (`loaded` has resolved): a query that reads it does not wait. */
+let copyWhole = false;
 /** Ids the copy's older rows (all but `recent`) may hold; undefined while the copy loads (then it may hold any). */
 let settledIds: IdFilter | undefined;
 /** Rows written since the copy loaded or was last forgotten: id → rowid (at most admin.query_engine.recent_statuses, then forgotten). */
@@ -375,6 +377,7 @@ async function applyChanges(m: Extract<ToEngine, { t: 'changes' | 'load' }>): Pr
 async function beginLoad(): Promise<void> {
   loading = true;
   loadStarted = Date.now();
+  copyWhole = false;
   loaded = new Promise((resolve) => (markLoaded = resolve));
   settledIds = undefined;
   recent.clear();
@@ -395,6 +398,7 @@ async function endLoad(seq: number): Promise<void> {
   // Built once the copy is loaded (1.1 s for 1,000,000 ids; kept up during the load it would cost each insert).
   await fitIndex();
   log('info', 'query engine: copy of the invocation statuses loaded', { invocations: await copyRows(), indexed, load_ms: Date.now() - loadStarted });
+  copyWhole = true;
   markLoaded();
   send({ t: 'applied', seq });
 }
@@ -568,8 +572,16 @@ async function keepRegistryTables(q: Query, tables: Map<string, TableFilter>, ve
   await refill;
 }
 
+/**
+ * Waits for the copy outside the query's time limit, which starts again once the copy is whole: the
+ * first query after the engine starts (admin.query_engine.idle_timeout) waits for a copy of however
+ * many statuses, and its limit is for its own work. A client that leaves still stops the wait.
+ */
 async function waitLoaded(q: Query): Promise<void> {
+  if (copyWhole) return;
+  clearTimeout(q.timer);
   await q.unlessHalted(loaded);
+  q.timer = setTimeout(() => q.halt('timeout'), q.limit_ms);
 }
 
 /**

@@ -117,7 +117,7 @@ let spawned = 0;
 export class QueryEngine {
   private child: ChildProcess | undefined;
   private ready = false;
-  /** The engine's copy is whole: queries go to it from here on (a query waits for the copy, not within its time limit). */
+  /** The engine's copy is whole; until it is, a query that reads it waits outside its time limit (the watchdog starts here). */
   private copied = false;
   private unwatch: (() => void) | undefined;
   private pending = new Map<string, Uint8Array | null>();
@@ -229,6 +229,12 @@ export class QueryEngine {
     this.send({ t: 'init', options: { dir, memory_limit_bytes: this.config.memory_limit_bytes, threads: this.config.threads, max_result_rows: this.config.max_result_rows, max_result_bytes: this.config.max_result_bytes, recent_statuses: this.config.recent_statuses, indexed_statuses: this.config.indexed_statuses } });
   }
 
+  /** No query for idle_timeout (never with idle_timeout 0), none running or waiting either. */
+  private unused(): boolean {
+    const idleMs = this.config.idle_timeout_ms;
+    return idleMs > 0 && Date.now() - this.lastQueryMs >= idleMs && this.running.size === 0 && this.waiting.length === 0;
+  }
+
   /** Stops the engine once idle_timeout passed without a query (none running or waiting either). */
   private watchUse(): void {
     const idleMs = this.config.idle_timeout_ms;
@@ -237,7 +243,7 @@ export class QueryEngine {
       this.unusedTimer = undefined;
       if (this.child === undefined) return;
       const quietMs = Date.now() - this.lastQueryMs;
-      if (quietMs < idleMs || this.running.size > 0 || this.waiting.length > 0) {
+      if (!this.unused()) {
         this.unusedTimer = setTimeout(check, Math.max(idleMs - quietMs, MIN_USE_CHECK_MS)).unref();
         return;
       }
@@ -287,6 +293,10 @@ export class QueryEngine {
     for (const p of [...this.running.values()]) this.fail(p, unavailable(why));
     if (this.closed) for (const p of this.waiting.splice(0)) p.reject(unavailable(why));
     for (const w of this.appliedWaiters.splice(0)) w.resolve();
+    // Those that waited out a load have a limit again: the next engine's start, or KEEL0023.
+    const deadline = Date.now() + this.config.query_timeout_ms;
+    for (const p of this.waiting) p.deadline = Math.min(p.deadline, deadline);
+    this.expireWaiting();
     child?.kill('SIGKILL');
   }
 
@@ -304,7 +314,7 @@ export class QueryEngine {
     this.restartDelay = Math.min(RESTART_MAX_MS, this.restartDelay * 2);
     this.restartTimer = setTimeout(() => {
       this.restartTimer = undefined;
-      this.spawn();
+      if (!this.unused()) this.spawn(); // else the next query starts it
     }, delay);
     this.restartTimer.unref();
   }
@@ -357,7 +367,6 @@ export class QueryEngine {
 
   private onReady(): void {
     this.ready = true;
-    this.restartDelay = RESTART_INITIAL_MS;
     this.send({ t: 'load-begin' });
     this.flush();
     void this.load(this.child);
@@ -388,14 +397,16 @@ export class QueryEngine {
   }
 
   /**
-   * Queries that waited for the copy go now, each with its whole time limit from here: the first
+   * Queries that waited for the copy have their whole time limit from here: the first
    * query after a start (idle_timeout) waits for a copy of however many statuses, and a time limit
    * that counted the load would refuse it on a large store.
    */
   private copyWhole(): void {
     this.copied = true;
+    this.restartDelay = RESTART_INITIAL_MS; // a start that gets this far is not a crash loop
     const deadline = Date.now() + this.config.query_timeout_ms;
     for (const p of this.waiting) p.deadline = Math.max(p.deadline, deadline);
+    for (const p of this.running.values()) if (p.watchdog === undefined) this.watch(p, this.config.query_timeout_ms);
     this.pump();
   }
 
@@ -442,7 +453,7 @@ export class QueryEngine {
   // ----------------------------------------------------------------------------- queries
 
   private pump(): void {
-    while (this.ready && this.copied && this.running.size < MAX_RUNNING && this.waiting.length > 0) {
+    while (this.ready && this.running.size < MAX_RUNNING && this.waiting.length > 0) {
       const p = this.waiting.shift()!;
       const left = p.deadline - Date.now();
       if (left <= 0) {
@@ -476,7 +487,12 @@ export class QueryEngine {
     const left = Math.max(1, p.deadline - Date.now());
     this.flush(); // the query sees every change made durable before it arrived
     this.send({ t: 'query', qid: p.qid, sql: p.sql, format: p.format, params: p.params, timeout_ms: left, limit_ms: this.config.query_timeout_ms, registry_version: this.registry.version, ...(journals ? { journals } : {}) });
-    p.watchdog = setTimeout(() => this.overdue(p), left + STOP_GRACE_MS);
+    // While the copy loads the engine holds a query that reads it outside its limit: watched from copyWhole on.
+    if (this.copied) this.watch(p, left);
+  }
+
+  private watch(p: Pending, limitMs: number): void {
+    p.watchdog = setTimeout(() => this.overdue(p), limitMs + STOP_GRACE_MS);
   }
 
   /** The journal ids a text reads, when the engine told which of its shape's literals hold them. */
@@ -495,7 +511,7 @@ export class QueryEngine {
     const next = Math.min(...this.waiting.map((p) => p.deadline)) - Date.now();
     this.expiry = setTimeout(() => {
       this.expiry = undefined;
-      if (this.ready) return; // started meanwhile: they wait for its copy
+      if (this.ready) return; // started meanwhile: pump sends them, or refuses those past their deadline
       const now = Date.now();
       for (const p of this.waiting.filter((w) => w.deadline <= now)) {
         this.waiting.splice(this.waiting.indexOf(p), 1);
