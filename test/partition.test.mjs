@@ -347,6 +347,71 @@ t.test('fsync: a batch is synced when a caller waits to show it or an action lea
   t.same(syncs.splice(0), [false]);
 });
 
+t.test('a batch that needs no fsync waits, folded, for the next to share its store write; alone, it is written (unsynced) soon after; close and a read write it at once', async (t) => {
+  const { db, effects, stats } = await setup(t);
+  const syncs = [];
+  const writer = new GroupWriter(db);
+  const write = writer.write.bind(writer);
+  writer.write = (fill, sync) => {
+    syncs.push(sync);
+    return write(fill, sync);
+  };
+  const p = await PartitionProcessor.open(db, writer, 3, { fsync: true, effects, logger: silentLogger });
+  const cmd = invoke(0);
+  const raw = cmd.invoke.invocation_id;
+  const id = InvocationId.fromBytes(raw).text;
+  const attempt = { durable: false };
+  const entry = (type, message) => ({ kind: 'journal_append', journal_append: { invocation_id: raw, epoch: 0, entry_type: type, entry: Buffer.from(message) } });
+  const run = (n) => entry(MessageType.RunCommand, encode(pb.Run, { name: `r${n}`, result_completion_id: n }));
+  const done = (n) => entry(MessageType.RunCompletion, encode(pb.Notification, { completion_id: n, value: { content: Buffer.from(String(n)) } }));
+  await p.append(cmd);
+  syncs.splice(0);
+  const executes = stats.executes.length;
+
+  // A ctx.run: its command, then (a moment later, as the SDK runs the closure) its result.
+  const command = p.append(run(1), attempt);
+  await new Promise((r) => setImmediate(r));
+  await new Promise((r) => setImmediate(r));
+  t.equal(p.journal(id).length, 2, 'the command is folded at once (input + run)');
+  t.same(syncs, [], 'and not written yet');
+  await Promise.all([command, p.append(done(1), attempt)]);
+  t.same(syncs.splice(0), [true], 'command and result: one synced store write');
+  t.equal(stats.executes.length, executes + 1, "one batch's actions, once written");
+
+  // Alone, it is written without fsync after CARRY_MS, and its append resolves then.
+  await p.append(run(2), attempt);
+  t.same(syncs.splice(0), [false], 'alone: written unsynced');
+
+  // A read waiting for durability takes the carried batch into its synced write.
+  const carried = p.append(run(3), attempt);
+  await new Promise((r) => setImmediate(r));
+  await p.durableNow();
+  await carried;
+  t.same(syncs.splice(0), [true], 'a read: one synced write with the carried batch');
+
+  // A change of an object's state is never carried: an attempt launched meanwhile (a shared
+  // handler's) reads eager state from memory, which must not be a batch a crash of the process loses.
+  const obj = invoke(9);
+  Object.assign(obj.invoke, { service_type: 'VirtualObject', handler_type: 'Exclusive', key: 'k1' });
+  await p.append(obj);
+  syncs.splice(0);
+  const set = p.append({ kind: 'journal_append', journal_append: { invocation_id: obj.invoke.invocation_id, epoch: 0, entry_type: MessageType.SetStateCommand, entry: Buffer.from(encode(pb.SetState, { key: Buffer.from('a'), value: { content: Buffer.from('1') } })) } }, attempt);
+  await new Promise((r) => setImmediate(r));
+  await new Promise((r) => setImmediate(r));
+  t.same(syncs.splice(0), [false], 'a state change: written at once (unsynced)');
+  await set;
+  t.equal(p.objectState('Svc', 'k1').size, 1, 'the state was set');
+
+  // Closing writes what is carried, and everything is there after a reopen.
+  const last = p.append(run(4), attempt);
+  await p.close();
+  await last;
+  t.same(syncs.splice(0), [false], 'close: the carried batch written');
+  const again = await PartitionProcessor.open(db, new GroupWriter(db), 3, { fsync: true, effects, logger: silentLogger });
+  t.equal(again.journal(id).length, 6, 'input, four runs and a result: all stored');
+  await again.close();
+});
+
 t.test('a read of a batch being written is shown outside only once it is durable', async (t) => {
   const { db, effects } = await setup(t);
   const p = await PartitionProcessor.open(db, new GroupWriter(db), 0, { fsync: true, effects, logger: silentLogger });
