@@ -64,6 +64,21 @@ async function setup(t) {
   return { db, stats, effects };
 }
 
+/** A group writer of `db` that records, in order, whether each write it is given syncs. */
+function syncRecordingWriter(db) {
+  const syncs = [];
+  const writer = new GroupWriter(db);
+  const write = writer.write.bind(writer);
+  writer.write = (fill, sync) => {
+    syncs.push(sync);
+    return write(fill, sync);
+  };
+  return { writer, syncs };
+}
+
+/** An attempt's journal entry (epoch 0) of the invocation whose id bytes are `raw`. */
+const journalEntry = (raw, type, message, fields = {}) => ({ kind: 'journal_append', journal_append: { invocation_id: raw, epoch: 0, entry_type: type, entry: Buffer.from(message), ...fields } });
+
 /** Holds every store write of `db` from now until the returned function is called. */
 function holdWrites(db) {
   let release;
@@ -314,18 +329,12 @@ t.test('past its bound of live invocations a partition refuses new ones with 503
 
 t.test('fsync: a batch is synced when a caller waits to show it or an action leaves the process, not otherwise', async (t) => {
   const { db, effects } = await setup(t);
-  const syncs = [];
-  const writer = new GroupWriter(db);
-  const write = writer.write.bind(writer);
-  writer.write = (fill, sync) => {
-    syncs.push(sync);
-    return write(fill, sync);
-  };
+  const { writer, syncs } = syncRecordingWriter(db);
   const p = await PartitionProcessor.open(db, writer, 5, { fsync: true, effects, logger: silentLogger });
   const cmd = invoke(0);
   const raw = cmd.invoke.invocation_id;
   const attempt = { durable: false };
-  const entry = (type, message, fields = {}) => ({ kind: 'journal_append', journal_append: { invocation_id: raw, epoch: 0, entry_type: type, entry: Buffer.from(message), ...fields } });
+  const entry = (type, message, fields) => journalEntry(raw, type, message, fields);
 
   await p.append(cmd);
   t.same(syncs.splice(0), [true], 'an invoke from a client: synced before the client hears of it (and the attempt starts)');
@@ -349,19 +358,13 @@ t.test('fsync: a batch is synced when a caller waits to show it or an action lea
 
 t.test('a batch that needs no fsync waits, folded, for the next to share its store write; alone, it is written (unsynced) soon after; close and a read write it at once', async (t) => {
   const { db, effects, stats } = await setup(t);
-  const syncs = [];
-  const writer = new GroupWriter(db);
-  const write = writer.write.bind(writer);
-  writer.write = (fill, sync) => {
-    syncs.push(sync);
-    return write(fill, sync);
-  };
+  const { writer, syncs } = syncRecordingWriter(db);
   const p = await PartitionProcessor.open(db, writer, 3, { fsync: true, effects, logger: silentLogger });
   const cmd = invoke(0);
   const raw = cmd.invoke.invocation_id;
   const id = InvocationId.fromBytes(raw).text;
   const attempt = { durable: false };
-  const entry = (type, message) => ({ kind: 'journal_append', journal_append: { invocation_id: raw, epoch: 0, entry_type: type, entry: Buffer.from(message) } });
+  const entry = (type, message) => journalEntry(raw, type, message);
   const run = (n) => entry(MessageType.RunCommand, encode(pb.Run, { name: `r${n}`, result_completion_id: n }));
   const done = (n) => entry(MessageType.RunCompletion, encode(pb.Notification, { completion_id: n, value: { content: Buffer.from(String(n)) } }));
   await p.append(cmd);
@@ -395,7 +398,7 @@ t.test('a batch that needs no fsync waits, folded, for the next to share its sto
   Object.assign(obj.invoke, { service_type: 'VirtualObject', handler_type: 'Exclusive', key: 'k1' });
   await p.append(obj);
   syncs.splice(0);
-  const set = p.append({ kind: 'journal_append', journal_append: { invocation_id: obj.invoke.invocation_id, epoch: 0, entry_type: MessageType.SetStateCommand, entry: Buffer.from(encode(pb.SetState, { key: Buffer.from('a'), value: { content: Buffer.from('1') } })) } }, attempt);
+  const set = p.append(journalEntry(obj.invoke.invocation_id, MessageType.SetStateCommand, encode(pb.SetState, { key: Buffer.from('a'), value: { content: Buffer.from('1') } })), attempt);
   await new Promise((r) => setImmediate(r));
   await new Promise((r) => setImmediate(r));
   t.same(syncs.splice(0), [false], 'a state change: written at once (unsynced)');

@@ -322,9 +322,18 @@ t.test('the engine runs while SQL is used: started by the first query, stopped a
   t.match(keel.logs(), /query engine stopped: no query for \d+ s \(admin.query_engine.idle_timeout\)/);
   // Stopped, it follows nothing; the next query's copy is loaded from the store.
   for (const v of ['b', 'c']) await ingress(keel, '/Echo/echo', v);
+  const askedAt = Date.now();
   t.same(await query(keel, "SELECT count(*) AS n FROM sys_invocation WHERE status = 'completed'"), [{ n: 3 }]);
   t.not(enginePid(keel), first, 'a new engine');
   t.equal(keel.logLines('KEEL0023').length, 0, 'stopping unused is not a failure');
+
+  // An engine that dies 1.2 s after the last query is not started again (its restart would come
+  // 0.5 s later, past idle_timeout): the next query starts one.
+  await new Promise((r) => setTimeout(r, Math.max(0, askedAt + 1_200 - Date.now())));
+  process.kill(enginePid(keel), 'SIGKILL');
+  await new Promise((r) => setTimeout(r, 1_000));
+  t.equal(enginePid(keel), undefined, 'not restarted unused');
+  t.same(await query(keel, 'SELECT count(*) AS n FROM sys_invocation'), [{ n: 3 }], 'the next query starts it');
 });
 
 t.test('idle_timeout 0: the engine starts with the server, before any query', async (t) => {
