@@ -10,6 +10,7 @@ import { GroupWriter } from '../dist/storage/group-writer.js';
 import { PartitionProcessor } from '../dist/partition/processor.js';
 import { verifyPartition } from '../dist/partition/verify.js';
 import { KafkaLog, KafkaLogClient } from '../dist/log/kafka-log.js';
+import { KafkaPartitionReader } from '../dist/log/kafka-reader.js';
 import { CorruptLogError } from '../dist/log/epochs.js';
 import { statePrefix } from '../dist/storage/keys.js';
 import { InvocationId, randomPartitionKey } from '../dist/common/ids.js';
@@ -199,6 +200,27 @@ t.test('a shared fetch that leaves a partition out of a full response reads it n
   }));
   t.same(read[0].map(([position]) => position), [1, 2], 'partition 0: its two 9 MiB commands, in order');
   t.same(read[1], [[1, 7], [2, 7], [3, 7]], 'partition 1: its three commands, none skipped');
+});
+
+t.test('a reader that started before its topic existed reads it once the topic is there (a failed connect is tried again)', async (t) => {
+  // As when two nodes start at once: one reads a topic the other has just created, before every broker knows it.
+  const topic = `keel-late-${++topics}`;
+  const reader = new KafkaPartitionReader(cluster.kafka(), topic);
+  t.teardown(() => reader.close());
+  const started = Date.now();
+  const reading = reader.fetch(0, 0);
+  await new Promise((r) => setTimeout(r, 1_500));
+  const admin = cluster.kafka().admin();
+  await admin.connect();
+  await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: 1 }] });
+  const producer = cluster.kafka().producer();
+  await producer.connect();
+  await producer.send({ topic, acks: -1, messages: [{ partition: 0, value: 'first' }] });
+  await producer.disconnect();
+  await admin.disconnect();
+  let result = await reading;
+  for (let i = 0; i < 20 && result.records.length === 0; i++) result = await reader.fetch(0, result.next_offset);
+  t.same(result.records.map((r) => r.value.toString()), ['first'], `read after ${Date.now() - started} ms: the record written once the topic was created`);
 });
 
 t.test('appends go on through the SIGKILL of the broker leading the partition; nothing acknowledged is lost', async (t) => {

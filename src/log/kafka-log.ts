@@ -13,7 +13,7 @@
 // The node's own store holds the partition's state, the last position applied and where in the
 // topic that position ends (offset, epoch): a restart or a new leader reads the topic from there.
 import type { Admin, Kafka, Message, Producer } from 'kafkajs';
-import { KAFKA_RETRY, loadKafkajs } from './kafkajs.js';
+import { KAFKA_RETRY, loadKafkajs, retryingRead } from './kafkajs.js';
 import { assert } from '../common/assert.js';
 import { KeelError } from '../errors/index.js';
 import type { Logger } from '../common/logger.js';
@@ -55,10 +55,6 @@ const HEADER_POSITION = 'keel-position';
 const HEADER_NODE = 'keel-node';
 /** The largest record batch the log topic takes (topic config `max.message.bytes`): under the brokers' `socket.request.max.bytes` (100 MiB). */
 const MAX_BATCH_BYTES = 96 * 1024 * 1024;
-
-/** Admin reads of the log topic tried on a retriable error (a moved leader, a topic a broker does not know yet), and the first wait between them. */
-const ADMIN_READ_TRIES = 8;
-const ADMIN_READ_RETRY_MS = 100;
 
 /** Where a node's copy of a partition stands in the topic: the next offset to read and the reader's epoch state there. */
 type Cursor = LogCursor;
@@ -413,15 +409,3 @@ export class KafkaLog implements PartitionLog {
   }
 }
 
-/** `read` again after a retriable error, up to ADMIN_READ_TRIES, waiting longer each time (and `refresh`ing first, when given). */
-async function retryingRead<T>(read: () => Promise<T>, refresh?: () => Promise<unknown>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await read();
-    } catch (err) {
-      if ((err as { retriable?: unknown }).retriable !== true || attempt >= ADMIN_READ_TRIES) throw err;
-      await refresh?.().catch(() => undefined);
-      await new Promise((r) => setTimeout(r, ADMIN_READ_RETRY_MS * attempt));
-    }
-  }
-}

@@ -14,7 +14,7 @@
 // elsewhere has been deposed from it, or is handing it over: the new leader's announcement makes
 // its later appends void (kafka-log.ts).
 import type { Consumer, Kafka } from 'kafkajs';
-import { loadKafkajs } from './kafkajs.js';
+import { loadKafkajs, retryingRead } from './kafkajs.js';
 import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
 
@@ -171,7 +171,8 @@ export class ClusterMembership {
     this.consumer = consumer;
     consumer.on(consumer.events.GROUP_JOIN, (e) => void this.joined(e.payload.memberId).catch((err: unknown) => this.logger.error({ err, code: 'KEEL0801' }, 'cannot take in a rebalance of the cluster group')));
     await consumer.connect();
-    await consumer.subscribe({ topic: this.topic, fromBeginning: false });
+    // Subscribing reads the topic's metadata: a broker may not know a topic just created yet.
+    await retryingRead(() => consumer.subscribe({ topic: this.topic, fromBeginning: false }));
     // The metadata topic is read by the registry; this consumer only keeps the node in the group.
     const joined = new Promise<void>((resolve) => {
       const off = this.onChange(() => {

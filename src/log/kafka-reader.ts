@@ -79,7 +79,8 @@ type PartitionData = { partition: number; lastStableOffset: string; highWatermar
 export class KafkaPartitionReader {
   private readonly cluster: KafkajsCluster;
   private readonly Batch: BatchClass = require('kafkajs/src/consumer/batch') as BatchClass;
-  private connected: Promise<void> | undefined;
+  private connecting: Promise<void> | undefined;
+  private opened = false;
   /** Shared fetches waiting, by leader broker: at most one per partition. */
   private readonly waiting = new Map<string, Waiting[]>();
   /** Brokers a shared fetch is in flight to. */
@@ -114,7 +115,7 @@ export class KafkaPartitionReader {
 
   private async fetchOnce(partition: number, offset: number): Promise<FetchResult> {
     assert(Number.isSafeInteger(offset) && offset >= 0, () => `fetch offset ${offset}`);
-    await (this.connected ??= this.connect());
+    await this.connected();
     let response: Awaited<ReturnType<KafkajsBroker['fetch']>>;
     try {
       response = await this.request(await this.leaderOf(partition), [{ partition, offset }]);
@@ -136,7 +137,7 @@ export class KafkaPartitionReader {
    */
   private async fetchShared(partition: number, offset: number): Promise<FetchResult> {
     assert(Number.isSafeInteger(offset) && offset >= 0, () => `fetch offset ${offset}`);
-    await (this.connected ??= this.connect());
+    await this.connected();
     let nodeId: string;
     try {
       nodeId = await this.leaderOf(partition);
@@ -231,12 +232,25 @@ export class KafkaPartitionReader {
   }
 
   async close(): Promise<void> {
-    if (this.connected !== undefined) await this.cluster.disconnect().catch(() => undefined);
+    if (this.opened) await this.cluster.disconnect().catch(() => undefined);
   }
 
-  private async connect(): Promise<void> {
-    await this.cluster.connect();
-    await this.cluster.addTargetTopic(this.topic);
+  /**
+   * Connects once. A failed connect is tried again by the next fetch: a topic another node has
+   * just created is unknown to some brokers for a moment (UNKNOWN_TOPIC_OR_PARTITION), and a
+   * failure kept for good made every later fetch fail with it (a node started beside another
+   * exited at start).
+   */
+  private connected(): Promise<void> {
+    this.connecting ??= (async () => {
+      this.opened = true;
+      await this.cluster.connect();
+      await this.cluster.addTargetTopic(this.topic);
+    })().catch((err: unknown) => {
+      this.connecting = undefined;
+      throw err;
+    });
+    return this.connecting;
   }
 }
 

@@ -8,3 +8,20 @@ export const loadKafkajs = (): typeof Kafkajs => (kafkajs ??= createRequire(impo
 
 /** Retries of one Kafka request of the cluster's clients: ~15 s at most 500 ms apart (a broker failing over answers NOT_LEADER until it has moved). */
 export const KAFKA_RETRY = { initialRetryTime: 100, maxRetryTime: 500, retries: 30 };
+
+/** Admin reads tried on a retriable error (a moved leader, a topic a broker does not know yet), and the first wait between them. */
+const ADMIN_READ_TRIES = 8;
+const ADMIN_READ_RETRY_MS = 100;
+
+/** `read` again after a retriable error, up to ADMIN_READ_TRIES, waiting longer each time (and `refresh`ing first, when given). */
+export async function retryingRead<T>(read: () => Promise<T>, refresh?: () => Promise<unknown>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await read();
+    } catch (err) {
+      if ((err as { retriable?: unknown }).retriable !== true || attempt >= ADMIN_READ_TRIES) throw err;
+      await refresh?.().catch(() => undefined);
+      await new Promise((r) => setTimeout(r, ADMIN_READ_RETRY_MS * attempt));
+    }
+  }
+}
