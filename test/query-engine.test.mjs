@@ -385,6 +385,62 @@ t.test('PostgreSQL wire protocol on 9071: psql and the pg driver', async (t) => 
   t.same((await client.query('SELECT 1 AS one')).rows, [{ one: 1 }], 'the connection goes on after errors');
 });
 
+t.test("a query on 9071 stops when its client cancels it (psql's Ctrl-C) or goes away (a closed connection)", async (t) => {
+  const keel = await startKeel(t, { env: { KEEL_ADMIN__QUERY_ENGINE__QUERY_TIMEOUT: '60s' } });
+  const heavy = 'SELECT sum(hash(range)) FROM range(10000000000000)';
+  /** CPU the engine's process spent over `ms` (a running heavy query keeps a core busy). */
+  const engineCpuMs = async (ms) => {
+    const pid = enginePid(keel);
+    const ticks = () => fs.readFileSync(`/proc/${pid}/stat`, 'utf8').slice(fs.readFileSync(`/proc/${pid}/stat`, 'utf8').lastIndexOf(')') + 2).split(' ').slice(11, 13).reduce((a, b) => a + Number(b), 0);
+    const before = ticks();
+    await new Promise((r) => setTimeout(r, ms));
+    return (ticks() - before) * 10;
+  };
+  await query(keel, 'SELECT 1 AS one'); // the engine is up
+
+  // psql sends a CancelRequest on a new connection, naming the session by the BackendKeyData it was given.
+  const started = Date.now();
+  const cancelled = new Promise((resolve) => {
+    const child = execFile('psql', ['-h', keel.pgsql.host, '-p', String(keel.pgsql.port), '-U', 'keel', '-d', 'keel', '-X', '-c', heavy], {
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, PGCONNECT_TIMEOUT: '10', PGSSLMODE: 'prefer' },
+      timeout: 60_000,
+    }, (err, stdout, stderr) => resolve({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, err: String(stderr) }));
+    setTimeout(() => child.kill('SIGINT'), 1_500);
+  });
+  t.ok(await engineCpuMs(1_000) >= 500, 'the heavy query runs');
+  const psqlRun = await cancelled;
+  t.not(psqlRun.code, 0);
+  t.match(psqlRun.err, /KEEL0024.*cancelled by its client/, 'psql shows why its query ended');
+  t.ok(Date.now() - started < 15_000, `ended by the cancel, not by its 60 s limit (${Date.now() - started} ms)`);
+  t.ok(await engineCpuMs(1_000) < 300, 'the engine stopped working on it');
+
+  // A pg client whose connection closes mid-query: the query stops too.
+  const client = new pg.Client({ host: keel.pgsql.host, port: keel.pgsql.port, user: 'keel', database: 'keel' });
+  await client.connect();
+  client.on('error', () => {});
+  const gone = client.query(heavy).catch((e) => e);
+  t.ok(await engineCpuMs(1_000) >= 500, 'the heavy query runs again');
+  client.connection.stream.destroy();
+  await gone;
+  await new Promise((r) => setTimeout(r, 300));
+  t.ok(await engineCpuMs(1_000) < 300, 'the engine stopped working on the query of the closed connection');
+
+  // A cancel request naming no session is ignored; the server goes on.
+  const { Socket } = await import('node:net');
+  const bogus = Buffer.alloc(16);
+  bogus.writeInt32BE(16, 0);
+  bogus.writeInt32BE(80877102, 4);
+  bogus.writeInt32BE(424242, 8);
+  bogus.writeInt32BE(7, 12);
+  await new Promise((resolve, reject) => {
+    const s = new Socket().connect(keel.pgsql.port, keel.pgsql.host, () => s.end(bogus));
+    s.on('close', resolve).on('error', reject).resume();
+  });
+  const after = await psql(keel, ['-At', '-c', 'SELECT 41 + 1']);
+  t.equal(after.code, 0, after.err);
+  t.equal(after.out.trim(), '42');
+});
+
 t.test('a password on 9071', async (t) => {
   const keel = await startKeel(t, { env: { KEEL_ADMIN__QUERY_ENGINE__PGSQL_PASSWORD: 's3cret' } });
   const wrong = await psql(keel, ['-c', 'SELECT 1'], { PGPASSWORD: 'nope' });

@@ -5,6 +5,7 @@
 // clients send on their own (SET, BEGIN, COMMIT, …) are acknowledged without running.
 
 import net from 'node:net';
+import { randomInt } from 'node:crypto';
 import type { ScramSha256Data } from 'pg-gateway';
 import type { Logger } from '../common/logger.js';
 import { loadPackage } from '../common/load-package.js';
@@ -12,6 +13,7 @@ import { splitAddress, type QueryEngineConfig } from '../config/index.js';
 import { KeelError } from '../errors/index.js';
 import { SERVER_VERSION } from './routes/meta.js';
 import type { Answer, QueryOptions } from './query/engine.js';
+import { CLIENT_CANCELLED, CLIENT_LEFT } from './query/protocol.js';
 
 /** What answers the SQL of pg clients: the query engine, or (on a cluster's standby) the active node through it. */
 export interface PgQueries {
@@ -29,6 +31,9 @@ const SERVER_PG_VERSION = `14.0 (Keel, Restate ${SERVER_VERSION} compatible)`;
 const MAX_CONNECTIONS = 256;
 /** Prepared statements and portals one connection may keep. */
 const MAX_NAMED = 1024;
+/** CancelRequest: a 16-byte first message (length, this code, the session's process id and secret key). */
+const CANCEL_REQUEST_CODE = 80877102;
+const CANCEL_REQUEST_BYTES = 16;
 
 /** SQLSTATE of each error code (https://www.postgresql.org/docs/current/errcodes-appendix.html). */
 const SQLSTATE: Record<string, string> = {
@@ -115,8 +120,32 @@ class Session {
   private readonly portals = new Map<string, Portal>();
   private skipToSync = false;
   private greeted = false;
+  /** The query running now: aborted by a cancel request or by the connection closing. */
+  private running: AbortController | undefined;
 
-  constructor(private readonly engine: PgQueries, private readonly logger: Logger) {}
+  constructor(
+    private readonly engine: PgQueries,
+    private readonly logger: Logger,
+    /** What the client's cancel request names this session by (BackendKeyData). */
+    readonly processId: number,
+    readonly secretKey: number,
+  ) {}
+
+  /**
+   * BackendKeyData: what the client's cancel requests name this session by. Sent at startup,
+   * after AuthenticationOk, where clients take it (psql copies it before each query is sent).
+   */
+  backendKeyData(): Buffer {
+    const key = Buffer.alloc(8);
+    key.writeInt32BE(this.processId, 0);
+    key.writeInt32BE(this.secretKey, 4);
+    return message('K', key);
+  }
+
+  /** Stops the running query, if any: it answers query_canceled (57014). */
+  cancel(reason: typeof CLIENT_CANCELLED | typeof CLIENT_LEFT): void {
+    this.running?.abort(reason);
+  }
 
   async *handle(data: Uint8Array): AsyncGenerator<Uint8Array> {
     if (!this.greeted) {
@@ -153,10 +182,16 @@ class Session {
   private async run(sql: string, params: Array<string | null> | undefined): Promise<{ rows: number; head?: Uint8Array; body: Uint8Array[] }> {
     const show = /^\s*SHOW\s+([A-Za-z_]+)\s*;?\s*$/i.exec(sql)?.[1]?.toLowerCase();
     if (show !== undefined) return this.show(show);
-    const answer = await this.engine.query(psqlDialect(sql), 'pg', params ? { params } : {});
-    const body: Uint8Array[] = [];
-    for await (const chunk of answer.body) body.push(chunk);
-    return { rows: answer.rows, ...(answer.head ? { head: answer.head } : {}), body };
+    const running = new AbortController();
+    this.running = running;
+    try {
+      const answer = await this.engine.query(psqlDialect(sql), 'pg', { ...(params ? { params } : {}), signal: running.signal });
+      const body: Uint8Array[] = [];
+      for await (const chunk of answer.body) body.push(chunk);
+      return { rows: answer.rows, ...(answer.head ? { head: answer.head } : {}), body };
+    } finally {
+      this.running = undefined;
+    }
   }
 
   /** `SHOW name` of a parameter the server reports (server_version, client_encoding, …). */
@@ -268,6 +303,22 @@ class Session {
   }
 }
 
+/**
+ * When `first` is a CancelRequest: cancels the query of the session it names, if the secret key
+ * matches (PostgreSQL answers nothing either way, so that keys cannot be probed), and says so.
+ */
+function cancelRequest(first: Buffer, sessions: ReadonlyMap<number, Session>, log: Logger): boolean {
+  if (first.length !== CANCEL_REQUEST_BYTES || first.readInt32BE(0) !== CANCEL_REQUEST_BYTES || first.readInt32BE(4) !== CANCEL_REQUEST_CODE) return false;
+  const session = sessions.get(first.readInt32BE(8));
+  if (session === undefined || session.secretKey !== first.readInt32BE(12)) {
+    log.info({ code: 'KEEL0024' }, 'pgsql: a cancel request named no session of this server; ignored');
+    return true;
+  }
+  log.info({ code: 'KEEL0024', process_id: session.processId }, 'pgsql: a client cancelled its query');
+  session.cancel(CLIENT_CANCELLED);
+  return true;
+}
+
 /** pg-gateway loads on the first connection: a server no PostgreSQL client talks to starts without it. */
 let gateway: Promise<[typeof import('pg-gateway'), typeof import('pg-gateway/node')]> | undefined;
 const loadGateway = () => (gateway ??= Promise.all([loadPackage<typeof import('pg-gateway')>('pg-gateway'), loadPackage<typeof import('pg-gateway/node')>('pg-gateway/node')]));
@@ -283,20 +334,46 @@ export async function startPgServer(config: QueryEngineConfig, engine: PgQueries
   const password = config.pgsql_password;
   let scram: Promise<ScramSha256Data> | undefined;
   const sockets = new Set<net.Socket>();
+  /** Sessions by process id, for cancel requests (as many as connections: MAX_CONNECTIONS). */
+  const sessions = new Map<number, Session>();
+  let processIds = 0;
   const server = net.createServer((socket) => {
     if (sockets.size >= MAX_CONNECTIONS) {
       socket.destroy();
       return;
     }
     sockets.add(socket);
-    socket.on('close', () => sockets.delete(socket));
     socket.on('error', () => socket.destroy());
-    const session = new Session(engine, log);
+    // A connection whose first message is a cancel request carries nothing else (pg-gateway
+    // does not know the message): it is answered here and closed, as PostgreSQL does.
+    socket.once('data', (first: Buffer) => {
+      socket.pause();
+      if (cancelRequest(first, sessions, log)) {
+        socket.end();
+        return;
+      }
+      socket.unshift(first);
+      const session = new Session(engine, log, (processIds = (processIds % 0x7fffffff) + 1), randomInt(0x7fffffff));
+      sessions.set(session.processId, session);
+      socket.on('close', () => {
+        sessions.delete(session.processId);
+        session.cancel(CLIENT_LEFT);
+      });
+      serve(socket, session);
+    });
+    socket.on('close', () => sockets.delete(socket));
+  });
+  const serve = (socket: net.Socket, session: Session): void => {
     loadGateway()
       .then(([{ createScramSha256Data }, { fromNodeSocket }]) =>
         fromNodeSocket(socket, {
           serverVersion: SERVER_PG_VERSION,
           auth: password === undefined ? { method: 'trust' } : { method: 'scram-sha-256', getScramSha256Data: () => (scram ??= createScramSha256Data(password)) },
+          // pg-gateway has awaited its write of AuthenticationOk here and writes ReadyForQuery
+          // after: the key goes between them, where a PostgreSQL server sends it.
+          onAuthenticated() {
+            socket.write(session.backendKeyData());
+          },
           onMessage(data, state) {
             if (!state.isAuthenticated || data[0] === 0x58 /* Terminate: pg-gateway closes */) return undefined;
             return session.handle(data);
@@ -307,7 +384,7 @@ export async function startPgServer(config: QueryEngineConfig, engine: PgQueries
         log.warn({ err, code: 'KEEL0001' }, 'pgsql connection failed');
         socket.destroy();
       });
-  });
+  };
   const { host, port } = splitAddress(config.pgsql_bind_address);
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) => {

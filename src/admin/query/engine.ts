@@ -13,7 +13,7 @@ import type { Logger } from '../../common/logger.js';
 import { KeelError } from '../../errors/index.js';
 import type { Registry } from '../../metadata/registry.js';
 import { PER_QUERY_TABLES, rowBytes, type IntrospectionSource, type InvocationChanges, type Row, type TableFilter } from '../introspection.js';
-import { CLIENT_LEFT, type Format, type FromEngine, type Journals, type QueryError, type ToEngine } from './protocol.js';
+import { abandoned, type Format, type FromEngine, type Journals, type QueryError, type ToEngine } from './protocol.js';
 import { keep, recall } from './lru.js';
 import { shapeOf } from './shape.js';
 
@@ -548,7 +548,9 @@ export class QueryEngine {
     if (i >= 0) this.waiting.splice(i, 1);
     if (this.running.has(p.qid)) this.send({ t: 'cancel', qid: p.qid });
     this.settle(p);
-    p.reject(failure(CLIENT_LEFT));
+    // An answer being streamed is ended: its reader throws why (`stream`).
+    if (p.onChunk !== undefined) p.onChunk({ t: 'chunk', qid: p.qid, chunk: new Uint8Array(0), more: false });
+    else p.reject(failure(abandoned(p.signal?.reason)));
     this.pump();
   }
 
@@ -573,11 +575,13 @@ export class QueryEngine {
     try {
       yield first;
       for (;;) {
+        const cutOff = (): Error => (p.signal?.aborted ? failure(abandoned(p.signal.reason)) : unavailable('the answer was cut off (the query engine restarted)'));
+        if (!this.running.has(p.qid)) throw cutOff();
         const next = await new Promise<Extract<FromEngine, { t: 'chunk' }>>((resolve) => {
           p.onChunk = resolve;
           this.send({ t: 'more', qid: p.qid });
         });
-        if (next.chunk.length === 0 && !next.more && !this.running.has(p.qid)) throw unavailable('the answer was cut off (the query engine restarted)');
+        if (next.chunk.length === 0 && !next.more && !this.running.has(p.qid)) throw cutOff();
         yield next.chunk;
         if (!next.more) return;
       }

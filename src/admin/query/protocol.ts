@@ -29,6 +29,14 @@ export interface QueryError {
 /** How a query whose client went away ends, whichever side stops it first. */
 export const CLIENT_LEFT: QueryError = { code: 'KEEL0024', status: 499, message: 'the query was cancelled: its client went away' };
 
+/** How a query ends that its pg client cancelled (psql's Ctrl-C: a CancelRequest on another connection). */
+export const CLIENT_CANCELLED: QueryError = { code: 'KEEL0024', status: 499, message: 'the query was cancelled by its client (a cancel request)' };
+
+/** The error of a query whose signal aborted: the abort's reason when it is one of the above, else CLIENT_LEFT. */
+export function abandoned(reason: unknown): QueryError {
+  return reason === CLIENT_CANCELLED ? CLIENT_CANCELLED : CLIENT_LEFT;
+}
+
 /** Stored journals by invocation id, with the attempts of their `ctx.run` steps where known. */
 export type Journals = Array<[id: string, entries: RawJournalEntry[], steps?: StepAttempts]>;
 
