@@ -2,6 +2,8 @@
 // and their outcomes (partition/frames.ts), several to a transferred buffer, and the clone-side
 // helpers (threads/messages.ts): a refusal keeps its class and code, a Buffer becomes a Buffer again.
 import t from 'tap';
+import { PartitionThreads } from '../dist/threads/partition-threads.js';
+import { silentLogger } from '../dist/common/logger.js';
 import { MessageChannel } from 'node:worker_threads';
 import { InvocationId, randomPartitionKey } from '../dist/common/ids.js';
 import { decodeChanges, decodeInvokeRequest, decodeOutcome, encodeChanges, encodeInvokeRequest, encodeOutcome, FrameBatcher, framesOf } from '../dist/partition/frames.js';
@@ -46,10 +48,11 @@ t.test('every outcome kind survives its frame', async (t) => {
 
 t.test("a durable batch's status changes survive their frame: statuses, purges, none", async (t) => {
   const changes = [['inv_1a', Buffer.from('{"status":"running"}')], ['inv_1b', null], ['inv_1c', Buffer.alloc(0)]];
-  const frame = decodeOutcome(encodeChanges(changes));
+  const frame = decodeOutcome(encodeChanges(changes, 7));
+  t.equal(frame.q, 7, 'the frame carries the generation of the watch it was sent for');
   t.equal(frame.kind, 'changes');
   t.same(decodeChanges(frame.body).map(([id, s]) => [id, s === null ? null : Buffer.from(s).toString()]), [['inv_1a', '{"status":"running"}'], ['inv_1b', null], ['inv_1c', '']]);
-  t.same(decodeChanges(decodeOutcome(encodeChanges([])).body), [], 'an empty batch');
+  t.same(decodeChanges(decodeOutcome(encodeChanges([], 1)).body), [], 'an empty batch');
 });
 
 t.test('frames of one turn travel as one transferred buffer, in order', async (t) => {
@@ -86,4 +89,26 @@ t.test('revive: Buffers again in rows, arrays, maps and nested fields', async (t
   const cyclic = { a: 1 };
   cyclic.self = cyclic;
   t.doesNotThrow(() => revive(cyclic), 'a cycle stops at the depth limit');
+});
+
+t.test('status changes sent for an earlier watch are dropped: the new watch\'s copy reads what they describe from the store', async (t) => {
+  const threads = new PartitionThreads({ worker: { threads: 2, partitions: 8 } }, silentLogger);
+  const turn = (...frames) => {
+    const parts = frames.flatMap((f) => {
+      const n = Buffer.alloc(4);
+      n.writeUInt32LE(f.length);
+      return [n, f];
+    });
+    const b = Buffer.concat(parts);
+    return b.buffer.slice(b.byteOffset, b.byteOffset + b.length);
+  };
+  const seen = [];
+  const stop = threads.watch((changes) => seen.push(['first', ...changes.map(([id]) => id)]));
+  threads.answered(turn(encodeChanges([['inv_1a', Buffer.from('{}')]], 1)));
+  stop();
+  threads.answered(turn(encodeChanges([['inv_1b', Buffer.from('{}')]], 1)));
+  threads.watch((changes) => seen.push(['second', ...changes.map(([id]) => id)]));
+  // The engine stopped and started again: frames of the first watch were still on their way.
+  threads.answered(turn(encodeChanges([['inv_1c', Buffer.from('{"status":"running"}')]], 1), encodeChanges([['inv_1d', Buffer.from('{}')]], 2)));
+  t.same(seen, [['first', 'inv_1a'], ['second', 'inv_1d']], 'each watch gets only the changes sent for it');
 });

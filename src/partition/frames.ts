@@ -103,7 +103,7 @@ export function decodeInvokeRequest(frame: Buffer): { q: number; req: InvokeRequ
   return { q, req: { id, deterministic: !!(flags & Flag.Deterministic), send: !!(flags & Flag.Send), workflow_run: !!(flags & Flag.WorkflowRun), ...(flow ? { flow } : {}), invoke } };
 }
 
-/** What a thread sends back: an invoke's outcome, or (q 0) the statuses a durable batch changed. */
+/** What a thread sends back: an invoke's outcome, or the statuses a durable batch changed (q: the watch's generation). */
 const KINDS = ['completed', 'accepted', 'previously_accepted', 'workflow_exists', 'backlog_full', 'error', 'changes'] as const;
 
 /** An answer: the request's number, the outcome's kind, its JSON (a status as stored, a refusal). */
@@ -127,10 +127,17 @@ const PURGED = 0xffffffff;
 /**
  * The statuses a durable batch changed, for the query engine's copy: in the same buffer as the
  * outcomes of the turn and before them, so that the copy has a status before its caller's answer
- * (as when the engine is fed in-process), with no structured clone per batch.
+ * (as when the engine is fed in-process), with no structured clone per batch. `watch` is the
+ * generation of the watch they were sent for: frames of a watch turned off and on again (the
+ * engine stopped and started) may still be on their way, and describe what the new watch's copy
+ * reads from the store.
  */
-export function encodeChanges(changes: StatusChanges): Buffer {
-  const parts: Buffer[] = [Buffer.from([0, 0, 0, 0, KINDS.indexOf('changes')])];
+export function encodeChanges(changes: StatusChanges, watch: number): Buffer {
+  assert(Number.isInteger(watch) && watch > 0 && watch <= 0xffffffff, () => `watch generation ${watch}`);
+  const head = Buffer.allocUnsafe(5);
+  head.writeUInt32LE(watch, 0);
+  head[4] = KINDS.indexOf('changes');
+  const parts: Buffer[] = [head];
   for (const [id, status] of changes) {
     const head = Buffer.allocUnsafe(6);
     const idBytes = Buffer.from(id, 'latin1');

@@ -32,7 +32,8 @@ export type ToThread =
   | { t: 'next'; q: number }
   | { t: 'close'; q: number }
   | { t: 'record'; rec: MetaRecord }
-  | { t: 'watch'; on: boolean }
+  /** Status changes on (tagged `gen`: frames of an earlier watch are dropped) or off. */
+  | { t: 'watch'; on: boolean; gen: number }
   /** Start the partitions' work: attempts, timers, cleaning (once the server listens). */
   | { t: 'go' }
   | { t: 'stop' };

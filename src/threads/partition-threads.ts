@@ -86,6 +86,8 @@ export class PartitionThreads implements PartitionGateway {
   private readonly pending = new Map<number, Pending>();
   private readonly chunks = new Map<number, { thread: number; deliver: (c: Chunk) => void }>();
   private readonly watchers = new Set<(changes: InvocationChanges) => void>();
+  /** The generation of the threads' watch, counted up each time it turns on (frames carry it). */
+  private watchGen = 0;
   private state: 'new' | 'starting' | 'serving' | 'stopping' | 'stopped' = 'new';
   private starting: Promise<void> | undefined;
   private stopping: Promise<void> | undefined;
@@ -149,7 +151,7 @@ export class PartitionThreads implements PartitionGateway {
       const partitions = this.owners.flatMap((o, p) => (o === t ? [p] : []));
       const handle: Handle = { index: t, thread, frames: new FrameBatcher(thread), partitions, inFlight: 0, failures: [] };
       this.handles.push(handle);
-      if (this.watchers.size > 0) thread.postMessage({ t: 'watch', on: true } satisfies ToThread);
+      if (this.watchers.size > 0) thread.postMessage({ t: 'watch', on: true, gen: this.watchGen } satisfies ToThread);
       ready.push(this.attend(handle));
     }
     const failed = (await Promise.allSettled(ready)).find((s): s is PromiseRejectedResult => s.status === 'rejected');
@@ -314,9 +316,12 @@ export class PartitionThreads implements PartitionGateway {
   /** Status changes of every thread's durable batches; returns the stop function. */
   watch(listener: (changes: InvocationChanges) => void): () => void {
     this.watchers.add(listener);
-    if (this.watchers.size === 1) this.broadcast({ t: 'watch', on: true });
+    if (this.watchers.size === 1) {
+      this.watchGen = (this.watchGen % 0xffffffff) + 1;
+      this.broadcast({ t: 'watch', on: true, gen: this.watchGen });
+    }
     return () => {
-      if (this.watchers.delete(listener) && this.watchers.size === 0) this.broadcast({ t: 'watch', on: false });
+      if (this.watchers.delete(listener) && this.watchers.size === 0) this.broadcast({ t: 'watch', on: false, gen: this.watchGen });
     };
   }
 
@@ -347,7 +352,10 @@ export class PartitionThreads implements PartitionGateway {
   private answered(buf: ArrayBuffer): void {
     for (const frame of framesOf(buf)) {
       const { q, kind, body } = decodeOutcome(frame);
-      if (kind === 'changes') this.changed(decodeChanges(body));
+      // Changes sent for an earlier watch are older than what the current one's copy reads from the store.
+      if (kind === 'changes') {
+        if (q === this.watchGen && this.watchers.size > 0) this.changed(decodeChanges(body));
+      }
       else if (kind === 'error') this.settle(q, { error: errorOf(JSON.parse(body.toString('utf8'))) });
       else if (kind === 'completed') this.settle(q, { value: { kind, status: invocationsTable.decode(body) } });
       else if (kind === 'backlog_full') this.settle(q, { value: { kind, full: JSON.parse(body.toString('utf8')) } });

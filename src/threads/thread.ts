@@ -180,7 +180,7 @@ class Serving {
         return this.parts.appliers.forEach((apply) => apply(m.rec));
       case 'watch':
         this.unwatch?.();
-        this.unwatch = m.on ? this.parts.worker.watchInvocations((changes) => this.out.push(encodeChanges(changes))) : undefined;
+        this.unwatch = m.on ? this.parts.worker.watchInvocations((changes) => this.out.push(encodeChanges(changes, m.gen))) : undefined;
         return;
       case 'stop':
         return void this.parts
