@@ -425,17 +425,43 @@ t.test("a query on 9071 stops when its client cancels it (psql's Ctrl-C) or goes
   await new Promise((r) => setTimeout(r, 300));
   t.ok(await engineCpuMs(1_000) < 300, 'the engine stopped working on the query of the closed connection');
 
-  // A cancel request naming no session is ignored; the server goes on.
+  // A client that asks for TLS first (libpq 17's cancel API with sslmode=prefer): SSLRequest, 'N',
+  // then the cancel request on the same connection, naming the pg driver's session by its BackendKeyData.
   const { Socket } = await import('node:net');
-  const bogus = Buffer.alloc(16);
-  bogus.writeInt32BE(16, 0);
-  bogus.writeInt32BE(80877102, 4);
-  bogus.writeInt32BE(424242, 8);
-  bogus.writeInt32BE(7, 12);
-  await new Promise((resolve, reject) => {
-    const s = new Socket().connect(keel.pgsql.port, keel.pgsql.host, () => s.end(bogus));
-    s.on('close', resolve).on('error', reject).resume();
+  const sendCancel = (processId, secretKey, { sslFirst }) => new Promise((resolve, reject) => {
+    const cancel = Buffer.alloc(16);
+    cancel.writeInt32BE(16, 0);
+    cancel.writeInt32BE(80877102, 4);
+    cancel.writeInt32BE(processId, 8);
+    cancel.writeInt32BE(secretKey, 12);
+    const s = new Socket().connect(keel.pgsql.port, keel.pgsql.host, () => {
+      if (!sslFirst) return s.end(cancel);
+      const ssl = Buffer.alloc(8);
+      ssl.writeInt32BE(8, 0);
+      ssl.writeInt32BE(80877103, 4);
+      s.write(ssl);
+      s.once('data', (answer) => {
+        t.equal(answer.toString(), 'N', 'TLS refused');
+        s.end(cancel);
+      });
+    });
+    s.on('close', resolve).on('error', reject);
   });
+  const driver = new pg.Client({ host: keel.pgsql.host, port: keel.pgsql.port, user: 'keel', database: 'keel' });
+  await driver.connect();
+  t.teardown(() => driver.end());
+  t.ok(driver.processID > 0, 'the pg driver got a process id and secret key at startup');
+  const viaTls = driver.query(heavy).catch((e) => e);
+  t.ok(await engineCpuMs(1_000) >= 500, 'a third heavy query runs');
+  await sendCancel(driver.processID, driver.secretKey, { sslFirst: true });
+  const ended = await viaTls;
+  t.equal(ended.code, '57014');
+  t.match(ended.message, /KEEL0024.*cancelled by its client/);
+  t.same((await driver.query('SELECT 1 AS one')).rows, [{ one: 1 }], 'the cancelled session goes on');
+
+  // A cancel request naming no session (or the wrong key) is ignored; the server goes on.
+  await sendCancel(424242, 7, { sslFirst: false });
+  await sendCancel(driver.processID, driver.secretKey + 1, { sslFirst: false });
   const after = await psql(keel, ['-At', '-c', 'SELECT 41 + 1']);
   t.equal(after.code, 0, after.err);
   t.equal(after.out.trim(), '42');

@@ -304,10 +304,11 @@ class Session {
 }
 
 /**
- * When `first` is a CancelRequest: cancels the query of the session it names, if the secret key
+ * When `data` is a CancelRequest: cancels the query of the session it names, if the secret key
  * matches (PostgreSQL answers nothing either way, so that keys cannot be probed), and says so.
  */
-function cancelRequest(first: Buffer, sessions: ReadonlyMap<number, Session>, log: Logger): boolean {
+function cancelRequest(data: Uint8Array, sessions: ReadonlyMap<number, Session>, log: Logger): boolean {
+  const first = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
   if (first.length !== CANCEL_REQUEST_BYTES || first.readInt32BE(0) !== CANCEL_REQUEST_BYTES || first.readInt32BE(4) !== CANCEL_REQUEST_CODE) return false;
   const session = sessions.get(first.readInt32BE(8));
   if (session === undefined || session.secretKey !== first.readInt32BE(12)) {
@@ -344,24 +345,13 @@ export async function startPgServer(config: QueryEngineConfig, engine: PgQueries
     }
     sockets.add(socket);
     socket.on('error', () => socket.destroy());
-    // A connection whose first message is a cancel request carries nothing else (pg-gateway
-    // does not know the message): it is answered here and closed, as PostgreSQL does.
-    socket.once('data', (first: Buffer) => {
-      socket.pause();
-      if (cancelRequest(first, sessions, log)) {
-        socket.end();
-        return;
-      }
-      socket.unshift(first);
-      const session = new Session(engine, log, (processIds = (processIds % 0x7fffffff) + 1), randomInt(0x7fffffff));
-      sessions.set(session.processId, session);
-      socket.on('close', () => {
-        sessions.delete(session.processId);
-        session.cancel(CLIENT_LEFT);
-      });
-      serve(socket, session);
+    const session = new Session(engine, log, (processIds = (processIds % 0x7fffffff) + 1), randomInt(0x7fffffff));
+    socket.on('close', () => {
+      sockets.delete(socket);
+      if (sessions.get(session.processId) === session) sessions.delete(session.processId);
+      session.cancel(CLIENT_LEFT);
     });
-    socket.on('close', () => sockets.delete(socket));
+    serve(socket, session);
   });
   const serve = (socket: net.Socket, session: Session): void => {
     loadGateway()
@@ -372,9 +362,17 @@ export async function startPgServer(config: QueryEngineConfig, engine: PgQueries
           // pg-gateway has awaited its write of AuthenticationOk here and writes ReadyForQuery
           // after: the key goes between them, where a PostgreSQL server sends it.
           onAuthenticated() {
+            sessions.set(session.processId, session);
             socket.write(session.backendKeyData());
           },
           onMessage(data, state) {
+            // A cancel request comes on a connection of its own, as its first message (after an
+            // SSLRequest where the client asks for TLS first) and alone: pg-gateway does not know
+            // it. It is answered as PostgreSQL does: nothing, and the connection closed.
+            if (!state.hasStarted && cancelRequest(data, sessions, log)) {
+              socket.end();
+              return new Uint8Array(0);
+            }
             if (!state.isAuthenticated || data[0] === 0x58 /* Terminate: pg-gateway closes */) return undefined;
             return session.handle(data);
           },

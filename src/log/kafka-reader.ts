@@ -81,6 +81,7 @@ export class KafkaPartitionReader {
   private readonly Batch: BatchClass = require('kafkajs/src/consumer/batch') as BatchClass;
   private connecting: Promise<void> | undefined;
   private opened = false;
+  private closed = false;
   /** Shared fetches waiting, by leader broker: at most one per partition. */
   private readonly waiting = new Map<string, Waiting[]>();
   /** Brokers a shared fetch is in flight to. */
@@ -107,7 +108,7 @@ export class KafkaPartitionReader {
       try {
         return await (shared ? this.fetchShared(partition, offset) : this.fetchOnce(partition, offset));
       } catch (err) {
-        if (attempt >= FETCH_RETRIES || (err as { type?: string }).type === 'OFFSET_OUT_OF_RANGE') throw err;
+        if (attempt >= FETCH_RETRIES || this.closed || (err as { type?: string }).type === 'OFFSET_OUT_OF_RANGE') throw err;
         await new Promise((resolve) => setTimeout(resolve, Math.min(500, 50 * 2 ** attempt)));
       }
     }
@@ -232,6 +233,8 @@ export class KafkaPartitionReader {
   }
 
   async close(): Promise<void> {
+    this.closed = true;
+    await this.connecting?.catch(() => undefined);
     if (this.opened) await this.cluster.disconnect().catch(() => undefined);
   }
 
@@ -242,6 +245,8 @@ export class KafkaPartitionReader {
    * exited at start).
    */
   private connected(): Promise<void> {
+    // A fetch still retrying when the reader closed connects no more.
+    if (this.closed) return Promise.reject(new Error(`the reader of ${this.topic} is closed`));
     this.connecting ??= (async () => {
       this.opened = true;
       await this.cluster.connect();
