@@ -388,42 +388,54 @@ t.test('PostgreSQL wire protocol on 9071: psql and the pg driver', async (t) => 
 t.test("a query on 9071 stops when its client cancels it (psql's Ctrl-C) or goes away (a closed connection)", async (t) => {
   const keel = await startKeel(t, { env: { KEEL_ADMIN__QUERY_ENGINE__QUERY_TIMEOUT: '60s' } });
   const heavy = 'SELECT sum(hash(range)) FROM range(10000000000000)';
-  /** CPU the engine's process spent over `ms` (a running heavy query keeps a core busy). */
+  /** CPU the engine's process spent over `ms` (a running heavy query keeps its threads busy). */
   const engineCpuMs = async (ms) => {
     const pid = enginePid(keel);
-    const ticks = () => fs.readFileSync(`/proc/${pid}/stat`, 'utf8').slice(fs.readFileSync(`/proc/${pid}/stat`, 'utf8').lastIndexOf(')') + 2).split(' ').slice(11, 13).reduce((a, b) => a + Number(b), 0);
+    const ticks = () => {
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+      return stat.slice(stat.lastIndexOf(')') + 2).split(' ').slice(11, 13).reduce((a, b) => a + Number(b), 0);
+    };
     const before = ticks();
     await new Promise((r) => setTimeout(r, ms));
     return (ticks() - before) * 10;
   };
+  /** Waits (up to `within` ms) until the engine is busy (a query runs) or quiet (none does), by 250 ms samples. */
+  const until = async (state, within) => {
+    const end = Date.now() + within;
+    while (Date.now() < end) {
+      const cpu = await engineCpuMs(250);
+      if (state === 'busy' ? cpu >= 100 : cpu < 60) return true;
+    }
+    return false;
+  };
   await query(keel, 'SELECT 1 AS one'); // the engine is up
 
   // psql sends a CancelRequest on a new connection, naming the session by the BackendKeyData it was given.
-  const started = Date.now();
-  const cancelled = new Promise((resolve) => {
-    const child = execFile('psql', ['-h', keel.pgsql.host, '-p', String(keel.pgsql.port), '-U', 'keel', '-d', 'keel', '-X', '-c', heavy], {
+  let child;
+  const psqlRun = new Promise((resolve) => {
+    child = execFile('psql', ['-h', keel.pgsql.host, '-p', String(keel.pgsql.port), '-U', 'keel', '-d', 'keel', '-X', '-c', heavy], {
       env: { PATH: process.env.PATH, HOME: process.env.HOME, PGCONNECT_TIMEOUT: '10', PGSSLMODE: 'prefer' },
-      timeout: 60_000,
+      timeout: 90_000,
     }, (err, stdout, stderr) => resolve({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, err: String(stderr) }));
-    setTimeout(() => child.kill('SIGINT'), 1_500);
   });
-  t.ok(await engineCpuMs(1_000) >= 500, 'the heavy query runs');
-  const psqlRun = await cancelled;
-  t.not(psqlRun.code, 0);
-  t.match(psqlRun.err, /KEEL0024.*cancelled by its client/, 'psql shows why its query ended');
-  t.ok(Date.now() - started < 15_000, `ended by the cancel, not by its 60 s limit (${Date.now() - started} ms)`);
-  t.ok(await engineCpuMs(1_000) < 300, 'the engine stopped working on it');
+  t.ok(await until('busy', 20_000), "psql's heavy query runs");
+  const interrupted = Date.now();
+  child.kill('SIGINT');
+  const ended = await psqlRun;
+  t.not(ended.code, 0);
+  t.match(ended.err, /KEEL0024.*cancelled by its client/, 'psql shows why its query ended');
+  t.ok(Date.now() - interrupted < 20_000, `ended by the cancel, not by its 60 s limit (${Date.now() - interrupted} ms after Ctrl-C)`);
+  t.ok(await until('quiet', 10_000), 'the engine stopped working on it');
 
   // A pg client whose connection closes mid-query: the query stops too.
   const client = new pg.Client({ host: keel.pgsql.host, port: keel.pgsql.port, user: 'keel', database: 'keel' });
   await client.connect();
   client.on('error', () => {});
   const gone = client.query(heavy).catch((e) => e);
-  t.ok(await engineCpuMs(1_000) >= 500, 'the heavy query runs again');
+  t.ok(await until('busy', 20_000), 'the heavy query runs again');
   client.connection.stream.destroy();
   await gone;
-  await new Promise((r) => setTimeout(r, 300));
-  t.ok(await engineCpuMs(1_000) < 300, 'the engine stopped working on the query of the closed connection');
+  t.ok(await until('quiet', 10_000), 'the engine stopped working on the query of the closed connection');
 
   // A client that asks for TLS first (libpq 17's cancel API with sslmode=prefer): SSLRequest, 'N',
   // then the cancel request on the same connection, naming the pg driver's session by its BackendKeyData.
@@ -452,11 +464,11 @@ t.test("a query on 9071 stops when its client cancels it (psql's Ctrl-C) or goes
   t.teardown(() => driver.end());
   t.ok(driver.processID > 0, 'the pg driver got a process id and secret key at startup');
   const viaTls = driver.query(heavy).catch((e) => e);
-  t.ok(await engineCpuMs(1_000) >= 500, 'a third heavy query runs');
+  t.ok(await until('busy', 20_000), 'a third heavy query runs');
   await sendCancel(driver.processID, driver.secretKey, { sslFirst: true });
-  const ended = await viaTls;
-  t.equal(ended.code, '57014');
-  t.match(ended.message, /KEEL0024.*cancelled by its client/);
+  const viaTlsEnded = await viaTls;
+  t.equal(viaTlsEnded.code, '57014');
+  t.match(viaTlsEnded.message, /KEEL0024.*cancelled by its client/);
   t.same((await driver.query('SELECT 1 AS one')).rows, [{ one: 1 }], 'the cancelled session goes on');
 
   // A cancel request naming no session (or the wrong key) is ignored; the server goes on.
@@ -465,6 +477,11 @@ t.test("a query on 9071 stops when its client cancels it (psql's Ctrl-C) or goes
   const after = await psql(keel, ['-At', '-c', 'SELECT 41 + 1']);
   t.equal(after.code, 0, after.err);
   t.equal(after.out.trim(), '42');
+  t.same(keel.logLines('KEEL0024').filter((l) => l.component === 'pgsql').map((l) => l.msg), [
+    'pgsql: a client cancelled its query', 'pgsql: a client cancelled its query',
+    'pgsql: a cancel request named no session of this server; ignored', 'pgsql: a cancel request named no session of this server; ignored',
+  ], 'each cancel request logged once, at info');
+  t.same(keel.looseLines(), [], 'nothing written outside the log (pg-gateway prints a connection it fails to stderr)');
 });
 
 t.test('a password on 9071', async (t) => {

@@ -355,7 +355,7 @@ export async function startPgServer(config: QueryEngineConfig, engine: PgQueries
   });
   const serve = (socket: net.Socket, session: Session): void => {
     loadGateway()
-      .then(([{ createScramSha256Data }, { fromNodeSocket }]) =>
+      .then(([{ closeSignal, createScramSha256Data }, { fromNodeSocket }]) =>
         fromNodeSocket(socket, {
           serverVersion: SERVER_PG_VERSION,
           auth: password === undefined ? { method: 'trust' } : { method: 'scram-sha-256', getScramSha256Data: () => (scram ??= createScramSha256Data(password)) },
@@ -368,11 +368,9 @@ export async function startPgServer(config: QueryEngineConfig, engine: PgQueries
           onMessage(data, state) {
             // A cancel request comes on a connection of its own, as its first message (after an
             // SSLRequest where the client asks for TLS first) and alone: pg-gateway does not know
-            // it. It is answered as PostgreSQL does: nothing, and the connection closed.
-            if (!state.hasStarted && cancelRequest(data, sessions, log)) {
-              socket.end();
-              return new Uint8Array(0);
-            }
+            // it. It is answered as PostgreSQL does: nothing, and the connection closed (by
+            // pg-gateway, on its close signal: a socket ended here, it would still write to it).
+            if (!state.hasStarted && cancelRequest(data, sessions, log)) return [closeSignal as unknown as Uint8Array];
             if (!state.isAuthenticated || data[0] === 0x58 /* Terminate: pg-gateway closes */) return undefined;
             return session.handle(data);
           },

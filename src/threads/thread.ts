@@ -8,6 +8,7 @@ import type { Config } from '../config/index.js';
 import { installLeanAsyncBind } from '../common/async-bind.js';
 import { createLogger, type Logger } from '../common/logger.js';
 import { InvocationId } from '../common/ids.js';
+import { assert } from '../common/assert.js';
 import { endpointClientFor } from '../endpoint/client.js';
 import { signerFor } from '../endpoint/identity.js';
 import { Invoker } from '../invoker/index.js';
@@ -179,6 +180,7 @@ class Serving {
       case 'record':
         return this.parts.appliers.forEach((apply) => apply(m.rec));
       case 'watch':
+        assert(!m.on || (Number.isInteger(m.gen) && m.gen > 0), () => `a watch turned on with generation ${m.gen}`);
         this.unwatch?.();
         this.unwatch = m.on ? this.parts.worker.watchInvocations((changes) => this.out.push(encodeChanges(changes, m.gen))) : undefined;
         return;
