@@ -303,6 +303,33 @@ t.test('the engine comes back after it dies, with every status', async (t) => {
   t.not(enginePid(keel), pid);
 });
 
+t.test('the engine does not outlive its server, even with a heavy query running', async (t) => {
+  const keel = await startKeel(t, { env: { KEEL_ADMIN__QUERY_ENGINE__QUERY_TIMEOUT: '60s' } });
+  await query(keel, 'SELECT 1 AS one'); // the engine is up
+  const pid = enginePid(keel);
+  const cpuTicks = () => {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ').slice(11, 13).reduce((a, b) => a + Number(b), 0);
+  };
+  const heavy = post(keel, 'SELECT sum(hash(range)) FROM range(10000000000000)').catch(() => undefined);
+  t.ok(await eventually(async () => {
+    const before = cpuTicks();
+    await new Promise((r) => setTimeout(r, 250));
+    return cpuTicks() - before >= 10;
+  }, { timeout_ms: 20_000 }), 'the heavy query runs');
+  await keel.kill('SIGKILL');
+  await heavy;
+  // process.exit waited for the libuv thread running the query: the engine kept a core busy for good.
+  const alive = () => {
+    try {
+      return !/^\S+ \(.*\) Z/.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'));
+    } catch {
+      return false;
+    }
+  };
+  t.ok(await eventually(async () => !alive(), { timeout_ms: 10_000 }), 'the engine is gone once its server is');
+});
+
 t.test('the engine runs while SQL is used: started by the first query, stopped after idle_timeout without one, started again from the store', async (t) => {
   const keel = await startKeel(t, { env: { KEEL_ADMIN__QUERY_ENGINE__IDLE_TIMEOUT: '1500ms' } });
   await register(keel, await serveServices(t, [Echo]));

@@ -853,4 +853,8 @@ function onMessage(m: ToEngine): void {
 }
 
 process.on('message', (m) => onMessage(m as ToEngine));
-process.on('disconnect', () => process.exit(0));
+// The server went (stopped, crashed, killed): nothing here outlives it. Not process.exit: it waits
+// for the libuv threads, and one running a query (DuckDB's) would keep the process — and a core —
+// busy until the query ends, which for a heavy one is never (an engine outlived its server for an
+// hour here). The copy is a temporary directory the next engine removes.
+process.on('disconnect', () => process.kill(process.pid, 'SIGKILL'));
