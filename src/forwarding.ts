@@ -13,7 +13,7 @@ import type { Logger } from './common/logger.js';
 import { catalogue, KeelError, type ErrorCode } from './errors/index.js';
 import type { PgQueries } from './admin/pgwire.js';
 import { PG_ANSWER_TYPE } from './admin/routes/query.js';
-import { abandoned } from './admin/query/protocol.js';
+import { abandoned, queryFailure } from './admin/query/protocol.js';
 import type { PeerClient, PeerResponse } from './cluster-peers.js';
 import { NODE_HEADERS, NODE_HEADER_NAMES } from './ingress/auth.js';
 
@@ -185,10 +185,7 @@ export function routePgQueries(engine: PgQueries, route: Route, peers: PeerClien
         res = await peers.request(to, '/query', 'POST', headers, body, { timeout_ms: PG_QUERY_TIMEOUT_MS, ...(opts.signal !== undefined ? { signal: opts.signal } : {}) });
       } catch (err) {
         // Cancelled by its client (a pg cancel request, a closed connection): not the peer's fault.
-        if (opts.signal?.aborted === true) {
-          const why = abandoned(opts.signal.reason);
-          throw new KeelError(why.code, why.message, why.status);
-        }
+        if (opts.signal?.aborted === true) throw queryFailure(abandoned(opts.signal.reason));
         throw new KeelError('KEEL0803', `the active node (${new URL(to).origin}) cannot be reached from ${node}: ${(err as Error).message}; retry in a moment`, undefined, { cause: err });
       }
       if (res.status !== 200) throw refusal(res.status, res.body.toString('utf8'));

@@ -223,6 +223,17 @@ t.test('a reader that started before its topic existed reads it once the topic i
   t.same(result.records.map((r) => r.value.toString()), ['first'], `read after ${Date.now() - started} ms: the record written once the topic was created`);
 });
 
+t.test('a reader closed while a fetch retries ends that fetch: it connects no more', async (t) => {
+  const reader = new KafkaPartitionReader(cluster.kafka(), `keel-never-${++topics}`);
+  const reading = reader.fetch(0, 0).then(() => 'read', (err) => err);
+  await new Promise((r) => setTimeout(r, 500)); // a few connects refused: the topic does not exist
+  const closing = Date.now();
+  await reader.close();
+  const outcome = await reading;
+  t.match(String(outcome?.message), /closed|not host|UNKNOWN/i, 'the fetch fails');
+  t.ok(Date.now() - closing < 3_000, `within ${Date.now() - closing} ms of the close (its retries alone take ~14 s)`);
+});
+
 t.test('appends go on through the SIGKILL of the broker leading the partition; nothing acknowledged is lost', async (t) => {
   const topic = `log-${++topics}`;
   const a = await node(t, 'a', topic);

@@ -13,7 +13,7 @@ import type { Logger } from '../../common/logger.js';
 import { KeelError } from '../../errors/index.js';
 import type { Registry } from '../../metadata/registry.js';
 import { PER_QUERY_TABLES, rowBytes, type IntrospectionSource, type InvocationChanges, type Row, type TableFilter } from '../introspection.js';
-import { abandoned, type Format, type FromEngine, type Journals, type QueryError, type ToEngine } from './protocol.js';
+import { abandoned, queryFailure as failure, type Format, type FromEngine, type Journals, type ToEngine } from './protocol.js';
 import { keep, recall } from './lru.js';
 import { shapeOf } from './shape.js';
 
@@ -91,7 +91,6 @@ interface Whole {
 const wholeAnswer = ({ rows, head, chunk }: Whole): Answer => ({ rows, ...(head ? { head } : {}), whole: chunk, body: (async function* () { yield chunk; })() });
 const constantKey = (sql: string, format: Format, params: Array<string | null> | undefined): string =>
   `${format}\0${params !== undefined && params.length > 0 ? JSON.stringify(params) : ''}\0${sql}`;
-const failure = (e: QueryError) => new KeelError(e.code, e.message, e.status);
 const unavailable = (why: string) => new KeelError('KEEL0023', `the query engine is unavailable: ${why}`, 503);
 
 
@@ -574,8 +573,8 @@ export class QueryEngine {
   private async *stream(p: Pending, first: Uint8Array): AsyncGenerator<Uint8Array> {
     try {
       yield first;
+      const cutOff = (): Error => (p.signal?.aborted ? failure(abandoned(p.signal.reason)) : unavailable('the answer was cut off (the query engine restarted)'));
       for (;;) {
-        const cutOff = (): Error => (p.signal?.aborted ? failure(abandoned(p.signal.reason)) : unavailable('the answer was cut off (the query engine restarted)'));
         if (!this.running.has(p.qid)) throw cutOff();
         const next = await new Promise<Extract<FromEngine, { t: 'chunk' }>>((resolve) => {
           p.onChunk = resolve;

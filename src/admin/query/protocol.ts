@@ -1,6 +1,7 @@
 // Messages between the server and its query engine process (child_process IPC, "advanced"
 // serialization: Uint8Arrays cross as bytes). The server owns the data; the engine owns DuckDB.
 
+import { KeelError } from '../../errors/index.js';
 import type { RawJournalEntry, Row, StepAttempts, TableFilter } from '../introspection.js';
 
 /** How an answer is encoded: `{"rows":[…]}`, an Arrow IPC stream, or PostgreSQL wire messages. */
@@ -36,6 +37,9 @@ export const CLIENT_CANCELLED: QueryError = { code: 'KEEL0024', status: 499, mes
 export function abandoned(reason: unknown): QueryError {
   return reason === CLIENT_CANCELLED ? CLIENT_CANCELLED : CLIENT_LEFT;
 }
+
+/** A query's error as the server throws it (HTTP and pg answers are made from it). */
+export const queryFailure = (e: QueryError): KeelError => new KeelError(e.code, e.message, e.status);
 
 /** Stored journals by invocation id, with the attempts of their `ctx.run` steps where known. */
 export type Journals = Array<[id: string, entries: RawJournalEntry[], steps?: StepAttempts]>;
