@@ -5,6 +5,7 @@
 import t from 'tap';
 import fs from 'node:fs';
 import http2 from 'node:http2';
+import net from 'node:net';
 import path from 'node:path';
 import pg from 'pg';
 import { launch, newPage } from './helpers/browser.mjs';
@@ -137,6 +138,21 @@ t.test('standbys forward to the active node and follow the metadata; a SIGKILLed
   const [wrongA, wrongC] = [await wrong(pgA), await wrong(pgC)];
   t.ok(wrongC !== undefined, `a bad query on the standby is an error: ${wrongC}`);
   t.same(wrongC, wrongA, 'with the SQLSTATE and message the active node gives');
+  // A query the standby forwards, cancelled by its client (psql's Ctrl-C: a CancelRequest to the standby's 9071):
+  // the client is told it cancelled (KEEL0024), not that the active node is unreachable, and the session goes on.
+  const heavy = pgC.query('SELECT sum(hash(range)) FROM range(10000000000000)').catch((err) => err);
+  await new Promise((r) => setTimeout(r, 1_500));
+  const cancelled = Date.now();
+  await new Promise((resolve, reject) => {
+    const cancel = Buffer.alloc(16);
+    [16, 80877102, pgC.processID, pgC.secretKey].forEach((v, i) => cancel.writeInt32BE(v, 4 * i));
+    const s = net.connect(c.pgsql.port, c.pgsql.host, () => s.end(cancel));
+    s.on('close', resolve).on('error', reject);
+  });
+  const heavyEnded = await heavy;
+  t.same([heavyEnded.code, /KEEL0024.*cancelled by its client/.test(heavyEnded.message)], ['57014', true], `a cancelled query on the standby: ${heavyEnded.message}`);
+  t.ok(Date.now() - cancelled < 10_000, `ended by the cancel (${Date.now() - cancelled} ms after it), not by the 30 s limit`);
+  t.same((await pgC.query('SELECT 41 + 1 AS n')).rows, [{ n: 42 }], 'the cancelled session on the standby goes on');
   const scoped = await ingress(c, '/restate/scope/cl/call/Steps/run', { id: 'scoped' }, { 'x-restate-limit-key': 't1' });
   t.same([scoped.status, scoped.body], [200, 'done scoped'], 'a scoped call through a standby');
   // Over HTTP/2 (h2c) to the standby, forwarded over HTTP/1.1: the pseudo-header fields stay behind.

@@ -11,6 +11,7 @@ import { PartitionProcessor } from '../dist/partition/processor.js';
 import { verifyPartition } from '../dist/partition/verify.js';
 import { KafkaLog, KafkaLogClient } from '../dist/log/kafka-log.js';
 import { KafkaPartitionReader } from '../dist/log/kafka-reader.js';
+import { ClusterMembership } from '../dist/log/kafka-membership.js';
 import { CorruptLogError } from '../dist/log/epochs.js';
 import { statePrefix } from '../dist/storage/keys.js';
 import { InvocationId, randomPartitionKey } from '../dist/common/ids.js';
@@ -221,6 +222,24 @@ t.test('a reader that started before its topic existed reads it once the topic i
   let result = await reading;
   for (let i = 0; i < 20 && result.records.length === 0; i++) result = await reader.fetch(0, result.next_offset);
   t.same(result.records.map((r) => r.value.toString()), ['first'], `read after ${Date.now() - started} ms: the record written once the topic was created`);
+});
+
+t.test('a node joining the cluster group before the metadata topic exists joins once the topic is there', async (t) => {
+  // The membership's subscribe reads the topic's metadata: a broker that does not know the topic yet answers
+  // UNKNOWN_TOPIC_OR_PARTITION (retriable), which must delay the join, not fail the node's start.
+  const topic = `keel-meta-late-${++topics}`;
+  const self = { node: 'late', ingress: 'http://127.0.0.1:1', admin: 'http://127.0.0.1:2' };
+  const membership = new ClusterMembership(cluster.kafka(), `${topic}-nodes`, topic, self, () => ({}), 2, false, 6_000, silentLogger);
+  t.teardown(() => membership.stop());
+  const started = Date.now();
+  const starting = membership.start().then(() => 'started', (err) => err);
+  await new Promise((r) => setTimeout(r, 500));
+  const admin = cluster.kafka().admin();
+  await admin.connect();
+  await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: 1 }] });
+  await admin.disconnect();
+  t.equal(await starting, 'started', `the start ends, after ${Date.now() - started} ms`);
+  t.same(membership.current.assigned, [0, 1], 'and the node, alone in the group, leads both partitions');
 });
 
 t.test('a reader closed while a fetch retries ends that fetch: it connects no more', async (t) => {
