@@ -186,7 +186,7 @@ export function routePgQueries(engine: PgQueries, route: Route, peers: PeerClien
       } catch (err) {
         // Cancelled by its client (a pg cancel request, a closed connection): not the peer's fault.
         if (opts.signal?.aborted === true) throw queryFailure(abandoned(opts.signal.reason));
-        throw new KeelError('KEEL0803', `the active node (${new URL(to).origin}) cannot be reached from ${node}: ${(err as Error).message}; retry in a moment`, undefined, { cause: err });
+        throw new KeelError('KEEL0803', `the active node (${new URL(to).origin}) cannot be reached from ${node}: ${(err as Error).message}; retry in a moment`, { cause: err });
       }
       if (res.status !== 200) throw refusal(res.status, res.body.toString('utf8'));
       const bytes = new Uint8Array(res.body.buffer, res.body.byteOffset, res.body.length);
@@ -214,5 +214,5 @@ function refusal(status: number, text: string): KeelError {
   } catch {
     // not JSON: a proxy's page; said as it came
   }
-  return code !== undefined && catalogue.has(code) ? new KeelError(code as ErrorCode, message, status) : new KeelError('KEEL0803', `the active node answered ${status}: ${message}`);
+  return code !== undefined && catalogue.has(code) ? new KeelError(code as ErrorCode, message, { relayed: status }) : new KeelError('KEEL0803', `the active node answered ${status}: ${message}`);
 }

@@ -267,7 +267,7 @@ function partitionOpener(config: Config, worker: Worker, db: Db, registry: Regis
     if (!('failure' in answer)) return answer;
     // A read that fails its checksum, or state that breaks an invariant: never run on it.
     const failure = answer.failure;
-    const err = failure instanceof KeelError ? failure : new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(failure as Error)?.message ?? String(failure)}`, 500, { cause: failure });
+    const err = failure instanceof KeelError ? failure : new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(failure as Error)?.message ?? String(failure)}`, { cause: failure });
     return { opened: answer.opened, failure: err };
   };
 }
@@ -347,7 +347,7 @@ async function listen(app: FastifyInstance, address: string, what: string): Prom
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'EADDRINUSE' || code === 'EACCES' || code === 'EADDRNOTAVAIL' || code === 'EPERM') {
-      throw new KeelError('RT0004', `cannot bind the ${what} address ${address}: ${code === 'EADDRINUSE' ? 'address in use' : code === 'EADDRNOTAVAIL' ? 'address not available' : 'permission denied'}`, 500, { cause: err });
+      throw new KeelError('RT0004', `cannot bind the ${what} address ${address}: ${code === 'EADDRINUSE' ? 'address in use' : code === 'EADDRNOTAVAIL' ? 'address not available' : 'permission denied'}`, { cause: err });
     }
     throw err;
   }

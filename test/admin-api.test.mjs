@@ -188,6 +188,8 @@ t.test('error bodies and statuses', async (t) => {
   t.equal(code.json.code, 'META0004');
   t.ok(code.json.remedy);
   t.equal((await call('GET', '/errors/meta0017')).json.code, 'META0017');
+  // The catalogue's status is the one its refusals answer with (META0016 and META0017 are answered 409 below).
+  t.same([(await call('GET', '/errors/META0016')).json.status, (await call('GET', '/errors/META0017')).json.status], [409, 409], 'the catalogue says 409 where the refusal answers 409');
   t.equal((await call('GET', '/v4/errors/NOPE0001')).status, 404);
 });
 

@@ -149,6 +149,63 @@ t.test('the ingress reaches partitions through the gateway only', async (t) => {
   t.same(seamBreaches(graph), []);
 });
 
+/** The top-level arguments of each call of `callee` in `text` (strings, templates and nested calls skipped over). */
+function callArguments(text, callee) {
+  const calls = [];
+  for (let at = text.indexOf(callee); at !== -1; at = text.indexOf(callee, at + 1)) {
+    const args = [];
+    let depth = 0;
+    let start = at + callee.length;
+    const stack = [];
+    for (let i = start; i < text.length; i++) {
+      const c = text[i];
+      const inString = stack.at(-1);
+      if (inString === "'" || inString === '"' || inString === '`') {
+        if (c === '\\') i++;
+        else if (c === inString) stack.pop();
+        else if (inString === '`' && c === '$' && text[i + 1] === '{') (stack.push('${'), i++);
+        continue;
+      }
+      if (c === "'" || c === '"' || c === '`') stack.push(c);
+      else if (c === '(' || c === '[' || c === '{') (stack.push(c), depth++);
+      else if (c === '}' && inString === '${') stack.pop();
+      else if (c === ')' || c === ']' || c === '}') {
+        stack.pop();
+        if (--depth < 0) {
+          args.push(text.slice(start, i).trim());
+          break;
+        }
+      } else if (c === ',' && depth === 0) {
+        args.push(text.slice(start, i).trim());
+        start = i + 1;
+      }
+    }
+    calls.push({ line: text.slice(0, at).split('\n').length, args });
+  }
+  return calls;
+}
+
+/**
+ * Where a status is named at a throw site (fastify lib/errors.js: every error declared once, with
+ * its code, message and status): a KeelError or an ingress error given a status literal, or a
+ * reply sent with an error status literal. The catalogue (src/errors/catalogue.ts) gives the status.
+ */
+function statusesNamed(file, text) {
+  const rel = path.relative(SRC, file);
+  const found = [];
+  for (const { line, args } of callArguments(text, 'new KeelError(')) if (/^\d{3}$/.test(args[2] ?? '')) found.push(`${rel}:${line}: new KeelError(${args[0]}, ..., ${args[2]})`);
+  for (const { line, args } of callArguments(text, 'ingressError(')) if (/^\d{3}$/.test(args[3] ?? '')) found.push(`${rel}:${line}: ingressError(..., ${args[1]}, ..., ${args[3]})`);
+  text.split('\n').forEach((l, i) => {
+    // Restate's router answers a method a route lacks with a bare 405 and an allow header: no error, no code.
+    if (/\.(code|status)\((4|5)\d\d\)/.test(l) && !/status\(405\)\.header\('allow'/.test(l)) found.push(`${rel}:${i + 1}: ${l.trim()}`);
+  });
+  return found;
+}
+
+t.test('throw sites name the error, never a status: the catalogue gives it', async (t) => {
+  t.same(files.flatMap((f) => statusesNamed(f, fs.readFileSync(f, 'utf8'))), []);
+});
+
 t.test('the checks can fail', async (t) => {
   t.same(seamBreaches(new Map([[path.join(SRC, 'ingress/x.ts'), [path.join(SRC, 'partition/worker.ts'), path.join(SRC, 'partition/gateway.ts')]]])), ['ingress/x.ts imports partition/worker.ts: ingress/ sees only partition/gateway.ts, partition/errors.ts, partition/state.ts'], 'an edge file importing the worker is caught, the gateway is not');
   // A two-file cycle and an upward import, built in memory, are caught.
@@ -156,4 +213,10 @@ t.test('the checks can fail', async (t) => {
   const b = path.join(SRC, 'partition/b.ts');
   t.equal(cycles(new Map([[a, [b]], [b, [a]]])).length, 1);
   t.ok(LAYERS.indexOf('invoker') > LAYERS.indexOf('partition'), 'partition importing the invoker would point up');
+  const thrower = path.join(SRC, 'admin/x.ts');
+  t.same(statusesNamed(thrower, "throw new KeelError('KEEL0004', `no ${f(a, b)} here`, 404, { cause });\nreply.status(409).send(x);\nnew KeelError('KEEL0004', 'fine');"), [
+    "admin/x.ts:1: new KeelError('KEEL0004', ..., 404)",
+    'admin/x.ts:2: reply.status(409).send(x);',
+  ], 'a status named at a throw site is caught, a code alone is not');
+  t.same(statusesNamed(thrower, "return ingressError(reply, 'RT0020',\n  `m ${x}`, 400);"), ["admin/x.ts:1: ingressError(..., 'RT0020', ..., 400)"]);
 });

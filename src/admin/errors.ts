@@ -8,6 +8,11 @@ export function errorBody(message: string, code: string | null): { message: stri
   return { message, restate_code: code };
 }
 
+/** Answers with `err`: the status its code has in the catalogue, the code in front of the message. */
+export function refuse(reply: FastifyReply, err: KeelError): FastifyReply {
+  return reply.status(err.status).send(errorBody(err.display, err.code));
+}
+
 /** One error handler: every error answers with its stable code, and is logged at the level it deserves. */
 export function installErrorHandling(app: FastifyInstance, routing: PartitionRouting = {}): void {
   app.setErrorHandler((raw: unknown, req: FastifyRequest, reply: FastifyReply) => {
@@ -19,7 +24,7 @@ export function installErrorHandling(app: FastifyInstance, routing: PartitionRou
       // errors; what is routine (a client that left) is lower, as its catalogue entry says.
       const lvl = catalogue.get(err.code)?.log_level ?? (err.status < 500 || err.code.startsWith('META') ? 'warn' : 'error');
       req.log[lvl]({ code: err.code, status: err.status, method: req.method, url: req.url, err: err.message }, 'admin request failed');
-      return reply.status(err.status).send(errorBody(err.display, err.code));
+      return refuse(reply, err);
     }
     const status = typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 600 ? fe.statusCode : 500;
     if (status >= 500) {
@@ -33,6 +38,6 @@ export function installErrorHandling(app: FastifyInstance, routing: PartitionRou
     return reply.status(status).send(errorBody(`[${code}] ${fe.message}`, code));
   });
   app.setNotFoundHandler((req, reply) => {
-    reply.status(404).send(errorBody(`[KEEL0004] No route for ${req.method} ${req.url.split('?')[0]}`, 'KEEL0004'));
+    refuse(reply, new KeelError('KEEL0004', `No route for ${req.method} ${req.url.split('?')[0]}`));
   });
 }

@@ -180,7 +180,6 @@ export class WorkerIntrospection implements IntrospectionSource {
       throw new KeelError(
         'KEEL0008',
         `the invocation '${holder}' holds '${service}/${key}': its state can be changed once no invocation runs for the key (wait for it, or cancel or kill it)`,
-        409,
       );
     }
     const list = [...entries].map(([k, value]) => ({ key: Buffer.from(k, 'utf8'), value }));

@@ -3,6 +3,7 @@
 // whether each partition takes commands, how far its log is applied, how busy it is.
 
 import type { FastifyInstance } from 'fastify';
+import { KeelError } from '../errors/index.js';
 import type { IntrospectionSource, PartitionInfo } from './introspection.js';
 
 export interface PartitionsRouteOptions {
@@ -28,11 +29,9 @@ export function partitionHealth(p: PartitionInfo): 'ok' | 'overloaded' | 'stoppe
 }
 
 export async function partitionRoutes(app: FastifyInstance, opts: PartitionsRouteOptions): Promise<void> {
-  app.get('/partitions', async (_req, reply) => {
+  app.get('/partitions', async () => {
     const source = opts.source();
-    if (!source.partitions) {
-      return reply.status(501).send({ message: '[KEEL0009] partition health is not available on this server', restate_code: 'KEEL0009' });
-    }
+    if (!source.partitions) throw new KeelError('KEEL0009', 'partition health is not available on this server');
     const parts = await source.partitions();
     return {
       partitions: parts.map((p) => ({

@@ -197,7 +197,7 @@ class Session {
   /** `SHOW name` of a parameter the server reports (server_version, client_encoding, …). */
   private show(name: string): { rows: number; head: Uint8Array; body: Uint8Array[] } {
     const value = name === 'server_version' ? SERVER_PG_VERSION : PARAMETERS.find(([k]) => k.toLowerCase() === name)?.[1];
-    if (value === undefined) throw new KeelError('KEEL0010', `unrecognized configuration parameter "${name}"`, 400);
+    if (value === undefined) throw new KeelError('KEEL0010', `unrecognized configuration parameter "${name}"`);
     return { rows: 1, head: rowDescription([{ name, oid: PG_TYPE.text }]), body: [dataRow([value])] };
   }
 
@@ -226,7 +226,7 @@ class Session {
         const sql = r.cstring();
         const n = r.int16();
         const paramTypes = Array.from({ length: n }, () => r.int32());
-        if (this.statements.size >= MAX_NAMED && !this.statements.has(name)) throw new KeelError('KEEL0022', `more than ${MAX_NAMED} prepared statements on one connection`, 422);
+        if (this.statements.size >= MAX_NAMED && !this.statements.has(name)) throw new KeelError('KEEL0022', `more than ${MAX_NAMED} prepared statements on one connection`);
         this.statements.set(name, { sql, paramTypes });
         yield parseComplete();
         return;
@@ -234,16 +234,16 @@ class Session {
       case 'B': {
         const portal = r.cstring();
         const statement = this.statements.get(r.cstring());
-        if (statement === undefined) throw new KeelError('KEEL0010', 'unknown prepared statement', 400);
+        if (statement === undefined) throw new KeelError('KEEL0010', 'unknown prepared statement');
         const formats = Array.from({ length: r.int16() }, () => r.int16());
         const params = Array.from({ length: r.int16() }, (_, i) => {
           const len = r.int32();
           if (len < 0) return null;
           const raw = r.bytes(len);
-          if ((formats[i] ?? formats[0] ?? 0) === 1) throw new KeelError('KEEL0010', 'binary parameters are not supported: send them as text', 400);
+          if ((formats[i] ?? formats[0] ?? 0) === 1) throw new KeelError('KEEL0010', 'binary parameters are not supported: send them as text');
           return raw.toString('utf8');
         });
-        if (this.portals.size >= MAX_NAMED && !this.portals.has(portal)) throw new KeelError('KEEL0022', `more than ${MAX_NAMED} portals on one connection`, 422);
+        if (this.portals.size >= MAX_NAMED && !this.portals.has(portal)) throw new KeelError('KEEL0022', `more than ${MAX_NAMED} portals on one connection`);
         this.portals.set(portal, { sql: statement.sql, params });
         yield bindComplete();
         return;
@@ -253,7 +253,7 @@ class Session {
         const name = r.cstring();
         if (kind === 'S') {
           const s = this.statements.get(name);
-          if (s === undefined) throw new KeelError('KEEL0010', 'unknown prepared statement', 400);
+          if (s === undefined) throw new KeelError('KEEL0010', 'unknown prepared statement');
           const n = Math.max(s.paramTypes.length, countParams(s.sql));
           yield parameterDescription(Array.from({ length: n }, (_, i) => s.paramTypes[i] || 25));
           if (sessionTag(s.sql) !== undefined) yield noData();
@@ -264,7 +264,7 @@ class Session {
           return;
         }
         const p = this.portals.get(name);
-        if (p === undefined) throw new KeelError('KEEL0010', 'unknown portal', 400);
+        if (p === undefined) throw new KeelError('KEEL0010', 'unknown portal');
         if (sessionTag(p.sql) !== undefined || p.sql.trim() === '') {
           yield noData();
           return;
@@ -275,7 +275,7 @@ class Session {
       }
       case 'E': {
         const p = this.portals.get(r.cstring());
-        if (p === undefined) throw new KeelError('KEEL0010', 'unknown portal', 400);
+        if (p === undefined) throw new KeelError('KEEL0010', 'unknown portal');
         const tag = sessionTag(p.sql);
         if (tag !== undefined) yield commandComplete(tag);
         else if (p.sql.trim() === '') yield emptyQueryResponse();
@@ -298,7 +298,7 @@ class Session {
       case 'H':
         return;
       default:
-        throw new KeelError('KEEL0020', `the protocol message '${type}' is not supported (COPY and function calls are not)`, 400);
+        throw new KeelError('KEEL0020', `the protocol message '${type}' is not supported (COPY and function calls are not)`);
     }
   }
 }
@@ -386,7 +386,7 @@ export async function startPgServer(config: QueryEngineConfig, engine: PgQueries
     server.once('error', (err: NodeJS.ErrnoException) => {
       const code = err.code;
       const why = code === 'EADDRINUSE' ? 'address in use' : code === 'EADDRNOTAVAIL' ? 'address not available' : code === 'EACCES' || code === 'EPERM' ? 'permission denied' : err.message;
-      reject(new KeelError('RT0004', `cannot bind the pgsql address ${config.pgsql_bind_address}: ${why}`, 500, { cause: err }));
+      reject(new KeelError('RT0004', `cannot bind the pgsql address ${config.pgsql_bind_address}: ${why}`, { cause: err }));
     });
     server.listen({ host, port }, () => resolve());
   });

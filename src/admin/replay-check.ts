@@ -50,7 +50,7 @@ export interface ReplayReport {
 export async function replayCheck(ctx: AdminContext, request: RegisterRequest, sample: number): Promise<ReplayReport> {
   const source = ctx.source();
   if (source.replayCandidates === undefined || ctx.endpoints === undefined) {
-    throw new KeelError('KEEL0009', 'the replay check needs the partitions and the invoker of this server', 501);
+    throw new KeelError('KEEL0009', 'the replay check needs the partitions and the invoker of this server');
   }
   const started = Date.now();
   // Discovery only. At a registered URI (new code behind it, the usual case) the dry run keeps

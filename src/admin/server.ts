@@ -6,7 +6,7 @@ import Fastify, { LogController, type FastifyInstance, type FastifyReply, type F
 import type { RuleBook } from '../common/limit-rules.js';
 import type { Config } from '../config/index.js';
 import type { Logger } from '../common/logger.js';
-import { KeelError } from '../errors/index.js';
+import { catalogue, KeelError } from '../errors/index.js';
 import type { Registry } from '../metadata/registry.js';
 import type { KeelMetrics } from '../telemetry/metrics.js';
 import type { AdminContext } from './context.js';
@@ -68,7 +68,7 @@ function parseAnyAsJson(app: FastifyInstance): void {
     try {
       done(null, JSON.parse(text));
     } catch (err) {
-      done(new KeelError('KEEL0001', `the request body is not valid JSON: ${(err as Error).message}`, 400), undefined);
+      done(new KeelError('KEEL0001', `the request body is not valid JSON: ${(err as Error).message}`), undefined);
     }
   });
 }
@@ -120,7 +120,7 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
   // Restate's words, in the error shape every other refusal has (Restate sends them as plain text).
   const v1 = async (_req: FastifyRequest, reply: FastifyReply) =>
     reply
-      .status(400)
+      .status(catalogue.get('KEEL0006')!.status)
       .send(errorBody(`Unsupported Admin API version V1. This server supports versions between V${MIN_ADMIN_API_VERSION} and V${MAX_ADMIN_API_VERSION}.`, 'KEEL0006'));
   app.all('/v1', v1);
   app.all('/v1/*', v1);

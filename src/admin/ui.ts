@@ -9,6 +9,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { SendOptions } from '@fastify/send';
 import { loadPackage } from '../common/load-package.js';
+import { KeelError } from '../errors/index.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 
 export interface UiRoutesOptions {
@@ -29,9 +30,9 @@ export async function uiRoutes(app: FastifyInstance, opts: UiRoutesOptions): Pro
 
   if (!built) {
     app.log.warn({ root }, 'the admin UI is not built (npm run build): /ui answers 503');
-    app.get('/ui/*', async (_req, reply) =>
-      reply.status(503).send({ message: `[KEEL0009] the admin UI is not built: run \`npm run build\` (looked in ${root})`, restate_code: 'KEEL0009' }),
-    );
+    app.get('/ui/*', async () => {
+      throw new KeelError('KEEL0009', `the admin UI is not built: run \`npm run build\` (looked in ${root})`);
+    });
     return;
   }
 

@@ -28,7 +28,6 @@ export function parseLambdaArn(arn: unknown): LambdaArn {
     throw new KeelError(
       'KEEL0007',
       `invalid Lambda ARN '${arn}': expected arn:<partition>:lambda:<region>:<account>:function:<name>:<version or alias>`,
-      400,
     );
   }
   if (m[5] === undefined) {
@@ -36,7 +35,6 @@ export function parseLambdaArn(arn: unknown): LambdaArn {
       'KEEL0007',
       `invalid Lambda ARN '${arn}': A qualified ARN needs a version or alias suffix. If you want to use the unpublished version, ` +
         `provide $LATEST and make sure your shell doesn't expand it`,
-      400,
     );
   }
   return { arn: m[0], partition: m[1]!, region: m[2]!, account: m[3]!, function_name: m[4]!, qualifier: m[5] };

@@ -1,7 +1,8 @@
 // The stable error codes: the seed specification's META and RT codes, and Keel's own KEEL
 // codes for what the seed does not name. Codes never change meaning; the text may be improved.
 // `keel explain CODE` and `GET /errors/CODE` print these. `status` is the HTTP status an API
-// answers with when the error reaches a client (a call site may choose a more precise one).
+// answers with when the error reaches a client: throw sites name the code, never a status
+// (test/architecture.test.mjs checks), so what these entries say is what clients get.
 
 export interface CodeEntry {
   readonly code: string;
@@ -22,16 +23,16 @@ const entries = [
     remedy: 'Check the URI/ARN, that the deployment runs, that Keel can reach it, and any credentials in additional_headers; an endpoint that demands signed requests (identityKeys) must list the public key Keel logs at startup (worker.invoker.request_identity_private_key_pem_file).', status: 502 },
   { code: 'META0004', title: 'Destination already used by another deployment',
     condition: 'The registration discovered different metadata at a URI/ARN that an existing deployment already uses.',
-    remedy: 'Deployments have a unique, immutable URI/ARN: register changed code at a new one, or send "force": true (in-flight invocations may become unrecoverable).', status: 500 },
+    remedy: 'Deployments have a unique, immutable URI/ARN: register changed code at a new one, or send "force": true (in-flight invocations may become unrecoverable).', status: 409 },
   { code: 'META0005', title: 'Metadata cannot be applied',
     condition: 'Deployment or service metadata cannot be propagated; at startup this means the meta storage is corrupted.',
-    remedy: 'Wipe meta.storage_path and register the deployments again, in their earlier order.', status: 500 },
+    remedy: 'Wipe meta.storage_path and register the deployments again, in their earlier order.', status: 400 },
   { code: 'META0006', title: 'New service revision conflicts with the previous one',
     condition: 'A new revision changes the service type or removes handlers of the previous revision.',
-    remedy: 'Keep the service type and all previous handlers, or register with "force": true.', status: 500 },
+    remedy: 'Keep the service type and all previous handlers, or register with "force": true.', status: 409 },
   { code: 'META0009', title: 'Invalid subscription',
     condition: 'The subscription source or sink is malformed, its Kafka cluster is not configured, its sink is not registered, or a consumer option (of the subscription or of its cluster) cannot be honoured.',
-    remedy: 'Use kafka://<cluster>/<topic> and service://<service>/<handler>, configure the cluster, register the sink first; drop or fix the option the message names.', status: 500 },
+    remedy: 'Use kafka://<cluster>/<topic> and service://<service>/<handler>, configure the cluster, register the sink first; drop or fix the option the message names.', status: 400 },
   { code: 'META0010', title: 'Meta storage written by an incompatible version',
     condition: 'meta.storage_path holds data whose format version this server cannot read.',
     remedy: 'Use the server version that wrote it, migrate, wipe the directory, or set another meta.storage_path.', status: 500 },
@@ -40,7 +41,7 @@ const entries = [
     remedy: 'Wipe the directory or set another meta.storage_path.', status: 500 },
   { code: 'META0012', title: 'Incompatible service protocol versions',
     condition: 'The endpoint supports no service protocol version that Keel supports (5 to 7).',
-    remedy: 'Upgrade Keel, or use an SDK version that speaks a compatible protocol.', status: 500 },
+    remedy: 'Upgrade Keel, or use an SDK version that speaks a compatible protocol.', status: 400 },
   { code: 'META0013', title: 'Bad discovery response',
     condition: 'The endpoint answered discovery with an unknown content type or a manifest that cannot be read.',
     remedy: 'Use a compatible server and SDK pair.', status: 502 },
@@ -49,13 +50,13 @@ const entries = [
     remedy: 'Register with use_http_11 (restate CLI: --use-http1.1).', status: 502 },
   { code: 'META0015', title: 'Bidirectional mode over a transport that lacks it',
     condition: 'The endpoint announced BIDI_STREAM but is reached over HTTP/1.1 or a function platform.',
-    remedy: 'Configure the endpoint to announce REQUEST_RESPONSE mode.', status: 500 },
+    remedy: 'Configure the endpoint to announce REQUEST_RESPONSE mode.', status: 400 },
   { code: 'META0016', title: 'Update in place refused',
     condition: 'The newly discovered metadata is not similar enough to the deployment being updated.',
-    remedy: 'Every service keeps its type and handlers, the deployment keeps all its services and exactly the same protocol versions.', status: 500 },
+    remedy: 'Every service keeps its type and handlers, the deployment keeps all its services and exactly the same protocol versions.', status: 409 },
   { code: 'META0017', title: 'Force-add refused: destination shared by several deployments',
     condition: 'Two or more deployments use the URI/ARN, a temporary state left by an update in place.',
-    remedy: 'Delete one of them with DELETE /deployments/{id}, then force-register.', status: 500 },
+    remedy: 'Delete one of them with DELETE /deployments/{id}, then force-register.', status: 409 },
   { code: 'META0018', title: 'Concurrent metadata change', status: 409,
     condition: "In a cluster, another node appended a metadata change (a deployment, a subscription, the flow-control rule book) at the same moment: this request's change was not applied.",
     remedy: 'Retry the request: it is validated again against the metadata as it is now.' },
@@ -115,7 +116,7 @@ const entries = [
     remedy: 'Avoid large state or step results, or raise the platform limit.', status: 500 },
   { code: 'RT0020', title: 'Deprecated service protocol version',
     condition: 'The service is exposed by a deployment using a deprecated protocol version; new requests are refused.',
-    remedy: 'Upgrade the SDK and register a new deployment.', status: 500 },
+    remedy: 'Upgrade the SDK and register a new deployment.', status: 400 },
   { code: 'RT0021', title: 'inactivity_timeout ignored in request-response mode',
     condition: 'The deployment runs in request-response mode, where every await point suspends.',
     remedy: 'Informational.', status: 500 },

@@ -3,20 +3,20 @@ import { catalogue, type ErrorCode } from './catalogue.js';
 export { catalogue, explain, type CodeEntry, type ErrorCode } from './catalogue.js';
 
 /**
- * The one error class users see: it always carries a stable code from the catalogue. `status`
- * is the HTTP status an API answers with when this error reaches a client; by default the
- * catalogue's.
+ * The one error class users see: it always carries a stable code from the catalogue, and the
+ * HTTP status the catalogue gives that code. Throw sites name the code, never a status: the
+ * only other status is `relayed`, the answer of another node passed on as it came.
  */
 export class KeelError extends Error {
   readonly code: ErrorCode;
   readonly status: number;
 
-  constructor(code: ErrorCode, message: string, status?: number, options?: { cause?: unknown }) {
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; relayed?: number }) {
     super(message, options);
     const entry = catalogue.get(code);
     if (entry === undefined) throw new Error(`unknown error code ${code}`);
     this.code = code;
-    this.status = status ?? entry.status;
+    this.status = options?.relayed ?? entry.status;
     this.name = 'KeelError';
   }
 
@@ -44,7 +44,7 @@ const templates = {
 type Templated = keyof typeof templates;
 
 /** Makes a templated error: the message comes from the template of `code`, the status from the catalogue. */
-export function keelError<C extends Templated>(code: C, params: Parameters<(typeof templates)[C]>[0], status?: number): KeelError {
+export function keelError<C extends Templated>(code: C, params: Parameters<(typeof templates)[C]>[0]): KeelError {
   const template = templates[code] as (p: typeof params) => string;
-  return new KeelError(code, template(params), status);
+  return new KeelError(code, template(params));
 }

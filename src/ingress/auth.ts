@@ -4,6 +4,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from '../common/logger.js';
+import { catalogue } from '../errors/index.js';
 import type { EdgeErrors } from './edge.js';
 
 export interface BearerAuthOptions {
@@ -60,6 +61,7 @@ export function bearerAuth(app: FastifyInstance, o: BearerAuthOptions & { cluste
       ? '[KEEL0401] the bearer token is not valid'
       : '[KEEL0401] authentication required: send Authorization: Bearer <token>';
     const challenge = `Bearer realm="${o.realm}"${presented ? ', error="invalid_token"' : ''}`;
-    return reply.code(401).headers({ ...o.errors.headers, 'www-authenticate': challenge }).send(o.errors.body('KEEL0401', message, 401));
+    const status = catalogue.get('KEEL0401')!.status;
+    return reply.code(status).headers({ ...o.errors.headers, 'www-authenticate': challenge }).send(o.errors.body('KEEL0401', message, status));
   });
 }

@@ -328,13 +328,13 @@ function statusText(status: number): string {
 export function schemaError(err: FastifyError): KeelError {
   const first = err.validation?.[0];
   const where = err.validationContext ?? 'body';
-  if (first === undefined) return new KeelError('KEEL0001', err.message, 400);
+  if (first === undefined) return new KeelError('KEEL0001', err.message);
   const missing = (first.params as { missingProperty?: string } | undefined)?.missingProperty;
   const path = first.instancePath.replace(/^\//, '').replaceAll('/', '.');
   const field = missing !== undefined ? (path === '' ? missing : `${path}.${missing}`) : path;
-  if (field === '' && where === 'body') return new KeelError('KEEL0001', `the request body ${first.message ?? 'is not valid'}`, 400);
+  if (field === '' && where === 'body') return new KeelError('KEEL0001', `the request body ${first.message ?? 'is not valid'}`);
   const allowed = (first.params as { allowedValues?: unknown[] } | undefined)?.allowedValues;
   const what = missing !== undefined ? 'is required' : allowed !== undefined ? `must be one of ${allowed.map((a) => JSON.stringify(a)).join(', ')}` : (first.message ?? 'is not valid');
   const kind = where === 'body' ? 'field' : where === 'params' ? 'path parameter' : where === 'headers' ? 'header' : 'query parameter';
-  return new KeelError('KEEL0002', `the ${kind} ${field} ${what}`, 400);
+  return new KeelError('KEEL0002', `the ${kind} ${field} ${what}`);
 }

@@ -97,7 +97,7 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
   if (deployment !== undefined && deployment.max_protocol_version < MIN_PROTOCOL_VERSION) {
     const message = `[RT0020] service '${service.name}' is exposed by deployment ${deployment.id}, which uses the deprecated service protocol version ${deployment.max_protocol_version} (this server speaks ${MIN_PROTOCOL_VERSION} and above): new requests are not accepted; register a new deployment with an upgraded SDK`;
     deps.logger.warn({ code: 'RT0020', service: service.name, deployment: deployment.id }, message);
-    return ingressError(reply, 'RT0020', message, 400);
+    return ingressError(reply, 'RT0020', message);
   }
   const keyed = service.ty !== 'Service';
   const handlerAt = keyed ? 2 : 1;
@@ -188,7 +188,7 @@ function answer(deps: InvokeDeps, reply: FastifyReply, outcome: InvokeOutcome, a
     case 'previously_accepted':
       return reply.code(202).send({ invocationId: asked.id, status: 'PreviouslyAccepted' });
     case 'workflow_exists':
-      return ingressError(reply, 'KEEL0008', 'the workflow method was already invoked', 409, 'invocation');
+      return ingressError(reply, 'KEEL0008', 'the workflow method was already invoked', undefined, 'invocation');
     case 'backlog_full': {
       const { full } = outcome;
       deps.logger.info({ code: 'KEEL0902', scope: asked.flow.scope, limit_key: asked.flow.limit_key, rule: full.pattern, waiting: full.waiting }, 'ingress request refused: flow-control backlog full');

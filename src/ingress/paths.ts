@@ -24,6 +24,6 @@ function decodeSegment(raw: string): string {
     return decodeURIComponent(raw);
   } catch {
     const quoted = raw.length > QUOTED_CHARS ? `${raw.slice(0, QUOTED_CHARS)}…` : raw;
-    throw new KeelError('KEEL0012', `the path segment '${quoted}' is not valid percent-encoded UTF-8`, 400);
+    throw new KeelError('KEEL0012', `the path segment '${quoted}' is not valid percent-encoded UTF-8`);
   }
 }

@@ -91,7 +91,7 @@ async function targetRoutes(app: FastifyInstance, deps: InvokeDeps): Promise<voi
     try {
       done(null, JSON.parse(String(body)));
     } catch (err) {
-      done(new KeelError('KEEL0001', `the request body is not valid JSON: ${(err as Error).message}`, 400), undefined);
+      done(new KeelError('KEEL0001', `the request body is not valid JSON: ${(err as Error).message}`), undefined);
     }
   });
   for (const mode of ['attach', 'output']) {

@@ -157,7 +157,7 @@ export class KafkaLogClient {
     const newest = store === undefined ? undefined : (await store.list(partition)).at(-1);
     if (store === undefined || newest === undefined || newest.cursor.offset < start) {
       if (start === 0) return; // nothing trimmed: the log is read from its first record
-      throw new KeelError('KEEL0804', `partition ${partition}: its log starts at offset ${start}, this node's copy ends at ${cursor?.offset ?? 'nothing'}, and no snapshot reaches the log (newest: ${newest?.cursor.offset ?? 'none'})`, 500);
+      throw new KeelError('KEEL0804', `partition ${partition}: its log starts at offset ${start}, this node's copy ends at ${cursor?.offset ?? 'nothing'}, and no snapshot reaches the log (newest: ${newest?.cursor.offset ?? 'none'})`);
     }
     const started = performance.now();
     const { keys } = await restorePartition(db, newest, store);

@@ -44,7 +44,7 @@ const UNREACHABLE_REMEDY =
 
 /** The endpoint did not answer, or answered with an error: a bad gateway, not a server fault. */
 function unreachable(where: URL | string, why: string, cause?: unknown): KeelError {
-  return new KeelError('META0003', `error when calling '${where.toString()}': ${why}. ${UNREACHABLE_REMEDY}`, 502, { cause });
+  return new KeelError('META0003', `error when calling '${where.toString()}': ${why}. ${UNREACHABLE_REMEDY}`, { cause });
 }
 
 /** The endpoint layer's failure, as the discovery error a user sees. */
@@ -56,15 +56,14 @@ function discoveryError(err: unknown, where: string): KeelError {
         'META0014',
         `error when calling '${where}' over HTTP/2: ${err.message}. The endpoint may only speak HTTP/1.1: ` +
           `register it with "use_http_11": true (restate CLI: --use-http1.1)`,
-        undefined,
         { cause: err },
       );
     case 'invalid-request':
-      return new KeelError('KEEL0002', `the discovery request to '${where}' cannot be sent: ${err.message} (check additional_headers)`, 400, { cause: err });
+      return new KeelError('KEEL0002', `the discovery request to '${where}' cannot be sent: ${err.message} (check additional_headers)`, { cause: err });
     case 'too-large':
-      return new KeelError('META0013', `bad discovery response from '${where}': ${err.message}`, undefined, { cause: err });
+      return new KeelError('META0013', `bad discovery response from '${where}': ${err.message}`, { cause: err });
     case 'function-error':
-      return new KeelError('META0003', `error when invoking '${where}' for discovery: ${err.message}. ${UNREACHABLE_REMEDY}`, 502, { cause: err });
+      return new KeelError('META0003', `error when invoking '${where}' for discovery: ${err.message}. ${UNREACHABLE_REMEDY}`, { cause: err });
     case 'unreachable':
       return unreachable(where, err.message, err);
   }
@@ -76,10 +75,10 @@ export function normaliseUri(uri: string): string {
   try {
     url = new URL(uri);
   } catch {
-    throw new KeelError('KEEL0007', `invalid deployment uri '${uri}'`, 400);
+    throw new KeelError('KEEL0007', `invalid deployment uri '${uri}'`);
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-    throw new KeelError('KEEL0007', `invalid deployment uri '${uri}': the scheme must be http or https`, 400);
+    throw new KeelError('KEEL0007', `invalid deployment uri '${uri}': the scheme must be http or https`);
   }
   url.hash = '';
   return url.toString();
@@ -147,7 +146,7 @@ function refuseOwnAddress(url: URL, own: ReadonlyArray<{ name: string; address: 
     const [boundHost, boundPort] = [address.slice(0, cut).toLowerCase(), address.slice(cut + 1)];
     if (boundPort !== port) continue;
     if (local || host === boundHost || (boundHost === '0.0.0.0' && host === '0.0.0.0')) {
-      throw new KeelError('KEEL0007', `invalid deployment uri '${url.origin}': it is Keel's own ${name} address (${address}); register the address your service endpoint listens on`, 400);
+      throw new KeelError('KEEL0007', `invalid deployment uri '${url.origin}': it is Keel's own ${name} address (${address}); register the address your service endpoint listens on`);
     }
   }
 }
@@ -204,7 +203,6 @@ export function parseManifest(
       'META0012',
       `the endpoint at '${where}' supports service protocol versions [${minV}, ${maxV}], ` +
         `which do not overlap the versions this server supports [${MIN_SERVICE_PROTOCOL_VERSION}, ${MAX_SERVICE_PROTOCOL_VERSION}]`,
-      400,
     );
   }
   let protocol_type: ProtocolType;
@@ -219,7 +217,6 @@ export function parseManifest(
       'META0015',
       `the endpoint at '${where}' announced BIDI_STREAM protocol mode, but it is reached over ${over}, which cannot carry it; ` +
         `configure the endpoint to announce REQUEST_RESPONSE`,
-      400,
     );
   }
   if (!Array.isArray(manifest.services)) throw bad(where, 'manifest has no services array');

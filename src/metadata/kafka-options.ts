@@ -140,7 +140,7 @@ export function kafkaConsumerSettings(
   const refuse = (name: string, why: string): KeelError => {
     const e = merged.get(name);
     const shown = e ? `'${name}' = '${e.value}' (from ${e.from})` : `'${name}'`;
-    return new KeelError('META0009', `invalid subscription: the Kafka consumer option ${shown} ${why}`, 400);
+    return new KeelError('META0009', `invalid subscription: the Kafka consumer option ${shown} ${why}`);
   };
   const get = (name: string): string | undefined => merged.get(name)?.value;
 

@@ -117,7 +117,7 @@ function checkHeaders(h: unknown): Record<string, string> | undefined {
     throw keelError('KEEL0002', { field: 'additional_headers', expected: 'an object mapping header names to string values' });
   }
   for (const name of Object.keys(h)) {
-    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) throw new KeelError('KEEL0002', `invalid header name '${name}' in additional_headers`, 400);
+    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) throw new KeelError('KEEL0002', `invalid header name '${name}' in additional_headers`);
   }
   return { ...(h as Record<string, string>) };
 }
@@ -245,7 +245,6 @@ export class Registry {
         'META0005',
         `meta storage at ${config.meta.storage_path} cannot be applied (${(err as Error).message}); ` +
           `wipe meta.storage_path and register the deployments again, in their earlier order`,
-        500,
       );
     }
     reg.recompute();
@@ -656,7 +655,6 @@ export class Registry {
         throw new KeelError(
           'META0005',
           `the service name '${s.name}' is reserved: names starting with 'restate' (any case) and 'openapi' cannot be registered`,
-          400,
         );
       }
     }
@@ -683,7 +681,7 @@ export class Registry {
 
   private async doRegister(req: RegisterRequest): Promise<{ created: boolean; deployment: DeploymentSchema }> {
     const lambda = req.arn !== undefined ? lambdaDestination(req.arn, req.assume_role_arn) : undefined;
-    if (!lambda && typeof req.uri !== 'string') throw new KeelError('KEEL0007', 'the field uri (or arn) is required and must be a string', 400);
+    if (!lambda && typeof req.uri !== 'string') throw new KeelError('KEEL0007', 'the field uri (or arn) is required and must be a string');
     const uri = lambda ? lambda.arn : normaliseUri(req.uri!);
     const additional_headers = checkHeaders(req.additional_headers) ?? {};
     const use_http_11 = !lambda && req.use_http_11 === true;
@@ -696,7 +694,6 @@ export class Registry {
         'META0017',
         `cannot force-add '${uri}': ${atUri.length} deployments use it (${atUri.map((d) => d.id).join(', ')}); ` +
           `delete one of them with DELETE /deployments/{deployment_id}, then force-register`,
-        409,
       );
     }
     const same = atUri.find((d) => sameDiscovered(d, found));
@@ -707,7 +704,6 @@ export class Registry {
         `the deployment '${atUri[0]!.id}' already uses '${uri}' and discovery returned different metadata; ` +
           `deployments have a unique, immutable URI: register the changed code at a new one, or send "force": true ` +
           `(in-flight invocations may become unrecoverable)`,
-        409,
       );
     }
     const replacing = force ? atUri[0] : undefined;
@@ -749,7 +745,6 @@ export class Registry {
           'META0006',
           `detected a new service revision for '${s.name}' changing the service type from ${prev.ty} (revision ${prev.revision}) to ${s.ty}. ` +
             `Service type cannot be changed across revisions; register with "force": true to override`,
-          409,
         );
       }
       const removed = prev.handlers.filter((h) => !s.handlers.some((n) => n.name === h.name)).map((h) => h.name);
@@ -758,7 +753,6 @@ export class Registry {
           'META0006',
           `detected a new service revision for '${s.name}' removing the handlers ${removed.map((h) => `'${h}'`).join(', ')} ` +
             `of revision ${prev.revision}. Keep all previous handlers, or register with "force": true to override`,
-          409,
         );
       }
     }
@@ -799,7 +793,6 @@ export class Registry {
         'META0016',
         `cannot update deployment '${id}' in place: ${problems.join('; ')}. Every service must keep its type and handlers, ` +
           `the deployment all its services and exactly the same protocol versions`,
-        409,
       );
     }
     const updated: DeploymentSchema = {

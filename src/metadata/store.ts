@@ -78,7 +78,6 @@ function corrupt(path: string, why: string): KeelError {
   return new KeelError(
     'META0005',
     `meta storage at ${path} is corrupted (${why}); wipe meta.storage_path and register the deployments again, in their earlier order`,
-    500,
   );
 }
 
@@ -97,14 +96,13 @@ export class MetaLog implements MetadataLog {
       try {
         entries = readdirSync(path);
       } catch (err) {
-        throw new KeelError('KEEL0014', `cannot read meta storage directory ${path}: ${(err as Error).message}`, 500, { cause: err });
+        throw new KeelError('KEEL0014', `cannot read meta storage directory ${path}: ${(err as Error).message}`, { cause: err });
       }
       if (!entries.includes(VERSION_FILE)) {
         if (entries.length > 0) {
           throw new KeelError(
             'META0011',
             `meta storage directory ${path} is not empty but has no format version file ${VERSION_FILE}; wipe it or set another meta.storage_path`,
-            500,
           );
         }
       } else {
@@ -114,7 +112,6 @@ export class MetaLog implements MetadataLog {
             'META0010',
             `meta storage directory ${path} holds format version '${text}', this server reads version ${META_FORMAT_VERSION}; ` +
               `use the server version that wrote it, wipe the directory or set another meta.storage_path`,
-            500,
           );
         }
       }
@@ -131,13 +128,12 @@ export class MetaLog implements MetadataLog {
         throw new KeelError(
           'RT0005',
           `meta storage at ${path} is locked by another process; stop the other Keel process or set another meta.storage_path`,
-          500,
           { cause: err },
         );
       }
       if (cause?.code === 'LEVEL_CORRUPTION') throw corrupt(path, (err as Error).message);
       const why = (err as { cause?: Error }).cause?.message;
-      throw new KeelError('KEEL0014', `cannot open meta storage at ${path}: ${(err as Error).message}${why ? `: ${why}` : ''}`, 500, { cause: err });
+      throw new KeelError('KEEL0014', `cannot open meta storage at ${path}: ${(err as Error).message}${why ? `: ${why}` : ''}`, { cause: err });
     }
 
     const records: MetaRecord[] = [];

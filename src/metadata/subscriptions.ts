@@ -29,7 +29,7 @@ export function isSubscriptionId(text: string): boolean {
 }
 
 function invalid(message: string): KeelError {
-  return new KeelError('META0009', `invalid subscription: ${message}`, 400);
+  return new KeelError('META0009', `invalid subscription: ${message}`);
 }
 
 /** `kafka://<cluster>/<topic>`, both parts non-empty, the topic a valid Kafka topic name. */

@@ -94,7 +94,7 @@ export class BatchAppender<To> implements RemotePartitions {
         const why = answer.refused === undefined ? new KeelError('KEEL0805', `${queue.name} took only part of the commands`) : new KeelError('KEEL0805', `${answer.refused.code}: ${answer.refused.message}`);
         this.refuseFrom(queue, batch.slice(answer.appended), why);
       })
-      .catch((err: unknown) => this.refuseFrom(queue, batch, new KeelError('KEEL0805', `cannot hand commands to ${queue.name}: ${(err as Error).message}`, undefined, { cause: err })))
+      .catch((err: unknown) => this.refuseFrom(queue, batch, new KeelError('KEEL0805', `cannot hand commands to ${queue.name}: ${(err as Error).message}`, { cause: err })))
       .finally(() => {
         queue.sending = false;
         this.pump(queue);
@@ -126,7 +126,7 @@ export async function appendBatch(worker: Worker, entries: readonly AppendEntry[
     try {
       appended = target === undefined ? new NotLedHereError(e.partition) : worker.appendEncoded(target, e.command);
     } catch (err) {
-      appended = new KeelError('KEEL0001', `entry ${appends.length} is not a command: ${(err as Error).message}`, 400);
+      appended = new KeelError('KEEL0001', `entry ${appends.length} is not a command: ${(err as Error).message}`);
     }
     if (appended instanceof Error) {
       refused = appended;

@@ -92,13 +92,13 @@ async function openLevel(path: string, options: OpenOptions): Promise<Db> {
   } catch (err) {
     const e = err as { code?: string; cause?: { code?: string } } | undefined;
     if (e?.cause?.code === 'LEVEL_LOCKED' || e?.code === 'LEVEL_LOCKED') {
-      throw new KeelError('RT0005', `worker storage ${path} is locked by another process: stop it, or set another worker.storage_db.path`, 500, { cause: err });
+      throw new KeelError('RT0005', `worker storage ${path} is locked by another process: stop it, or set another worker.storage_db.path`, { cause: err });
     }
     // classic-level says 'Database failed to open'; the reason is in its cause.
     const cause = (err as { cause?: Error }).cause?.message;
     const why = cause ? `${(err as Error).message}: ${cause}` : (err as Error).message;
     const corrupt = /corrupt|checksum/i.test(why);
-    throw new KeelError(corrupt ? 'KEEL0015' : 'KEEL0014', `cannot open worker storage ${path}: ${why}${corrupt ? '' : ' (check the path, its permissions and free space)'}`, 500, { cause: err });
+    throw new KeelError(corrupt ? 'KEEL0015' : 'KEEL0014', `cannot open worker storage ${path}: ${why}${corrupt ? '' : ' (check the path, its permissions and free space)'}`, { cause: err });
   }
   return db;
 }

@@ -109,7 +109,7 @@ export class SubscriptionRunner {
 
   start(): void {
     try {
-      if (this.cluster === undefined) throw new KeelError('META0009', `the Kafka cluster of ${this.subscription.source} is not configured any more`, 400);
+      if (this.cluster === undefined) throw new KeelError('META0009', `the Kafka cluster of ${this.subscription.source} is not configured any more`);
       this.settings = kafkaConsumerSettings(this.cluster, this.subscription.options, this.subscription.id);
     } catch (err) {
       this.failure = (err as Error).message;

@@ -75,7 +75,7 @@ export function errorShape(err: unknown): ErrorShape {
 export function errorOf(e: ErrorShape): Error {
   if (e.name === 'NotLedHereError') return new NotLedHereError(e.partition!);
   if (e.name === 'PartitionMovedError') return new PartitionMovedError(e.partition!, e.invocation!);
-  if (e.name === 'KeelError' && e.code !== undefined) return new KeelError(e.code as ErrorCode, e.message, e.status);
+  if (e.name === 'KeelError' && e.code !== undefined) return new KeelError(e.code as ErrorCode, e.message, { relayed: e.status });
   return new Error(e.message);
 }
 

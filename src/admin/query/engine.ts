@@ -91,7 +91,7 @@ interface Whole {
 const wholeAnswer = ({ rows, head, chunk }: Whole): Answer => ({ rows, ...(head ? { head } : {}), whole: chunk, body: (async function* () { yield chunk; })() });
 const constantKey = (sql: string, format: Format, params: Array<string | null> | undefined): string =>
   `${format}\0${params !== undefined && params.length > 0 ? JSON.stringify(params) : ''}\0${sql}`;
-const unavailable = (why: string) => new KeelError('KEEL0023', `the query engine is unavailable: ${why}`, 503);
+const unavailable = (why: string) => new KeelError('KEEL0023', `the query engine is unavailable: ${why}`);
 
 
 /**
@@ -103,7 +103,7 @@ function engineMainPath(): string {
     const path = fileURLToPath(new URL(candidate, import.meta.url));
     if (existsSync(path)) return path;
   }
-  throw new KeelError('KEEL0023', `the query engine's entry point (engine-main.js) is not next to ${fileURLToPath(import.meta.url)}: run npm run build`, 503);
+  throw new KeelError('KEEL0023', `the query engine's entry point (engine-main.js) is not next to ${fileURLToPath(import.meta.url)}: run npm run build`);
 }
 
 /**

@@ -39,7 +39,7 @@ export function abandoned(reason: unknown): QueryError {
 }
 
 /** A query's error as the server throws it (HTTP and pg answers are made from it). */
-export const queryFailure = (e: QueryError): KeelError => new KeelError(e.code, e.message, e.status);
+export const queryFailure = (e: QueryError): KeelError => new KeelError(e.code, e.message, { relayed: e.status });
 
 /** Stored journals by invocation id, with the attempts of their `ctx.run` steps where known. */
 export type Journals = Array<[id: string, entries: RawJournalEntry[], steps?: StepAttempts]>;

@@ -78,9 +78,9 @@ const RESERVED_HEADERS = new Set([
 function checkHeaders(headers: Record<string, string> | null | undefined): void {
   for (const [name, value] of Object.entries(headers ?? {})) {
     const field = `additional_headers.${JSON.stringify(name).slice(1, -1)}`;
-    if (!HEADER_NAME.test(name)) throw new KeelError('KEEL0002', `the field ${field} is not a valid header name (letters, digits and !#$%&'*+.^_\`|~-)`, 400);
-    if (RESERVED_HEADERS.has(name.toLowerCase())) throw new KeelError('KEEL0002', `the field ${field} names a header Keel sets itself or that HTTP/2 forbids`, 400);
-    if (!HEADER_VALUE.test(value)) throw new KeelError('KEEL0002', `the field ${field} must be a single-line header value: no CR, LF, NUL or other control characters`, 400);
+    if (!HEADER_NAME.test(name)) throw new KeelError('KEEL0002', `the field ${field} is not a valid header name (letters, digits and !#$%&'*+.^_\`|~-)`);
+    if (RESERVED_HEADERS.has(name.toLowerCase())) throw new KeelError('KEEL0002', `the field ${field} names a header Keel sets itself or that HTTP/2 forbids`);
+    if (!HEADER_VALUE.test(value)) throw new KeelError('KEEL0002', `the field ${field} must be a single-line header value: no CR, LF, NUL or other control characters`);
   }
 }
 
@@ -98,8 +98,8 @@ function flags<K extends keyof RegisterBody>(b: RegisterBody, keys: readonly K[]
 function registerRequest(b: RegisterBody): RegisterRequest {
   const hasArn = b.arn !== undefined && b.arn !== null;
   const hasUri = b.uri !== undefined && b.uri !== null;
-  if (hasArn && hasUri) throw new KeelError('KEEL0007', 'give either uri or arn, not both', 400);
-  if (!hasArn && !hasUri) throw new KeelError('KEEL0007', 'the field uri (or arn) is required and must be a string', 400);
+  if (hasArn && hasUri) throw new KeelError('KEEL0007', 'give either uri or arn, not both');
+  if (!hasArn && !hasUri) throw new KeelError('KEEL0007', 'the field uri (or arn) is required and must be a string');
   const request: RegisterRequest = hasArn ? { arn: b.arn! } : { uri: b.uri! };
   if (hasArn && b.assume_role_arn !== undefined && b.assume_role_arn !== null) request.assume_role_arn = b.assume_role_arn;
   if (b.additional_headers !== undefined) request.additional_headers = b.additional_headers;
@@ -177,10 +177,10 @@ export function deploymentRoutes(ctx: AdminContext) {
 async function checkDrained(ctx: AdminContext, id: string): Promise<void> {
   const active = ctx.registry.services().filter((s) => s.deployment_id === id).map((s) => s.name);
   if (active.length > 0) {
-    throw new KeelError('KEEL0016', `deployment ${id} still serves the latest revision of ${active.join(', ')}; register a newer deployment first, or remove it with force=true`, 409);
+    throw new KeelError('KEEL0016', `deployment ${id} still serves the latest revision of ${active.join(', ')}; register a newer deployment first, or remove it with force=true`);
   }
   const pinned = await ctx.source().unfinishedPinnedTo(id);
   if (pinned > 0) {
-    throw new KeelError('KEEL0016', `${pinned} invocation(s) that are not completed are pinned to deployment ${id}; let them finish, or remove it with force=true (they will fail)`, 409);
+    throw new KeelError('KEEL0016', `${pinned} invocation(s) that are not completed are pinned to deployment ${id}; let them finish, or remove it with force=true (they will fail)`);
   }
 }

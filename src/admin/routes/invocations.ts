@@ -8,7 +8,7 @@ import { errorBody } from '../errors.js';
 const MANAGE_ACTIONS: readonly ManageAction[] = ['cancel', 'kill', 'purge', 'pause', 'resume', 'restart-as-new'];
 
 function checkInvocationId(id: string): void {
-  if (!InvocationId.parse(id)) throw new KeelError('KEEL0003', "The request field 'invocation_id' is invalid. Reason: bad format", 400);
+  if (!InvocationId.parse(id)) throw new KeelError('KEEL0003', "The request field 'invocation_id' is invalid. Reason: bad format");
 }
 
 /** The answer of a manage action, with Restate's messages where the source gave no body. */
@@ -41,7 +41,7 @@ export function invocationRoutes(ctx: AdminContext) {
     r.patch<{ Params: { id: string; action: string } }>('/invocations/:id/:action', { schema: { params } }, async (req, reply) => {
       const { id, action } = req.params;
       if (!MANAGE_ACTIONS.includes(action as ManageAction)) {
-        return reply.status(404).send(errorBody(`[KEEL0004] No route for PATCH ${req.url.split('?')[0]}`, 'KEEL0004'));
+        throw new KeelError('KEEL0004', `No route for PATCH ${req.url.split('?')[0]}`);
       }
       checkInvocationId(id);
       return manageReply(reply, id, action as ManageAction, await ctx.source().manage(id, action as ManageAction));
@@ -55,7 +55,7 @@ export function invocationRoutes(ctx: AdminContext) {
         const { id } = req.params;
         const mode = (req.query.mode ?? 'cancel').toLowerCase();
         if (mode !== 'cancel' && mode !== 'kill' && mode !== 'purge') {
-          throw new KeelError('KEEL0002', `Invalid URL: unknown deletion mode '${req.query.mode}', expected cancel, kill or purge`, 400);
+          throw new KeelError('KEEL0002', `Invalid URL: unknown deletion mode '${req.query.mode}', expected cancel, kill or purge`);
         }
         checkInvocationId(id);
         const r = await ctx.source().manage(id, mode);

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { splitAddress, type Config } from '../../config/index.js';
-import { explain, keelError } from '../../errors/index.js';
+import { explain, KeelError, keelError } from '../../errors/index.js';
 import type { AdminContext } from '../context.js';
 import { errorBody } from '../errors.js';
 
@@ -30,7 +30,8 @@ export function metaRoutes(ctx: AdminContext) {
       const failures = ctx.failures();
       if (failures.length === 0) return reply.status(200).send();
       const list = failures.map((f) => `partition ${f.partition}: ${f.reason}`).join('; ');
-      return reply.status(503).send({ ...errorBody(`[KEEL0503] ${failures.length} partition(s) stopped: ${list}`, 'KEEL0503'), partitions: failures });
+      const err = new KeelError('KEEL0503', `${failures.length} partition(s) stopped: ${list}`);
+      return reply.status(err.status).send({ ...errorBody(err.display, err.code), partitions: failures });
     });
 
     r.get<{ Params: { code: string } }>('/errors/:code', { schema: { params: { type: 'object', properties: { code: { type: 'string', maxLength: 32 } } } } }, async (req) => {

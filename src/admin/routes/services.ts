@@ -55,7 +55,7 @@ export function serviceRoutes(ctx: AdminContext) {
 
     r.post<{ Params: { name: string }; Body: StateBody }>('/services/:name/state', { schema: { params: serviceParams, body: stateBody } }, async (req, reply) => {
       const s = serviceOr404(req.params.name);
-      if (s.ty === 'Service') throw new KeelError('KEEL0002', 'Cannot modify state for service type Service', 400);
+      if (s.ty === 'Service') throw new KeelError('KEEL0002', 'Cannot modify state for service type Service');
       const { object_key, new_state } = req.body;
       const entries = new Map<string, Buffer>(Object.entries(new_state).map(([k, v]) => [k, Buffer.from(v)]));
       const src = ctx.source();
