@@ -1,4 +1,5 @@
 import { createHash, hash } from 'node:crypto';
+import { assert } from '../common/assert.js';
 import { InvocationId } from '../common/ids.js';
 import type { Logger } from '../common/logger.js';
 import { KeelError } from '../errors/index.js';
@@ -62,6 +63,19 @@ export interface AttemptFailure {
 }
 
 /**
+ * Where an attempt is (Restate's invocation_state_machine.rs: one value, each move asserted):
+ *   new          nothing sent yet;
+ *   open         both sides of the stream open (bidirectional mode): the endpoint may be sent
+ *                notifications; silence for `inactivity_timeout` closes our side;
+ *   half-closed  our side closed: the endpoint must end or suspend on what it has; silence for
+ *                `abort_timeout` aborts;
+ *   closed       the attempt is over (ended, suspended, failed or aborted): nothing more is
+ *                recorded or sent, whatever the endpoint still sends.
+ */
+type Phase = 'new' | 'open' | 'half-closed' | 'closed';
+const NEXT: Record<Phase, readonly Phase[]> = { new: ['open', 'closed'], open: ['half-closed', 'closed'], 'half-closed': ['closed'], closed: [] };
+
+/**
  * One attempt of an invocation: sends StartMessage and the journal, then turns every message
  * of the endpoint into a log command. In bidirectional mode it stays open to receive
  * notifications (`forward`) until the endpoint ends, suspends or fails.
@@ -72,15 +86,13 @@ export class Attempt {
   private readonly idBytes: Buffer;
   private stream: InvocationStream | undefined;
   private decoder: FrameDecoder;
-  private finished = false;
+  private phase: Phase = 'new';
+  /** The endpoint's response head arrived (a stream cut before it is a network failure, RT0010). */
   private responded = false;
   private sdk_version: string | undefined;
-  /** The silence timer: inactivity while our side is open, abort once it is closed. */
+  /** The silence timer of the phase: inactivity while open, abort once half-closed. */
   private silence: NodeJS.Timeout | undefined;
-  private silenceIsAbort = false;
   private readonly bidi: boolean;
-  /** Our side of the stream is closed: the endpoint must finish or suspend on what it has. */
-  private inputClosed = false;
   /** Settles once everything this attempt recorded so far is folded and written (or failed to be). */
   private recorded: Promise<void> = Promise.resolve();
   /** Records not settled yet. */
@@ -101,6 +113,16 @@ export class Attempt {
       // Whatever the endpoint record holds, an attempt that cannot even start is a failed attempt.
       this.fail({ error_code: 'RT0006', failure_code: 500, message: `cannot start the attempt: ${(err as Error).message}` });
     }
+  }
+
+  /** A method, not a comparison: the phase changes under the caller (a message can close the attempt). */
+  private isClosed(): boolean {
+    return this.phase === 'closed';
+  }
+
+  private moveTo(next: Phase): void {
+    assert(NEXT[this.phase].includes(next), () => `attempt ${this.epoch} of ${this.id}: ${this.phase} → ${next}`);
+    this.phase = next;
   }
 
   private open(): void {
@@ -129,6 +151,9 @@ export class Attempt {
         onError: (err) => this.fail({ error_code: 'RT0010', failure_code: 500, message: `network error talking to ${deployment.uri}: ${err.message}` }),
       },
     );
+    // An endpoint client that fails at once has closed the attempt already.
+    if (this.isClosed()) return;
+    this.moveTo('open');
     const id = InvocationId.parse(status.id)!;
     const start = encode(pb.Start, {
       id: id.bytes,
@@ -154,14 +179,14 @@ export class Attempt {
 
   /** Delivers a notification or ack to the endpoint, when the stream can still take it. */
   forward(type: number, payload: Uint8Array): void {
-    if (this.finished || this.inputClosed || this.stream === undefined) return;
-    this.stream.write(encodeFrame(type, payload));
+    if (this.phase !== 'open') return;
+    this.stream!.write(encodeFrame(type, payload));
     this.armInactivity();
   }
 
   /** Stops the attempt without recording anything (kill, shutdown). */
   abort(): void {
-    if (this.finished) return;
+    if (this.isClosed()) return;
     this.close('abort', 'aborted');
   }
 
@@ -193,7 +218,7 @@ export class Attempt {
   }
 
   private onData(chunk: Buffer): void {
-    if (this.finished) return;
+    if (this.isClosed()) return;
     this.armInactivity();
     let frames;
     try {
@@ -204,7 +229,7 @@ export class Attempt {
       return;
     }
     for (const f of frames) {
-      if (this.finished) {
+      if (this.isClosed()) {
         this.o.logger.warn({ code: 'RT0012', invocation: this.id }, `message 0x${f.type.toString(16)} after the end of the attempt ignored`);
         return;
       }
@@ -317,7 +342,7 @@ export class Attempt {
   }
 
   private onStreamEnd(): void {
-    if (this.finished) return;
+    if (this.isClosed()) return;
     this.fail(
       {
         error_code: this.responded ? 'RT0012' : 'RT0010',
@@ -346,7 +371,7 @@ export class Attempt {
    * of its answer); `abort` (a reset) when Keel ends it: timeouts, protocol violations, limits.
    */
   private fail(f: AttemptFailure, how: 'finish' | 'abort' = 'abort'): void {
-    if (this.finished) return;
+    if (this.isClosed()) return;
     // A retryable handler error and an endpoint's push-back are expected; the rest are faults.
     const level = f.error_code === 'RT0007' || f.error_code === 'RT0023' ? 'warn' : 'error';
     this.o.logger[level]({ code: f.error_code, invocation: this.id, epoch: this.epoch, failure_code: f.failure_code }, f.message);
@@ -380,7 +405,7 @@ export class Attempt {
   }
 
   private close(how: 'finish' | 'abort', outcome: AttemptOutcome, failure?: AttemptFailure): void {
-    this.finished = true;
+    this.moveTo('closed');
     clearTimeout(this.silence);
     if (how === 'finish') this.stream?.finish();
     else this.stream?.abort();
@@ -393,21 +418,22 @@ export class Attempt {
    * Request-response mode has nothing to ask: silence for `abort_timeout` aborts.
    */
   private armInactivity(): void {
-    if (this.finished) return;
+    if (this.isClosed()) return;
     // Every message re-arms it: the same timer restarted, not a new one each time.
-    if (this.silence !== undefined && this.silenceIsAbort === this.inputClosed) {
+    if (this.silence !== undefined) {
       this.silence.refresh();
       return;
     }
-    clearTimeout(this.silence);
-    this.silenceIsAbort = this.inputClosed;
-    this.silence = this.inputClosed ? setTimeout(() => this.abortSilent(), this.o.abort_timeout_ms) : setTimeout(() => this.closeInput(), this.o.inactivity_timeout_ms);
+    this.silence = this.phase === 'half-closed' ? setTimeout(() => this.abortSilent(), this.o.abort_timeout_ms) : setTimeout(() => this.closeInput(), this.o.inactivity_timeout_ms);
   }
 
   /** Ends our side of the stream: nothing more is delivered to this attempt. */
   private closeInput(): void {
-    this.inputClosed = true;
-    this.stream?.end();
+    this.moveTo('half-closed');
+    // The open phase's timer gives way to the abort timer.
+    clearTimeout(this.silence);
+    this.silence = undefined;
+    this.stream!.end();
     this.armInactivity();
   }
 
