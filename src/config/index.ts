@@ -468,35 +468,88 @@ function setPath(target: Record<string, unknown>, path: string, value: unknown):
   cur[parts[parts.length - 1]!] = value;
 }
 
+/** A config value by its schema path, already coerced to its schema kind. */
+type Values = <T>(path: string) => T;
+
 /**
  * Reads the TOML file (when given) and the KEEL_ environment into one typed config.
  * Every problem is an RT0002 that names the file, line and key, or the variable.
  */
 export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = process.env): Config {
-  let fileValues: Record<string, unknown> = {};
-  let text = '';
-  if (file !== undefined) {
-    try {
-      text = readFileSync(file, 'utf8');
-    } catch (err) {
-      throw new KeelError('RT0002', `cannot read configuration file ${file}: ${(err as Error).message}`);
-    }
-    try {
-      fileValues = parseToml(text) as Record<string, unknown>;
-    } catch (err) {
-      const line = err instanceof TomlError ? err.line : undefined;
-      const first = (err as Error).message.split('\n')[0];
-      throw new KeelError('RT0002', `cannot parse ${file}${line ? `:${line}` : ''}: ${first}`);
-    }
-    const known = knownPaths();
-    for (const p of flatten(fileValues)) {
-      if (!known.has(p) && !p.startsWith(`${KAFKA_CLUSTERS}.`) && !p.startsWith(`${SCHEDULES}.`)) {
-        const line = lineOf(text, p);
-        throw new KeelError('RT0002', `${file}${line ? `:${line}` : ''}: unknown key '${p}'`);
-      }
+  const { values: fileValues, text } = file === undefined ? { values: {}, text: '' } : readConfigFile(file);
+  const raw = resolveValues(fileValues, file, text, env);
+  const kafka_clusters = parseKafkaClusters(lookup(fileValues, KAFKA_CLUSTERS), file, text);
+  const schedules = parseSchedules(lookup(fileValues, SCHEDULES), file, text);
+  const v: Values = <T>(path: string): T => lookup(raw, path) as T;
+  const baseDir = v<string>('base_dir');
+  return {
+    base_dir: baseDir,
+    schedules,
+    ingress: {
+      bind_address: v<string>('ingress.bind_address'),
+      kafka_clusters,
+      request_size_limit_bytes: v<number>('ingress.request_size_limit'),
+      auth_tokens: authTokens('ingress', v),
+      kafka_max_pending_invocations: v<number>('ingress.kafka_max_pending_invocations'),
+    },
+    admin: adminConfig(v),
+    http: {
+      idle_timeout_ms: v<number>('http.idle_timeout'),
+      header_timeout_ms: v<number>('http.header_timeout'),
+      request_timeout_ms: v<number>('http.request_timeout'),
+      max_connections: v<number>('http.max_connections'),
+      max_header_size_bytes: v<number>('http.max_header_size'),
+      max_header_count: v<number>('http.max_header_count'),
+    },
+    meta: { storage_path: v<string | undefined>('meta.storage_path') ?? join(baseDir, 'meta') },
+    worker: workerConfig(v, baseDir),
+    default_retry_policy: {
+      initial_interval_ms: v<number>('default_retry_policy.initial_interval'),
+      exponentiation_factor: v<number>('default_retry_policy.exponentiation_factor'),
+      max_interval_ms: v<number>('default_retry_policy.max_interval'),
+      max_attempts: v<number | undefined>('default_retry_policy.max_attempts'),
+      on_max_attempts: v<'pause' | 'kill'>('default_retry_policy.on_max_attempts'),
+    },
+    // The default is bounded by the maximum too (RT0022 applies to it as to manifest values).
+    default_journal_retention_ms:
+      Math.min(v<number>('default_journal_retention'), v<number | undefined>('max_journal_retention') ?? Number.POSITIVE_INFINITY),
+    max_journal_retention_ms: v<number | undefined>('max_journal_retention'),
+    default_idempotency_retention_ms: v<number>('default_idempotency_retention'),
+    default_workflow_completion_retention_ms: v<number>('default_workflow_completion_retention'),
+    log: { level: v<string>('log.level'), format: v<'pretty' | 'json' | 'auto'>('log.format') },
+    tracing: { endpoint: v<string | undefined>('tracing.endpoint') },
+    cluster: clusterConfig(v),
+  };
+}
+
+/** The TOML file's values and text; an unreadable or unparsable file, or an unknown key, is RT0002. */
+function readConfigFile(file: string): { values: Record<string, unknown>; text: string } {
+  let text: string;
+  let values: Record<string, unknown>;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new KeelError('RT0002', `cannot read configuration file ${file}: ${(err as Error).message}`);
+  }
+  try {
+    values = parseToml(text) as Record<string, unknown>;
+  } catch (err) {
+    const line = err instanceof TomlError ? err.line : undefined;
+    const first = (err as Error).message.split('\n')[0];
+    throw new KeelError('RT0002', `cannot parse ${file}${line ? `:${line}` : ''}: ${first}`);
+  }
+  const known = knownPaths();
+  for (const p of flatten(values)) {
+    if (!known.has(p) && !p.startsWith(`${KAFKA_CLUSTERS}.`) && !p.startsWith(`${SCHEDULES}.`)) {
+      const line = lineOf(text, p);
+      throw new KeelError('RT0002', `${file}${line ? `:${line}` : ''}: unknown key '${p}'`);
     }
   }
+  return { values, text };
+}
 
+/** Every schema key's value: its default, then the file's, then the environment's; each coerced to its kind. */
+function resolveValues(fileValues: Record<string, unknown>, file: string | undefined, text: string, env: NodeJS.ProcessEnv): Record<string, unknown> {
   const raw: Record<string, unknown> = {};
   for (const { path, kind, dflt } of schema) {
     const name = envName(path);
@@ -523,100 +576,65 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv = pr
       throw new KeelError('RT0002', `unknown environment variable ${name}`);
     }
   }
+  return raw;
+}
 
-  const kafka_clusters = parseKafkaClusters(lookup(fileValues, KAFKA_CLUSTERS), file, text);
-  const schedules = parseSchedules(lookup(fileValues, SCHEDULES), file, text);
-  // Every value was coerced to its schema kind above.
-  const v = <T>(path: string): T => lookup(raw, path) as T;
-  const baseDir = v<string>('base_dir');
+function adminConfig(v: Values): Config['admin'] {
   return {
-    base_dir: baseDir,
-    schedules,
-    ingress: {
-      bind_address: v<string>('ingress.bind_address'),
-      kafka_clusters,
-      request_size_limit_bytes: v<number>('ingress.request_size_limit'),
-      auth_tokens: authTokens('ingress', v),
-      kafka_max_pending_invocations: v<number>('ingress.kafka_max_pending_invocations'),
+    bind_address: v<string>('admin.bind_address'),
+    auth_tokens: authTokens('admin', v),
+    discovery_timeout_ms: v<number>('admin.discovery_timeout'),
+    query_engine: {
+      pgsql_bind_address: v<string>('admin.query_engine.pgsql_bind_address'),
+      pgsql_password: v<string | undefined>('admin.query_engine.pgsql_password'),
+      query_timeout_ms: v<number>('admin.query_engine.query_timeout'),
+      max_result_rows: v<number>('admin.query_engine.max_result_rows'),
+      max_result_bytes: v<number>('admin.query_engine.max_result_bytes'),
+      memory_limit_bytes: v<number>('admin.query_engine.memory_limit'),
+      threads: v<number>('admin.query_engine.threads'),
+      recent_statuses: v<number>('admin.query_engine.recent_statuses'),
+      indexed_statuses: v<number>('admin.query_engine.indexed_statuses'),
+      idle_timeout_ms: v<number>('admin.query_engine.idle_timeout'),
     },
-    admin: {
-      bind_address: v<string>('admin.bind_address'),
-      auth_tokens: authTokens('admin', v),
-      discovery_timeout_ms: v<number>('admin.discovery_timeout'),
-      query_engine: {
-        pgsql_bind_address: v<string>('admin.query_engine.pgsql_bind_address'),
-        pgsql_password: v<string | undefined>('admin.query_engine.pgsql_password'),
-        query_timeout_ms: v<number>('admin.query_engine.query_timeout'),
-        max_result_rows: v<number>('admin.query_engine.max_result_rows'),
-        max_result_bytes: v<number>('admin.query_engine.max_result_bytes'),
-        memory_limit_bytes: v<number>('admin.query_engine.memory_limit'),
-        threads: v<number>('admin.query_engine.threads'),
-        recent_statuses: v<number>('admin.query_engine.recent_statuses'),
-        indexed_statuses: v<number>('admin.query_engine.indexed_statuses'),
-        idle_timeout_ms: v<number>('admin.query_engine.idle_timeout'),
-      },
-    },
-    http: {
-      idle_timeout_ms: v<number>('http.idle_timeout'),
-      header_timeout_ms: v<number>('http.header_timeout'),
-      request_timeout_ms: v<number>('http.request_timeout'),
-      max_connections: v<number>('http.max_connections'),
-      max_header_size_bytes: v<number>('http.max_header_size'),
-      max_header_count: v<number>('http.max_header_count'),
-    },
-    meta: { storage_path: v<string | undefined>('meta.storage_path') ?? join(baseDir, 'meta') },
-    worker: {
+  };
+}
+
+function workerConfig(v: Values, baseDir: string): Config['worker'] {
+  return {
+    partitions: v<number>('worker.partitions'),
+    threads: threadsOf(v<number | 'auto'>('worker.threads'), {
       partitions: v<number>('worker.partitions'),
-      threads: threadsOf(v<number | 'auto'>('worker.threads'), {
-        partitions: v<number>('worker.partitions'),
-        clustered: v<string | undefined>('cluster.brokers') !== undefined,
-        concurrent_invocations_limit: v<number>('worker.invoker.concurrent_invocations_limit'),
-      }),
-      storage_db: {
-        path: v<string | undefined>('worker.storage_db.path') ?? join(baseDir, 'worker'),
-        fsync: v<boolean>('worker.storage_db.fsync'),
-        log_retained_records: v<number>('worker.storage_db.log_retained_records'),
-        state_cache_size_bytes: v<number>('worker.storage_db.state_cache_size'),
-        block_cache_size_bytes: v<number>('worker.storage_db.block_cache_size'),
-        max_open_files: v<number>('worker.storage_db.max_open_files'),
-        write_buffer_size_bytes: v<number>('worker.storage_db.write_buffer_size'),
-      },
-      invoker: {
-        inactivity_timeout_ms: v<number>('worker.invoker.inactivity_timeout'),
-        abort_timeout_ms: v<number>('worker.invoker.abort_timeout'),
-        message_size_limit_bytes: v<number>('worker.invoker.message_size_limit'),
-        concurrent_invocations_limit: v<number>('worker.invoker.concurrent_invocations_limit'),
-        connect_timeout_ms: v<number>('worker.invoker.connect_timeout'),
-        request_identity_private_key_pem_file: v<string | undefined>('worker.invoker.request_identity_private_key_pem_file'),
-        request_identity_expiration_ms: v<number>('worker.invoker.request_identity_expiration'),
-        disable_eager_state: v<boolean>('worker.invoker.disable_eager_state'),
-      },
-      cleanup_interval_ms: v<number>('worker.cleanup_interval'),
-      num_timers_in_memory_limit: v<number>('worker.num_timers_in_memory_limit'),
+      clustered: v<string | undefined>('cluster.brokers') !== undefined,
+      concurrent_invocations_limit: v<number>('worker.invoker.concurrent_invocations_limit'),
+    }),
+    storage_db: {
+      path: v<string | undefined>('worker.storage_db.path') ?? join(baseDir, 'worker'),
+      fsync: v<boolean>('worker.storage_db.fsync'),
+      log_retained_records: v<number>('worker.storage_db.log_retained_records'),
+      state_cache_size_bytes: v<number>('worker.storage_db.state_cache_size'),
+      block_cache_size_bytes: v<number>('worker.storage_db.block_cache_size'),
+      max_open_files: v<number>('worker.storage_db.max_open_files'),
+      write_buffer_size_bytes: v<number>('worker.storage_db.write_buffer_size'),
     },
-    default_retry_policy: {
-      initial_interval_ms: v<number>('default_retry_policy.initial_interval'),
-      exponentiation_factor: v<number>('default_retry_policy.exponentiation_factor'),
-      max_interval_ms: v<number>('default_retry_policy.max_interval'),
-      max_attempts: v<number | undefined>('default_retry_policy.max_attempts'),
-      on_max_attempts: v<'pause' | 'kill'>('default_retry_policy.on_max_attempts'),
+    invoker: {
+      inactivity_timeout_ms: v<number>('worker.invoker.inactivity_timeout'),
+      abort_timeout_ms: v<number>('worker.invoker.abort_timeout'),
+      message_size_limit_bytes: v<number>('worker.invoker.message_size_limit'),
+      concurrent_invocations_limit: v<number>('worker.invoker.concurrent_invocations_limit'),
+      connect_timeout_ms: v<number>('worker.invoker.connect_timeout'),
+      request_identity_private_key_pem_file: v<string | undefined>('worker.invoker.request_identity_private_key_pem_file'),
+      request_identity_expiration_ms: v<number>('worker.invoker.request_identity_expiration'),
+      disable_eager_state: v<boolean>('worker.invoker.disable_eager_state'),
     },
-    // The default is bounded by the maximum too (RT0022 applies to it as to manifest values).
-    default_journal_retention_ms:
-      Math.min(v<number>('default_journal_retention'), v<number | undefined>('max_journal_retention') ?? Number.POSITIVE_INFINITY),
-    max_journal_retention_ms: v<number | undefined>('max_journal_retention'),
-    default_idempotency_retention_ms: v<number>('default_idempotency_retention'),
-    default_workflow_completion_retention_ms: v<number>('default_workflow_completion_retention'),
-    log: { level: v<string>('log.level'), format: v<'pretty' | 'json' | 'auto'>('log.format') },
-    tracing: { endpoint: v<string | undefined>('tracing.endpoint') },
-    cluster: clusterConfig(v),
+    cleanup_interval_ms: v<number>('worker.cleanup_interval'),
+    num_timers_in_memory_limit: v<number>('worker.num_timers_in_memory_limit'),
   };
 }
 
 /** A Kafka topic name: what the broker accepts (letters, digits, '.', '_', '-'; at most 249). */
 const TOPIC = /^[A-Za-z0-9._-]{1,200}$/;
 
-function clusterConfig(v: <T>(path: string) => T): ClusterConfig | undefined {
+function clusterConfig(v: Values): ClusterConfig | undefined {
   const brokers = v<string | undefined>('cluster.brokers');
   if (brokers === undefined) return undefined;
   const threads = v<number | 'auto'>('worker.threads');
@@ -644,7 +662,7 @@ const MAX_AUTH_TOKENS = 16;
  * The bearer tokens of `ingress`, `admin` or `cluster`: `auth_token`, plus every non-empty line of
  * `auth_token_file` (several lines let tokens be rotated without downtime). Empty: no auth.
  */
-function authTokens(server: 'ingress' | 'admin' | 'cluster', v: <T>(path: string) => T): string[] {
+function authTokens(server: 'ingress' | 'admin' | 'cluster', v: Values): string[] {
   const tokens: string[] = [];
   const inline = v<string | undefined>(`${server}.auth_token`);
   if (inline !== undefined) tokens.push(inline.trim());
