@@ -266,111 +266,133 @@ function neverProcessed(p: PooledStream): boolean {
   return stream.id === undefined || stream.id > connection.last_processed_stream_id;
 }
 
+function openHttp2(pool: Http2Pool, url: URL, headers: Record<string, string>, h: StreamHandlers): InvocationStream {
+  return new Http2InvocationStream(pool, url, headers, h);
+}
+
 /**
  * A bidirectional stream over a pooled HTTP/2 connection. Until the endpoint answers, the bytes
  * sent are kept: a stream the endpoint never processed is sent again at once on another
  * connection, which is not a failure of the attempt.
  */
-function openHttp2(pool: Http2Pool, url: URL, headers: Record<string, string>, h: StreamHandlers): InvocationStream {
-  const requestHeaders = { ':method': 'POST', ':path': url.pathname + url.search, ...headers };
-  let done = false;
-  let responded = false;
-  let ended = false;
-  let resends = 0;
+class Http2InvocationStream implements InvocationStream {
+  private readonly requestHeaders: Record<string, string>;
+  /** The handlers heard their last event (end or error), or Keel finished or aborted the stream. */
+  private done = false;
+  private responded = false;
+  /** Our side is ended (the request body is complete). */
+  private ended = false;
+  /** finish() or abort() ran: the pooled stream is let go. */
+  private released = false;
+  private resends = 0;
   /** Everything written so far, while a resend is still possible. */
-  const sent: Buffer[] = [];
-  let current: PooledStream | undefined;
-  let writer: ChunkedWriter;
-  const finishWith = (f: () => void) => {
-    if (done) return;
-    done = true;
-    f();
-  };
+  private readonly sent: Buffer[] = [];
+  private current: PooledStream | undefined;
+  private writer!: ChunkedWriter;
 
-  const attach = (): void => {
+  constructor(
+    private readonly pool: Http2Pool,
+    private readonly url: URL,
+    headers: Record<string, string>,
+    private readonly h: StreamHandlers,
+  ) {
+    this.requestHeaders = { ':method': 'POST', ':path': url.pathname + url.search, ...headers };
+    this.attach();
+  }
+
+  write(bytes: Buffer): void {
+    if (this.done || this.ended) return;
+    if (!this.responded) this.sent.push(bytes);
+    this.writer.write(bytes);
+  }
+
+  end(): void {
+    if (this.done) return;
+    this.endOurSide();
+  }
+
+  private endOurSide(): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.writer.end();
+  }
+
+  finish(): void {
+    this.done = true;
+    if (this.released) return;
+    this.released = true;
+    this.endOurSide();
+    const p = this.current;
+    if (p === undefined || p.stream.closed) return;
+    // Read (and drop) the rest of the answer so the stream ends on both sides.
+    p.stream.resume();
+    const grace = setTimeout(() => {
+      if (!p.stream.closed) resetStream(p);
+    }, FINISH_GRACE_MS);
+    grace.unref();
+    p.stream.once('close', () => clearTimeout(grace));
+  }
+
+  abort(): void {
+    this.done = true;
+    if (this.released) return;
+    this.released = true;
+    const p = this.current;
+    if (p === undefined || p.stream.closed) return;
+    if (p.connection.takeResetToken()) resetStream(p);
+    else {
+      // Over the reset budget: end gracefully and ignore the answer.
+      this.endOurSide();
+      p.stream.resume();
+    }
+  }
+
+  private finishWith(f: () => void): void {
+    if (this.done) return;
+    this.done = true;
+    f();
+  }
+
+  private attach(): void {
     let p: PooledStream;
     try {
-      p = pool.request(url.origin, requestHeaders);
+      p = this.pool.request(this.url.origin, this.requestHeaders);
     } catch (err) {
-      setImmediate(() => finishWith(() => h.onError(err as Error)));
-      writer = new ChunkedWriter(undefined);
+      setImmediate(() => this.finishWith(() => this.h.onError(err as Error)));
+      this.writer = new ChunkedWriter(undefined);
       return;
     }
-    current = p;
-    writer = new ChunkedWriter(p.stream);
+    this.current = p;
+    this.writer = new ChunkedWriter(p.stream);
     let failure: Error | undefined;
     p.stream.on('response', (hdrs) => {
-      if (done) return;
-      responded = true;
-      sent.length = 0;
-      h.onResponse(Number(hdrs[':status']), hdrs as Record<string, string>);
+      if (this.done) return;
+      this.responded = true;
+      this.sent.length = 0;
+      this.h.onResponse(Number(hdrs[':status']), hdrs as Record<string, string>);
     });
     p.stream.on('data', (chunk: Buffer) => {
-      if (!done) h.onData(chunk);
+      if (!this.done) this.h.onData(chunk);
     });
-    p.stream.on('end', () => finishWith(() => h.onEnd()));
+    p.stream.on('end', () => this.finishWith(() => this.h.onEnd()));
     p.stream.on('error', (err) => (failure = err));
-    p.stream.on('close', () => {
-      if (done || current !== p) return;
-      if (!responded && resends < MAX_RESENDS && neverProcessed(p)) {
-        // The connection is unfit for new streams (going away, or out of memory): leave it.
-        p.connection.drain();
-        resends += 1;
-        attach();
-        for (const b of sent) writer.write(b);
-        if (ended) writer.end();
-        return;
-      }
-      finishWith(() => h.onError(failure ?? new Error(`stream closed (code ${p.stream.rstCode})`)));
-    });
-  };
-  attach();
+    p.stream.on('close', () => this.closed(p, failure));
+  }
 
-  let released = false;
-  return {
-    write(bytes) {
-      if (done || ended) return;
-      if (!responded) sent.push(bytes);
-      writer.write(bytes);
-    },
-    end() {
-      if (done || ended) return;
-      ended = true;
-      writer.end();
-    },
-    finish() {
-      done = true;
-      if (released) return;
-      released = true;
-      if (!ended) {
-        ended = true;
-        writer.end();
-      }
-      const p = current;
-      if (p === undefined || p.stream.closed) return;
-      // Read (and drop) the rest of the answer so the stream ends on both sides.
-      p.stream.resume();
-      const stream = p.stream;
-      const grace = setTimeout(() => {
-        if (!stream.closed) resetStream(p);
-      }, FINISH_GRACE_MS);
-      grace.unref();
-      stream.once('close', () => clearTimeout(grace));
-    },
-    abort() {
-      done = true;
-      if (released) return;
-      released = true;
-      if (current === undefined || current.stream.closed) return;
-      if (current.connection.takeResetToken()) resetStream(current);
-      else {
-        // Over the reset budget: end gracefully and ignore the answer.
-        ended = true;
-        writer.end();
-        current.stream.resume();
-      }
-    },
-  };
+  /** The pooled stream closed: sent again elsewhere when the endpoint never processed it, else the attempt hears why. */
+  private closed(p: PooledStream, failure: Error | undefined): void {
+    if (this.done || this.current !== p) return;
+    if (!this.responded && this.resends < MAX_RESENDS && neverProcessed(p)) {
+      // The connection is unfit for new streams (going away, or out of memory): leave it.
+      p.connection.drain();
+      this.resends += 1;
+      this.attach();
+      for (const b of this.sent) this.writer.write(b);
+      if (this.ended) this.writer.end();
+      return;
+    }
+    this.finishWith(() => this.h.onError(failure ?? new Error(`stream closed (code ${p.stream.rstCode})`)));
+  }
 }
 
 /** Destroys a socket still connecting after `timeout_ms`: an unreachable host fails fast. */
