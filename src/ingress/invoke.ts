@@ -12,6 +12,7 @@ import type { IngressSpan, Telemetry } from '../telemetry/index.js';
 import { MAX_DELAY_MS, MAX_DELAY_TEXT_CHARS, MAX_IDEMPOTENCY_KEY_CHARS, MAX_KEY_CHARS } from './limits.js';
 import { flowOf } from './flow.js';
 import { ingressError, respond } from './respond.js';
+import type { ErrorCode } from '../errors/index.js';
 import { NODE_HEADER_NAMES } from './auth.js';
 
 /** What the ingress needs of the schema registry. */
@@ -78,10 +79,17 @@ interface Route {
   scope: string | undefined;
 }
 
-async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], route: Route, span: IngressSpan | undefined): Promise<FastifyReply> {
-  const { registry, partitions } = deps;
-  const { forceSend } = route;
-  if (segments.length < 2) return ingressError(reply, 'KEEL0011', `no route for ${req.url}`);
+/** Why the ingress refuses a request before it reaches a partition. */
+interface Refusal {
+  refused: ErrorCode;
+  message: string;
+}
+
+/** The handler a path names, or why there is none to call (the registry caught up once when it does not know the name). */
+async function findHandler(deps: InvokeDeps, url: string, segments: string[], forceSend: boolean | undefined): Promise<{ service: ServiceSchema; handler: HandlerSchema; key: string; isSend: boolean } | Refusal> {
+  const { registry } = deps;
+  const noRoute: Refusal = { refused: 'KEEL0011', message: `no route for ${url}` };
+  if (segments.length < 2) return noRoute;
   let service = registry.service(segments[0]!);
   // Unknown here: it may have been registered through another node of a cluster a moment ago
   // (read once per request at most).
@@ -90,30 +98,37 @@ async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: Fastif
     caughtUp = true;
     service = await registry.catchUp!().then(() => registry.service(segments[0]!));
   }
-  if (service === undefined) return ingressError(reply, 'KEEL0011', `service '${segments[0]}' not found, make sure to register the deployment that exposes it`);
+  if (service === undefined) return { refused: 'KEEL0011', message: `service '${segments[0]}' not found, make sure to register the deployment that exposes it` };
   // RT0020: the latest deployment only speaks deprecated protocol versions (metadata stored by an
   // older server). New requests are refused; invocations already in flight fail with RT0013.
-  const deployment = deps.registry.deployment(service.deployment_id);
+  const deployment = registry.deployment(service.deployment_id);
   if (deployment !== undefined && deployment.max_protocol_version < MIN_PROTOCOL_VERSION) {
     const message = `[RT0020] service '${service.name}' is exposed by deployment ${deployment.id}, which uses the deprecated service protocol version ${deployment.max_protocol_version} (this server speaks ${MIN_PROTOCOL_VERSION} and above): new requests are not accepted; register a new deployment with an upgraded SDK`;
     deps.logger.warn({ code: 'RT0020', service: service.name, deployment: deployment.id }, message);
-    return ingressError(reply, 'RT0020', message);
+    return { refused: 'RT0020', message };
   }
   const keyed = service.ty !== 'Service';
   const handlerAt = keyed ? 2 : 1;
-  if (segments.length <= handlerAt) return ingressError(reply, 'KEEL0012', `${service.name} is a ${service.ty}: call /${service.name}/{key}/{handler}`);
+  if (segments.length <= handlerAt) return { refused: 'KEEL0012', message: `${service.name} is a ${service.ty}: call /${service.name}/{key}/{handler}` };
   const rest = segments.slice(handlerAt + 1);
   const isSend = forceSend ?? (rest.length === 1 && rest[0] === 'send');
-  if (rest.length > (forceSend === undefined && isSend ? 1 : 0)) return ingressError(reply, 'KEEL0011', `no route for ${req.url}`);
+  if (rest.length > (forceSend === undefined && isSend ? 1 : 0)) return noRoute;
   let handler = service.handlers.find((h) => h.name === segments[handlerAt]);
   if (handler === undefined && !caughtUp) {
     await registry.catchUp!();
     service = registry.service(service.name) ?? service;
     handler = service.handlers.find((h) => h.name === segments[handlerAt]);
   }
-  if (handler === undefined) return ingressError(reply, 'KEEL0011', `handler '${segments[handlerAt]}' not found in service '${service.name}'`);
-  if (!handler.public || !service.public) return ingressError(reply, 'KEEL0012', `the invoked service '${service.name}' is not public`);
-  const key = keyed ? segments[1]! : '';
+  if (handler === undefined) return { refused: 'KEEL0011', message: `handler '${segments[handlerAt]}' not found in service '${service.name}'` };
+  if (!handler.public || !service.public) return { refused: 'KEEL0012', message: `the invoked service '${service.name}' is not public` };
+  return { service, handler, key: keyed ? segments[1]! : '', isSend };
+}
+
+async function invokeTarget(deps: InvokeDeps, req: FastifyRequest, reply: FastifyReply, segments: string[], route: Route, span: IngressSpan | undefined): Promise<FastifyReply> {
+  const { partitions } = deps;
+  const found = await findHandler(deps, req.url, segments, route.forceSend);
+  if ('refused' in found) return ingressError(reply, found.refused, found.message);
+  const { service, handler, key, isSend } = found;
   if (key.length > MAX_KEY_CHARS) return ingressError(reply, 'KEEL0012', `the key is ${key.length} characters long, more than ${MAX_KEY_CHARS}`);
   const url = new URL(req.url, 'http://ingress');
   const flow = flowOf(route.scope, req.headers, url.searchParams);
