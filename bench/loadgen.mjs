@@ -165,7 +165,7 @@ const out = {
   cpuMsPerInvocation: Object.fromEntries(Object.entries(cpuMs).map(([k, v]) => [k, v != null && ok ? v / ok : null])),
 };
 if (fixed) out.wallMs = elapsedMs;
-const tailFigures = serverTail(tail0, tail1, ok);
+const tailFigures = serverTail(tail0, tail1, ok, elapsedMs);
 if (tailFigures !== undefined) out.serverTail = tailFigures;
 if (keys > 0) out.perKey = { prefix: spec.keyPrefix ?? '', ok: okPerKey, errors: errorsPerKey };
 process.stdout.write(JSON.stringify(out) + '\n');

@@ -11,7 +11,7 @@ import { Invoker } from './invoker/index.js';
 import { endpointClientFor, type EndpointClient } from './endpoint/client.js';
 import { signerFor, type RequestSigner } from './endpoint/identity.js';
 import { Registry } from './metadata/registry.js';
-import { stateCacheBytesPerPartition, Worker, type PartitionsOpened } from './partition/worker.js';
+import { stateCacheBytesPerPartition, storeWriteObserver, Worker, type PartitionsOpened } from './partition/worker.js';
 import { LocalGateway } from './partition/gateway.js';
 import { PartitionThreads } from './threads/partition-threads.js';
 import { ThreadedIntrospection } from './threads/introspection.js';
@@ -200,7 +200,7 @@ function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, met
     process.exit(1);
   };
   const stopped = () => worker.failures().map((f) => ({ partition: f.partition, reason: f.reason }));
-  const writer = new GroupWriter(db);
+  const writer = new GroupWriter(db, storeWriteObserver(metrics));
   const follow = async (log: KafkaLogClient, followed: number[]): Promise<Follower[]> => {
     const cache_bytes = stateCacheBytesPerPartition(config);
     const open = (p: number) => KafkaLog.open(db, p, writer, log);

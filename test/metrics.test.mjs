@@ -118,7 +118,7 @@ t.test('/metrics after real invocations: counters, histograms, gauges, labels, f
   const families = [...m.types.keys()].filter((n) => n.startsWith('keel_'));
   for (const f of ['keel_invocations_started_total', 'keel_invocations_completed_total', 'keel_attempts_total', 'keel_invocation_retries_total',
     'keel_attempt_duration_seconds', 'keel_invocation_duration_seconds', 'keel_journal_entries_appended_total', 'keel_log_batch_commands',
-    'keel_log_batch_size_bytes', 'keel_log_write_duration_seconds', 'keel_errors_total', 'keel_ingress_requests_in_flight',
+    'keel_log_batch_size_bytes', 'keel_log_write_duration_seconds', 'keel_store_write_duration_seconds', 'keel_errors_total', 'keel_ingress_requests_in_flight',
     'keel_invoker_attempts_waiting', 'keel_invoker_attempts_running', 'keel_partition_queued_commands', 'keel_outbox_entries',
     'keel_invocations', 'keel_store_size_bytes', 'keel_endpoint_http2_connections', 'keel_endpoint_http2_streams', 'keel_gc_pause_seconds']) {
     t.ok(families.includes(f), `${f} is exposed`);
@@ -161,6 +161,10 @@ t.test('/metrics after real invocations: counters, histograms, gauges, labels, f
   const batches = sum(m, 'keel_log_batch_commands_count');
   t.ok(batches > 0, `${batches} log batches observed`);
   t.equal(sum(m, 'keel_log_write_duration_seconds_count'), batches, 'one write per batch');
+  // The store's group commits: each carries one or more partitions' batches, synced ones among them.
+  const storeWrites = sum(m, 'keel_store_write_duration_seconds_count');
+  t.ok(storeWrites > 0 && storeWrites <= batches, `${storeWrites} store writes for ${batches} batches`);
+  t.ok(value(m, 'keel_store_write_duration_seconds_count', { synced: 'true' }) > 0, 'synced ones counted apart');
   t.ok(sum(m, 'keel_log_batch_commands_sum') >= batches);
   t.ok(sum(m, 'keel_log_batch_size_bytes_sum') > 0);
   t.ok(sum(m, 'keel_journal_entries_appended_total') >= 7 * 2, 'at least input and output entries of each invocation');

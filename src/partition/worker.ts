@@ -6,7 +6,7 @@ import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
 import { keelError } from '../errors/index.js';
 import { decodeCommand, encodeCommand, type Command, type CommandKind } from '../log/commands.js';
-import { GroupWriter } from '../storage/group-writer.js';
+import { GroupWriter, type StoreWriteObserver } from '../storage/group-writer.js';
 import { KafkaLog, type KafkaLogClient } from '../log/kafka-log.js';
 import type { Db, StateWrite } from '../storage/store.js';
 import { invocationsTable } from '../storage/tables/invocations.js';
@@ -19,7 +19,7 @@ import { schedulesTable, type ScheduleRecord } from '../storage/tables/schedules
 import { stateTable } from '../storage/tables/state.js';
 import { subscriptionPositionsTable, type SubscriptionPosition } from '../storage/tables/subscription-positions.js';
 import { vqueueMetaTable } from '../storage/tables/vqueue-meta.js';
-import { standaloneTelemetry, type CompletionOutcome, type Telemetry } from '../telemetry/index.js';
+import { standaloneTelemetry, type CompletionOutcome, type KeelMetrics, type Telemetry } from '../telemetry/index.js';
 import { KILLED_FAILURE } from './fold/manage.js';
 import { PartitionProcessor, type AttemptHost, type Effects, type PartitionFailure } from './processor.js';
 import { splitObjectKey, type Action, type InvocationStatus, type OutboxEntry, type PartitionState, type Timer } from './state.js';
@@ -142,7 +142,7 @@ export class Worker implements Effects {
   async open(db: Db, kafkaLog?: KafkaLogClient, partitions: readonly number[] = this.allPartitions()): Promise<PartitionsOpened> {
     assert((kafkaLog !== undefined) === (this.config.cluster !== undefined), () => 'a cluster node opens its partitions on the Kafka log, a single node on its own');
     this.useStore(db);
-    this.writer ??= new GroupWriter(db);
+    this.writer ??= new GroupWriter(db, storeWriteObserver(this.telemetry.metrics));
     this.kafkaLog = kafkaLog;
     return this.openPartitions(partitions);
   }
@@ -716,4 +716,10 @@ function completionOutcome(s: InvocationStatus): CompletionOutcome {
   const failure = s.result?.failure;
   if (failure === undefined) return 'succeeded';
   return failure.code === KILLED_FAILURE.code && failure.message === KILLED_FAILURE.message ? 'killed' : 'failed';
+}
+
+/** The store's group commits, observed into `keel_store_write_duration_seconds`. */
+export function storeWriteObserver(metrics: KeelMetrics): StoreWriteObserver {
+  const cells = metrics.storeWrites();
+  return (write_ms, synced) => (synced ? cells.synced : cells.unsynced).observe(write_ms / 1000);
 }

@@ -9,6 +9,9 @@ interface Submission {
   reject: (err: Error) => void;
 }
 
+/** Told of each store write that succeeded: how long it took, and whether it was synced. */
+export type StoreWriteObserver = (write_ms: number, synced: boolean) => void;
+
 /** Submissions merged into one store write at most; past it the rest go in the next one. */
 const MAX_SUBMISSIONS_PER_WRITE = 256;
 
@@ -24,7 +27,10 @@ export class GroupWriter {
   private readonly pending: Submission[] = [];
   private writing = false;
 
-  constructor(private readonly db: Db) {}
+  constructor(
+    private readonly db: Db,
+    private readonly observe: StoreWriteObserver = () => {},
+  ) {}
 
   /** Resolves once `fill`'s operations are durable (fsynced when `sync`). */
   write(fill: (batch: ChainedBatch) => void, sync: boolean): Promise<void> {
@@ -43,6 +49,7 @@ export class GroupWriter {
       const group = this.pending.splice(0, MAX_SUBMISSIONS_PER_WRITE);
       const batch = this.db.batch();
       let sync = false;
+      const started = performance.now();
       try {
         for (const s of group) {
           s.fill(batch);
@@ -53,6 +60,7 @@ export class GroupWriter {
         for (const s of group) s.reject(err as Error);
         continue;
       }
+      this.observe(performance.now() - started, sync);
       for (const s of group) s.resolve();
     }
     this.writing = false;

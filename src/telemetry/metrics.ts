@@ -44,6 +44,12 @@ export interface PartitionCells {
   readonly journalEntries: Cell;
 }
 
+/** The store's writes (one per group commit), by whether each was synced. */
+export interface StoreWriteCells {
+  readonly synced: HistogramCell;
+  readonly unsynced: HistogramCell;
+}
+
 /** Queue depths and sizes, read only when /metrics is scraped. */
 export interface MetricSources {
   invoker(): { waiting: number; running: number };
@@ -102,6 +108,7 @@ export class KeelMetrics {
     batchCommands: new HistogramFamily('keel_log_batch_commands', 'Commands per log batch (one store write), by partition', BATCH_COMMANDS_BUCKETS),
     batchBytes: new HistogramFamily('keel_log_batch_size_bytes', 'Bytes of log records per batch (materialised state writes not included), by partition', BATCH_BYTES_BUCKETS),
     writeSeconds: new HistogramFamily('keel_log_write_duration_seconds', 'Duration of one log batch write (fsync included when on), by partition', WRITE_SECONDS_BUCKETS),
+    storeWriteSeconds: new HistogramFamily('keel_store_write_duration_seconds', "Duration of one store write: the batches of every partition ready at once, in one group commit (fsync included when synced), by whether it was synced; its sum over a window's length is how busy the store was", WRITE_SECONDS_BUCKETS),
     gcPauses: new HistogramFamily('keel_gc_pause_seconds', "Every pause of the main thread for garbage collection, by kind (minor, major, incremental, weakcb); nodejs_gc_duration_seconds counts only the first of each batch of them", WRITE_SECONDS_BUCKETS),
     errors: new CellFamily('keel_errors_total', 'Log lines at warn or error level carrying a stable error code, by code'),
     ingressInFlight: new CellFamily('keel_ingress_requests_in_flight', 'Ingress requests waiting for an invocation (call, send, attach, output)', 'gauge'),
@@ -167,6 +174,11 @@ export class KeelMetrics {
       writeSeconds: this.f.writeSeconds.cell(labels),
       journalEntries: this.f.journalEntries.cell(labels),
     };
+  }
+
+  /** The cells of the store's group commits (storage/group-writer.ts): synced and not. */
+  storeWrites(): StoreWriteCells {
+    return { synced: this.f.storeWriteSeconds.cell({ synced: 'true' }), unsynced: this.f.storeWriteSeconds.cell({ synced: 'false' }) };
   }
 
   /** A request refused because the backlog of `rule` was full. */
