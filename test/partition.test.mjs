@@ -134,6 +134,26 @@ t.test('group commit: commands issued in one tick share few store writes', async
   await p.close();
 });
 
+t.test('group commit: writers whose write just ended join the next one with those that waited for it', async (t) => {
+  // Two writers that each submit again as soon as their write resolves, as a partition does; the second
+  // starts while the first's write is in flight. Written at once with whoever waited, they would split
+  // into two cohorts taking turns (a write each, each waiting for the other's): ~2 writes a round.
+  const db = await openWorkerStore(path.join(tempDir(t), 'store'));
+  t.teardown(() => db.close());
+  let writes = 0;
+  const writer = new GroupWriter(db, () => (writes += 1));
+  const rounds = 40;
+  const loop = async (name) => {
+    for (let i = 0; i < rounds; i++) await writer.write((b) => b.put(`${name}/${i}`, Buffer.from('x')), true);
+  };
+  const a = loop('a');
+  await new Promise((r) => setImmediate(r)); // a's first write is in flight
+  const b = loop('b');
+  await Promise.all([a, b]);
+  t.ok(writes <= rounds + 2, `${2 * rounds} submissions in ${writes} store writes (two cohorts would take ~${2 * rounds})`);
+  t.same(await db.get('b/39'), Buffer.from('x'), 'every submission written');
+});
+
 t.test('the fold is deterministic: the same log gives the same writes, byte for byte', async (t) => {
   const cmds = [...Array(50).keys()].map((i) => ({ timestamp_ms: 1_700_000_000_000 + i, ...invoke(i) }));
   const run = () => {

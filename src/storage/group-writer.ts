@@ -22,6 +22,12 @@ const MAX_SUBMISSIONS_PER_WRITE = 256;
  * eight partitions' batches instead of eight keeps both flat as partitions are added.
  * Each submission stays atomic (it is inside one batch) and submissions of one caller keep
  * their order, since a caller waits for its write before submitting the next.
+ *
+ * After a write the next waits one turn of the event loop: the partitions it carried submit
+ * their next batches in that turn, and join the ones that waited. Started at once, the next
+ * write would carry only those, and the partitions would split into two cohorts taking turns,
+ * each waiting for the other's write (noop c=32 here: 0.25 store writes per call and the store
+ * busy 93% of the time, against 0.15 and 60% with the turn; +10-16% calls/s, -11-18% CPU per call).
  */
 export class GroupWriter {
   private readonly pending: Submission[] = [];
@@ -62,6 +68,9 @@ export class GroupWriter {
       }
       this.observe(performance.now() - started, sync);
       for (const s of group) s.resolve();
+      // The partitions whose batches were just written fold and submit their next ones right away
+      // (their appends resolve in this turn): one more turn of the event loop puts them in the next write.
+      await new Promise((resolve) => setImmediate(resolve));
     }
     this.writing = false;
   }
