@@ -154,6 +154,22 @@ t.test('group commit: writers whose write just ended join the next one with thos
   t.same(await db.get('b/39'), Buffer.from('x'), 'every submission written');
 });
 
+t.test('group commit: an observer that throws fails no write, a closed store fails its writes, and the writer goes on', async (t) => {
+  const db = await openWorkerStore(path.join(tempDir(t), 'store'));
+  const writer = new GroupWriter(db, () => {
+    throw new Error('metrics broken');
+  });
+  const within = (p, what) => Promise.race([p, new Promise((_, reject) => setTimeout(() => reject(new Error(`${what}: no answer in 5 s`)), 5_000).unref())]);
+  await within(writer.write((b) => b.put('k1', Buffer.from('1')), true), 'first write');
+  await within(writer.write((b) => b.put('k2', Buffer.from('2')), true), 'second write');
+  t.same(await db.get('k2'), Buffer.from('2'), 'both written, both answered');
+  await db.close();
+  const refused = await within(writer.write((b) => b.put('k3', Buffer.from('3')), true).then(() => 'written', (err) => err.message), 'a write on a closed store');
+  t.not(refused, 'written', `a write on a closed store is refused: ${refused}`);
+  const again = await within(writer.write((b) => b.put('k4', Buffer.from('4')), true).then(() => 'written', (err) => err.message), 'the next write');
+  t.not(again, 'written', 'and so is the next: the writer still answers');
+});
+
 t.test('the fold is deterministic: the same log gives the same writes, byte for byte', async (t) => {
   const cmds = [...Array(50).keys()].map((i) => ({ timestamp_ms: 1_700_000_000_000 + i, ...invoke(i) }));
   const run = () => {

@@ -53,10 +53,11 @@ export class GroupWriter {
   private async flush(): Promise<void> {
     while (this.pending.length > 0) {
       const group = this.pending.splice(0, MAX_SUBMISSIONS_PER_WRITE);
-      const batch = this.db.batch();
       let sync = false;
       const started = performance.now();
       try {
+        // Inside the try: a store closed meanwhile fails this group, it does not stop the writer.
+        const batch = this.db.batch();
         for (const s of group) {
           s.fill(batch);
           sync ||= s.sync;
@@ -66,7 +67,11 @@ export class GroupWriter {
         for (const s of group) s.reject(err as Error);
         continue;
       }
-      this.observe(performance.now() - started, sync);
+      try {
+        this.observe(performance.now() - started, sync);
+      } catch {
+        // A metric cannot fail a write that is durable: its callers are told so below.
+      }
       for (const s of group) s.resolve();
       // The partitions whose batches were just written fold and submit their next ones right away
       // (their appends resolve in this turn): one more turn of the event loop puts them in the next write.
