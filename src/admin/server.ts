@@ -6,7 +6,7 @@ import Fastify, { LogController, type FastifyInstance, type FastifyReply, type F
 import type { RuleBook } from '../common/limit-rules.js';
 import type { Config } from '../config/index.js';
 import type { Logger } from '../common/logger.js';
-import { catalogue, KeelError } from '../errors/index.js';
+import { KeelError } from '../errors/index.js';
 import type { Registry } from '../metadata/registry.js';
 import type { KeelMetrics } from '../telemetry/metrics.js';
 import type { AdminContext } from './context.js';
@@ -118,10 +118,10 @@ export async function createAdminServer(opts: AdminServerOptions): Promise<Fasti
   if (opts.engine === undefined) app.addHook('onClose', async () => engine.close());
 
   // Restate's words, in the error shape every other refusal has (Restate sends them as plain text).
-  const v1 = async (_req: FastifyRequest, reply: FastifyReply) =>
-    reply
-      .status(catalogue.get('KEEL0006')!.status)
-      .send(errorBody(`Unsupported Admin API version V1. This server supports versions between V${MIN_ADMIN_API_VERSION} and V${MAX_ADMIN_API_VERSION}.`, 'KEEL0006'));
+  const v1 = async (_req: FastifyRequest, reply: FastifyReply) => {
+    const err = new KeelError('KEEL0006', `Unsupported Admin API version V1. This server supports versions between V${MIN_ADMIN_API_VERSION} and V${MAX_ADMIN_API_VERSION}.`);
+    return reply.status(err.status).send(errorBody(err.message, err.code));
+  };
   app.all('/v1', v1);
   app.all('/v1/*', v1);
 

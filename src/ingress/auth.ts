@@ -4,7 +4,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from '../common/logger.js';
-import { catalogue } from '../errors/index.js';
+import { KeelError } from '../errors/index.js';
 import type { EdgeErrors } from './edge.js';
 
 export interface BearerAuthOptions {
@@ -57,11 +57,8 @@ export function bearerAuth(app: FastifyInstance, o: BearerAuthOptions & { cluste
     if (matches(bearer(header)) || fromNode(req.headers[NODE_HEADERS.token])) return undefined;
     const presented = header !== undefined;
     if (presented) o.logger.warn({ code: 'KEEL0401', method: req.method, url: path, remote: req.ip }, 'request refused: invalid bearer token');
-    const message = presented
-      ? '[KEEL0401] the bearer token is not valid'
-      : '[KEEL0401] authentication required: send Authorization: Bearer <token>';
+    const err = new KeelError('KEEL0401', presented ? 'the bearer token is not valid' : 'authentication required: send Authorization: Bearer <token>');
     const challenge = `Bearer realm="${o.realm}"${presented ? ', error="invalid_token"' : ''}`;
-    const status = catalogue.get('KEEL0401')!.status;
-    return reply.code(status).headers({ ...o.errors.headers, 'www-authenticate': challenge }).send(o.errors.body('KEEL0401', message, status));
+    return reply.code(err.status).headers({ ...o.errors.headers, 'www-authenticate': challenge }).send(o.errors.body(err.code, err.display, err.status));
   });
 }

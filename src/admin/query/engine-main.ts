@@ -95,8 +95,8 @@ class QueryFailure extends Error {
     super(error.message);
   }
 }
-const refused = (message: string) => new QueryFailure({ code: 'KEEL0020', status: 400, message });
-const tooLarge = (message: string) => new QueryFailure({ code: 'KEEL0022', status: 422, message });
+const refused = (message: string) => new QueryFailure({ code: 'KEEL0020', message });
+const tooLarge = (message: string) => new QueryFailure({ code: 'KEEL0022', message });
 
 // ------------------------------------------------------------------------------- start
 
@@ -678,10 +678,10 @@ async function parseAnew(q: Query, sql: string, accept?: (tree: Ast) => boolean)
     const first = /^\s*\(*\s*([A-Za-z]+)/.exec(sql)?.[1]?.toUpperCase() ?? '';
     if (/Only SELECT statements/i.test(tree.error_message ?? '')) throw refused(`${first} is not allowed: queries are read-only, one SELECT over the introspection tables`);
     const message = tree.error_message ?? 'the query cannot be read';
-    throw new QueryFailure({ code: 'KEEL0010', status: 400, message: /^[A-Za-z ]+ Error: /.test(message) ? message : `Parser Error: ${message}` });
+    throw new QueryFailure({ code: 'KEEL0010', message: /^[A-Za-z ]+ Error: /.test(message) ? message : `Parser Error: ${message}` });
   }
   const count = tree.statements?.length ?? 0;
-  if (count === 0) throw new QueryFailure({ code: 'KEEL0010', status: 400, message: 'the query is empty' });
+  if (count === 0) throw new QueryFailure({ code: 'KEEL0010', message: 'the query is empty' });
   if (count > 1) throw refused(`the query holds ${count} statements: send one SELECT per query`);
   if (accept !== undefined && !accept(tree as Ast)) return undefined;
   const wanted = new Set([...PER_QUERY, ...COPY_VIEWS]);
@@ -721,19 +721,19 @@ function failureOf(q: Query, err: unknown): QueryError {
   const message = (err as Error)?.message ?? String(err);
   switch (q.stop) {
     case 'timeout':
-      return { code: 'KEEL0021', status: 408, message: `the query ran longer than ${q.limit_ms} ms (admin.query_engine.query_timeout) and was cancelled` };
+      return { code: 'KEEL0021', message: `the query ran longer than ${q.limit_ms} ms (admin.query_engine.query_timeout) and was cancelled` };
     case 'rows':
-      return { code: 'KEEL0022', status: 422, message: `the answer has more than ${options.max_result_rows} rows (admin.query_engine.max_result_rows): the query was cancelled; add a LIMIT or filter more` };
+      return { code: 'KEEL0022', message: `the answer has more than ${options.max_result_rows} rows (admin.query_engine.max_result_rows): the query was cancelled; add a LIMIT or filter more` };
     case 'bytes':
-      return { code: 'KEEL0022', status: 422, message: `the answer is larger than ${options.max_result_bytes} bytes (admin.query_engine.max_result_bytes): the query was cancelled; add a LIMIT, select fewer columns or filter more` };
+      return { code: 'KEEL0022', message: `the answer is larger than ${options.max_result_bytes} bytes (admin.query_engine.max_result_bytes): the query was cancelled; add a LIMIT, select fewer columns or filter more` };
     case 'client':
       return CLIENT_LEFT;
     default:
       break;
   }
-  if (/^Permission Error/.test(message)) return { code: 'KEEL0020', status: 400, message: `${message} (queries read the introspection tables only)` };
-  if (/^Out of Memory Error/.test(message)) return { code: 'KEEL0022', status: 422, message: `${message} (admin.query_engine.memory_limit)` };
-  return { code: 'KEEL0010', status: 400, message };
+  if (/^Permission Error/.test(message)) return { code: 'KEEL0020', message: `${message} (queries read the introspection tables only)` };
+  if (/^Out of Memory Error/.test(message)) return { code: 'KEEL0022', message: `${message} (admin.query_engine.memory_limit)` };
+  return { code: 'KEEL0010', message };
 }
 
 /**

@@ -457,7 +457,7 @@ export class QueryEngine {
       const left = p.deadline - Date.now();
       if (left <= 0) {
         this.settle(p);
-        p.reject(failure({ code: 'KEEL0021', status: 408, message: `the query waited longer than ${this.config.query_timeout_ms} ms (admin.query_engine.query_timeout) for the engine` }));
+        p.reject(failure({ code: 'KEEL0021', message: `the query waited longer than ${this.config.query_timeout_ms} ms (admin.query_engine.query_timeout) for the engine` }));
         continue;
       }
       this.running.set(p.qid, p);
@@ -524,7 +524,7 @@ export class QueryEngine {
 
   private overdue(p: Pending): void {
     if (!this.running.has(p.qid)) return;
-    this.fail(p, failure({ code: 'KEEL0021', status: 408, message: `the query ran longer than ${this.config.query_timeout_ms} ms (admin.query_engine.query_timeout) and the engine did not stop it` }));
+    this.fail(p, failure({ code: 'KEEL0021', message: `the query ran longer than ${this.config.query_timeout_ms} ms (admin.query_engine.query_timeout) and the engine did not stop it` }));
     this.restart(`a query outlived its time limit by ${STOP_GRACE_MS} ms`);
   }
 
@@ -601,14 +601,14 @@ export class QueryEngine {
           rows.push(r);
           bytes += rowBytes(r);
           if (bytes > this.config.max_result_bytes) {
-            this.send({ t: 'rows', qid, table, rows: [], error: { code: 'KEEL0022', status: 422, message: `the query reads more than ${this.config.max_result_bytes} bytes of ${table} (admin.query_engine.max_result_bytes): filter it by service_name and service_key` } });
+            this.send({ t: 'rows', qid, table, rows: [], error: { code: 'KEEL0022', message: `the query reads more than ${this.config.max_result_bytes} bytes of ${table} (admin.query_engine.max_result_bytes): filter it by service_name and service_key` } });
             return;
           }
         }
       }
       this.send({ t: 'rows', qid, table, rows });
     } catch (err) {
-      this.send({ t: 'rows', qid, table, rows: [], error: { code: 'KEEL0023', status: 503, message: `${table} could not be read: ${(err as Error).message}` } });
+      this.send({ t: 'rows', qid, table, rows: [], error: { code: 'KEEL0023', message: `${table} could not be read: ${(err as Error).message}` } });
     }
   }
 

@@ -20,18 +20,17 @@ export interface EngineOptions {
   indexed_statuses: number;
 }
 
-/** The error a query ends with: a catalogue code, its HTTP status, the message. */
+/** The error a query ends with: a catalogue code (which gives its HTTP status) and the message. */
 export interface QueryError {
   code: 'KEEL0010' | 'KEEL0020' | 'KEEL0021' | 'KEEL0022' | 'KEEL0023' | 'KEEL0024';
-  status: number;
   message: string;
 }
 
 /** How a query whose client went away ends, whichever side stops it first. */
-export const CLIENT_LEFT: QueryError = { code: 'KEEL0024', status: 499, message: 'the query was cancelled: its client went away' };
+export const CLIENT_LEFT: QueryError = { code: 'KEEL0024', message: 'the query was cancelled: its client went away' };
 
 /** How a query ends that its pg client cancelled (psql's Ctrl-C: a CancelRequest on another connection). */
-export const CLIENT_CANCELLED: QueryError = { code: 'KEEL0024', status: 499, message: 'the query was cancelled by its client (a cancel request)' };
+export const CLIENT_CANCELLED: QueryError = { code: 'KEEL0024', message: 'the query was cancelled by its client (a cancel request)' };
 
 /** The error of a query whose signal aborted: the abort's reason when it is one of the above, else CLIENT_LEFT. */
 export function abandoned(reason: unknown): QueryError {
@@ -39,7 +38,7 @@ export function abandoned(reason: unknown): QueryError {
 }
 
 /** A query's error as the server throws it (HTTP and pg answers are made from it). */
-export const queryFailure = (e: QueryError): KeelError => new KeelError(e.code, e.message, { relayed: e.status });
+export const queryFailure = (e: QueryError): KeelError => new KeelError(e.code, e.message);
 
 /** Stored journals by invocation id, with the attempts of their `ctx.run` steps where known. */
 export type Journals = Array<[id: string, entries: RawJournalEntry[], steps?: StepAttempts]>;
