@@ -60,6 +60,16 @@ t.test('ids remembered by bytes: two ids that share the bytes the memo is keyed 
   t.ok(InvocationId.fromBytes(Uint8Array.from(b)).bytes.equals(b), 'a Uint8Array view finds the same id');
 });
 
+t.test('the memo of recent ids keeps the last 4,096 to 8,192 and no more', async (t) => {
+  const first = InvocationId.random(randomPartitionKey());
+  const made = Array.from({ length: 10_000 }, () => InvocationId.random(randomPartitionKey()));
+  t.equal(InvocationId.fromBytes(Buffer.from(made[made.length - 4_000].bytes)), made[made.length - 4_000], 'an id 4,000 back is the one made, by bytes');
+  t.equal(InvocationId.parse(made[made.length - 4_000].text), made[made.length - 4_000], 'and by text');
+  const again = InvocationId.fromBytes(Buffer.from(first.bytes));
+  t.not(again, first, 'an id 10,000 back is made anew: the memo let it go');
+  t.equal(again.text, first.text, 'the same id all the same');
+});
+
 t.test('awakeable ids decode with or without base64 padding (the Java SDK pads them)', async (t) => {
   const { decodeAwakeableId } = await import('../dist/common/ids.js');
   const id = InvocationId.random(randomPartitionKey());

@@ -90,12 +90,34 @@ export const INVOCATION_ID_BYTES = 24;
 const TIME_AT = 10;
 
 // Every journal entry's command names its invocation, by bytes or by text: recently seen ids are
-// remembered both ways, up to a bound. By bytes, through 48 bits of the uuid (random, or a
-// sha256 for derived ids) with the bytes compared on a hit: a key string of the bytes cost
-// more to make and hash than the conversion it saved.
-const MEMO_LIMIT = 65_536;
-const byBytes = new Map<number, InvocationId>();
-const byText = new Map<string, InvocationId>();
+// remembered both ways. By bytes, through 48 bits of the uuid (random, or a sha256 for derived
+// ids) with the bytes compared on a hit: a key string of the bytes cost more to make and hash
+// than the conversion it saved.
+//
+// Two generations of MEMO_GENERATION ids each: a full one becomes the old one and the old one is
+// dropped. An id is looked up again within milliseconds of its making (the fold decodes the
+// command the ingress encoded, the invoker's and the journal's commands follow), so a small memo
+// hits as often as a large one; one of 65,536 ids cost ~3 µs per new id in the server (two
+// inserts into cache-cold tables of 1.5 MB), this one ~1 µs less in isolation.
+const MEMO_GENERATION = 4_096;
+class IdMemo<K> {
+  private current = new Map<K, InvocationId>();
+  private previous = new Map<K, InvocationId>();
+
+  get(key: K): InvocationId | undefined {
+    return this.current.get(key) ?? this.previous.get(key);
+  }
+
+  set(key: K, id: InvocationId): void {
+    if (this.current.size >= MEMO_GENERATION) {
+      this.previous = this.current;
+      this.current = new Map();
+    }
+    this.current.set(key, id);
+  }
+}
+const byBytes = new IdMemo<number>();
+const byText = new IdMemo<string>();
 const bytesKey = (bytes: Uint8Array): number => bytes[8]! * 2 ** 40 + bytes[9]! * 2 ** 32 + ((bytes[10]! << 24) >>> 0) + (bytes[11]! << 16) + (bytes[12]! << 8) + bytes[13]!;
 
 // An id outlives the request that made it (the memo above, caches, maps of work in flight): a
@@ -116,10 +138,6 @@ function idBytes(): Buffer {
 }
 
 function remember(id: InvocationId): InvocationId {
-  if (byText.size >= MEMO_LIMIT) {
-    byText.clear();
-    byBytes.clear();
-  }
   byText.set(id.text, id);
   byBytes.set(bytesKey(id.bytes), id);
   return id;

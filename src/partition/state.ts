@@ -212,7 +212,8 @@ export class PartitionState {
   status(id: string): InvocationStatus | undefined {
     const cached = this.invocations.get(id);
     if (cached !== undefined) {
-      this.touch(id);
+      // One that runs is never in the idle set (cache()): the fold asks for it at every entry.
+      if (cached.status !== 'running' && cached.status !== 'backing-off') this.touch(id);
       return cached;
     }
     const s = this.storedStatus(id);
