@@ -221,72 +221,18 @@ class Session {
 
   private async *extended(type: string, r: Reader): AsyncGenerator<Uint8Array> {
     switch (type) {
-      case 'P': {
-        const name = r.cstring();
-        const sql = r.cstring();
-        const n = r.int16();
-        const paramTypes = Array.from({ length: n }, () => r.int32());
-        if (this.statements.size >= MAX_NAMED && !this.statements.has(name)) throw new KeelError('KEEL0022', `more than ${MAX_NAMED} prepared statements on one connection`);
-        this.statements.set(name, { sql, paramTypes });
-        yield parseComplete();
+      case 'P':
+        yield this.parse(r);
         return;
-      }
-      case 'B': {
-        const portal = r.cstring();
-        const statement = this.statements.get(r.cstring());
-        if (statement === undefined) throw new KeelError('KEEL0010', 'unknown prepared statement');
-        const formats = Array.from({ length: r.int16() }, () => r.int16());
-        const params = Array.from({ length: r.int16() }, (_, i) => {
-          const len = r.int32();
-          if (len < 0) return null;
-          const raw = r.bytes(len);
-          if ((formats[i] ?? formats[0] ?? 0) === 1) throw new KeelError('KEEL0010', 'binary parameters are not supported: send them as text');
-          return raw.toString('utf8');
-        });
-        if (this.portals.size >= MAX_NAMED && !this.portals.has(portal)) throw new KeelError('KEEL0022', `more than ${MAX_NAMED} portals on one connection`);
-        this.portals.set(portal, { sql: statement.sql, params });
-        yield bindComplete();
+      case 'B':
+        yield this.bind(r);
         return;
-      }
-      case 'D': {
-        const kind = r.byte();
-        const name = r.cstring();
-        if (kind === 'S') {
-          const s = this.statements.get(name);
-          if (s === undefined) throw new KeelError('KEEL0010', 'unknown prepared statement');
-          const n = Math.max(s.paramTypes.length, countParams(s.sql));
-          yield parameterDescription(Array.from({ length: n }, (_, i) => s.paramTypes[i] || 25));
-          if (sessionTag(s.sql) !== undefined) yield noData();
-          else {
-            const a = await this.run(s.sql, n > 0 ? Array.from({ length: n }, () => null) : undefined);
-            yield a.head ?? noData();
-          }
-          return;
-        }
-        const p = this.portals.get(name);
-        if (p === undefined) throw new KeelError('KEEL0010', 'unknown portal');
-        if (sessionTag(p.sql) !== undefined || p.sql.trim() === '') {
-          yield noData();
-          return;
-        }
-        p.answer = await this.run(p.sql, p.params);
-        yield p.answer.head ?? noData();
+      case 'D':
+        yield* this.describe(r);
         return;
-      }
-      case 'E': {
-        const p = this.portals.get(r.cstring());
-        if (p === undefined) throw new KeelError('KEEL0010', 'unknown portal');
-        const tag = sessionTag(p.sql);
-        if (tag !== undefined) yield commandComplete(tag);
-        else if (p.sql.trim() === '') yield emptyQueryResponse();
-        else {
-          const a = p.answer ?? (await this.run(p.sql, p.params));
-          p.answer = undefined;
-          yield* a.body;
-          yield commandComplete(`SELECT ${a.rows}`);
-        }
+      case 'E':
+        yield* this.execute(r);
         return;
-      }
       case 'C': {
         const kind = r.byte();
         const name = r.cstring();
@@ -299,6 +245,72 @@ class Session {
         return;
       default:
         throw new KeelError('KEEL0020', `the protocol message '${type}' is not supported (COPY and function calls are not)`);
+    }
+  }
+
+  private parse(r: Reader): Uint8Array {
+    const name = r.cstring();
+    const sql = r.cstring();
+    const n = r.int16();
+    const paramTypes = Array.from({ length: n }, () => r.int32());
+    if (this.statements.size >= MAX_NAMED && !this.statements.has(name)) throw new KeelError('KEEL0022', `more than ${MAX_NAMED} prepared statements on one connection`);
+    this.statements.set(name, { sql, paramTypes });
+    return parseComplete();
+  }
+
+  private bind(r: Reader): Uint8Array {
+    const portal = r.cstring();
+    const statement = this.statements.get(r.cstring());
+    if (statement === undefined) throw new KeelError('KEEL0010', 'unknown prepared statement');
+    const formats = Array.from({ length: r.int16() }, () => r.int16());
+    const params = Array.from({ length: r.int16() }, (_, i) => {
+      const len = r.int32();
+      if (len < 0) return null;
+      const raw = r.bytes(len);
+      if ((formats[i] ?? formats[0] ?? 0) === 1) throw new KeelError('KEEL0010', 'binary parameters are not supported: send them as text');
+      return raw.toString('utf8');
+    });
+    if (this.portals.size >= MAX_NAMED && !this.portals.has(portal)) throw new KeelError('KEEL0022', `more than ${MAX_NAMED} portals on one connection`);
+    this.portals.set(portal, { sql: statement.sql, params });
+    return bindComplete();
+  }
+
+  private async *describe(r: Reader): AsyncGenerator<Uint8Array> {
+    const kind = r.byte();
+    const name = r.cstring();
+    if (kind === 'S') {
+      const s = this.statements.get(name);
+      if (s === undefined) throw new KeelError('KEEL0010', 'unknown prepared statement');
+      const n = Math.max(s.paramTypes.length, countParams(s.sql));
+      yield parameterDescription(Array.from({ length: n }, (_, i) => s.paramTypes[i] || 25));
+      if (sessionTag(s.sql) !== undefined) yield noData();
+      else {
+        const a = await this.run(s.sql, n > 0 ? Array.from({ length: n }, () => null) : undefined);
+        yield a.head ?? noData();
+      }
+      return;
+    }
+    const p = this.portals.get(name);
+    if (p === undefined) throw new KeelError('KEEL0010', 'unknown portal');
+    if (sessionTag(p.sql) !== undefined || p.sql.trim() === '') {
+      yield noData();
+      return;
+    }
+    p.answer = await this.run(p.sql, p.params);
+    yield p.answer.head ?? noData();
+  }
+
+  private async *execute(r: Reader): AsyncGenerator<Uint8Array> {
+    const p = this.portals.get(r.cstring());
+    if (p === undefined) throw new KeelError('KEEL0010', 'unknown portal');
+    const tag = sessionTag(p.sql);
+    if (tag !== undefined) yield commandComplete(tag);
+    else if (p.sql.trim() === '') yield emptyQueryResponse();
+    else {
+      const a = p.answer ?? (await this.run(p.sql, p.params));
+      p.answer = undefined;
+      yield* a.body;
+      yield commandComplete(`SELECT ${a.rows}`);
     }
   }
 }

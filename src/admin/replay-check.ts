@@ -59,6 +59,30 @@ export async function replayCheck(ctx: AdminContext, request: RegisterRequest, s
   const replaces = created ? undefined : deployment.id;
   const handlers = new Map(deployment.services.map((s) => [s.name, new Set(s.handlers.map((h) => h.name))]));
   const found = replaces === undefined ? { sample: [], suspended: 0, other: {} } : await source.replayCandidates(new Set(handlers.keys()), replaces, sample);
+  const { verdicts, byProtocol } = await replayCases(source, found, handlers, deployment);
+  // What the attempts would log (a journal mismatch is an error of a real attempt) is the report here.
+  const logger = ctx.logger.child({ component: 'replay-check' }, { level: 'silent' });
+  for (const [protocol_version, group] of byProtocol) {
+    const options = { deployment: attemptDeployment(deployment), protocol_version, endpoints: ctx.endpoints, timeout_ms: REPLAY_TIMEOUT_MS, message_size_limit_bytes: ctx.config.worker.invoker.message_size_limit_bytes, logger };
+    verdicts.push(...(await replayAll(group, options, REPLAY_CONCURRENCY, started + REPLAY_BUDGET_MS)));
+  }
+  const report = summarise(deployment, [...handlers.keys()], replaces, found, verdicts);
+  ctx.logger.info(
+    { code: report.passed ? undefined : 'RT0016', uri: deployment.uri, checked: report.checked, mismatched: report.mismatched, failed: report.failed },
+    `replay check of ${deployment.uri}: ${report.compatible} of ${report.checked} suspended invocations replay unchanged`,
+  );
+  return report;
+}
+
+type Source = ReturnType<AdminContext['source']>;
+type Found = Awaited<ReturnType<NonNullable<Source['replayCandidates']>>>;
+type Discovered = Awaited<ReturnType<AdminContext['registry']['register']>>['deployment'];
+
+/**
+ * The sampled invocations as replays to run, by the protocol version each started with, and the
+ * verdicts of those that need no replay (a handler the new code lacks, a protocol it does not speak).
+ */
+async function replayCases(source: Source, found: Found, handlers: Map<string, Set<string>>, deployment: Discovered): Promise<{ verdicts: ReplayVerdict[]; byProtocol: Map<number, ReplayCase[]> }> {
   const verdicts: ReplayVerdict[] = [];
   const byProtocol = new Map<number, ReplayCase[]>();
   for (const status of found.sample) {
@@ -78,12 +102,16 @@ export async function replayCheck(ctx: AdminContext, request: RegisterRequest, s
       found.other.changed = (found.other.changed ?? 0) + 1;
       continue;
     }
-    const c = { status, journal };
     const group = byProtocol.get(version);
-    if (group === undefined) byProtocol.set(version, [c]);
-    else group.push(c);
+    if (group === undefined) byProtocol.set(version, [{ status, journal }]);
+    else group.push({ status, journal });
   }
-  const attemptDeployment = {
+  return { verdicts, byProtocol };
+}
+
+/** The deployment as an attempt addresses it. */
+function attemptDeployment(deployment: Discovered) {
+  return {
     id: deployment.id,
     uri: deployment.uri,
     use_http_11: deployment.use_http_11,
@@ -92,18 +120,15 @@ export async function replayCheck(ctx: AdminContext, request: RegisterRequest, s
     ...(deployment.arn !== undefined ? { arn: deployment.arn } : {}),
     ...(deployment.assume_role_arn !== undefined ? { assume_role_arn: deployment.assume_role_arn } : {}),
   };
-  // What the attempts would log (a journal mismatch is an error of a real attempt) is the report here.
-  const logger = ctx.logger.child({ component: 'replay-check' }, { level: 'silent' });
-  for (const [protocol_version, group] of byProtocol) {
-    const options = { deployment: attemptDeployment, protocol_version, endpoints: ctx.endpoints, timeout_ms: REPLAY_TIMEOUT_MS, message_size_limit_bytes: ctx.config.worker.invoker.message_size_limit_bytes, logger };
-    verdicts.push(...(await replayAll(group, options, REPLAY_CONCURRENCY, started + REPLAY_BUDGET_MS)));
-  }
+}
+
+function summarise(deployment: Discovered, services: string[], replaces: string | undefined, found: Found, verdicts: ReplayVerdict[]): ReplayReport {
   const count = (v: ReplayVerdict['verdict']) => verdicts.filter((x) => x.verdict === v).length;
-  const report: ReplayReport = {
+  return {
     deployment: {
       uri: deployment.uri,
       ...(deployment.sdk_version !== undefined ? { sdk_version: deployment.sdk_version } : {}),
-      services: [...handlers.keys()],
+      services,
       ...(replaces !== undefined ? { replaces } : {}),
     },
     suspended: found.suspended,
@@ -115,11 +140,6 @@ export async function replayCheck(ctx: AdminContext, request: RegisterRequest, s
     passed: verdicts.every((v) => v.verdict === 'compatible'),
     invocations: verdicts,
   };
-  ctx.logger.info(
-    { code: report.passed ? undefined : 'RT0016', uri: deployment.uri, checked: report.checked, mismatched: report.mismatched, failed: report.failed },
-    `replay check of ${deployment.uri}: ${report.compatible} of ${report.checked} suspended invocations replay unchanged`,
-  );
-  return report;
 }
 
 /** The refusal of a registration whose replay check did not pass (KEEL1002). */

@@ -85,13 +85,44 @@ export function analyseMismatch(inv: Row, journal: Row[]): Mismatch | undefined 
   if (!isMismatch(inv)) return undefined;
   const message = failureText(inv);
   const m: Mismatch = { kind: 'unknown', recorded: {}, new: {}, differences: [], notes: [], labels_swapped: false, message };
+  const typeLabels = readFailureMessage(m, message);
 
+  const related = num(inv.last_failure_related_entry_index) ?? num(inv.last_failure_related_command_index);
+  m.command_index ??= related;
+  const recordedRow = m.command_index !== undefined ? commandRow(journal, m.command_index) : undefined;
+  if (recordedRow) {
+    m.journal_index = num(recordedRow.index);
+    m.recorded.entry_type = str(recordedRow.entry_type);
+    m.recorded.name = str(recordedRow.name);
+  }
+
+  // The new side: the command the SDK says it was executing.
+  m.new.entry_type = str(inv.last_failure_related_entry_type) ?? str(inv.last_failure_related_command_type);
+  m.new.name = str(inv.last_failure_related_entry_name) ?? str(inv.last_failure_related_command_name);
+
+  if (typeLabels !== undefined) sortTypeLabels(m, typeLabels[0], typeLabels[1]);
+  if (m.kind === 'content' && m.new.name === undefined) {
+    const nameDiff = m.differences.find((d) => d.field === 'name');
+    if (nameDiff) m.new.name = nameDiff.new;
+  }
+  if (m.kind === 'content' && m.new.entry_type === undefined) m.new.entry_type = m.recorded.entry_type;
+  return m;
+}
+
+/**
+ * What the SDK's message says: the kind of mismatch, the command's index, a content mismatch's
+ * differences, an await's notes. A type mismatch's two labels are returned unsorted: which one
+ * is the recorded command's is decided against the journal (sortTypeLabels).
+ */
+function readFailureMessage(m: Mismatch, message: string): [string, string] | undefined {
   const typeM = /recorded the following: '([^']*)'(?: \(index '(\d+)'\))?[^\n]*\n\s*-\s*The current execution attempts to perform the following: '([^']*)'/.exec(message);
   const contentM = /mismatch happened (?:at index '(\d+)' )?while executing '([^']*)'(?: \(index '(\d+)'\))?[\s\S]*?Difference:([\s\S]*)$/.exec(message);
   if (typeM) {
     m.kind = 'type';
     m.command_index = num(typeM[2]);
-  } else if (contentM) {
+    return [typeM[1]!, typeM[3]!];
+  }
+  if (contentM) {
     m.kind = 'content';
     m.command_index = num(contentM[3] ?? contentM[1]);
     m.new.label = contentM[2];
@@ -111,50 +142,32 @@ export function analyseMismatch(inv: Row, journal: Row[]): Mismatch | undefined 
         .filter(Boolean);
     }
   }
+  return undefined;
+}
 
-  const related = num(inv.last_failure_related_entry_index) ?? num(inv.last_failure_related_command_index);
-  m.command_index ??= related;
-  const recordedRow = m.command_index !== undefined ? commandRow(journal, m.command_index) : undefined;
-  if (recordedRow) {
-    m.journal_index = num(recordedRow.index);
-    m.recorded.entry_type = str(recordedRow.entry_type);
-    m.recorded.name = str(recordedRow.name);
+/** A type mismatch's labels `a` and `b`, put on the recorded and the new side by the journal's recorded command. */
+function sortTypeLabels(m: Mismatch, a: string, b: string): void {
+  const rec = m.recorded.entry_type ? normaliseEntryName(m.recorded.entry_type) : undefined;
+  if (rec !== undefined && normaliseEntryName(b) === rec && normaliseEntryName(a) !== rec) {
+    // labels swapped: the "recorded" label is what this attempt did
+    m.recorded.label = b;
+    m.new.label = a;
+    m.labels_swapped = true;
+  } else if (rec !== undefined && normaliseEntryName(a) === rec) {
+    m.recorded.label = a;
+    m.new.label = b;
+  } else {
+    const neu = m.new.entry_type ? normaliseEntryName(m.new.entry_type) : undefined;
+    const swapped = neu !== undefined && normaliseEntryName(a) === neu;
+    m.recorded.label = swapped ? b : a;
+    m.new.label = swapped ? a : b;
+    m.labels_swapped = swapped;
   }
-
-  // The new side: the command the SDK says it was executing.
-  m.new.entry_type = str(inv.last_failure_related_entry_type) ?? str(inv.last_failure_related_command_type);
-  m.new.name = str(inv.last_failure_related_entry_name) ?? str(inv.last_failure_related_command_name);
-
-  if (typeM) {
-    const [a, b] = [typeM[1]!, typeM[3]!];
-    const rec = m.recorded.entry_type ? normaliseEntryName(m.recorded.entry_type) : undefined;
-    if (rec !== undefined && normaliseEntryName(b) === rec && normaliseEntryName(a) !== rec) {
-      // labels swapped: the "recorded" label is what this attempt did
-      m.recorded.label = b;
-      m.new.label = a;
-      m.labels_swapped = true;
-    } else if (rec !== undefined && normaliseEntryName(a) === rec) {
-      m.recorded.label = a;
-      m.new.label = b;
-    } else {
-      const neu = m.new.entry_type ? normaliseEntryName(m.new.entry_type) : undefined;
-      const swapped = neu !== undefined && normaliseEntryName(a) === neu;
-      m.recorded.label = swapped ? b : a;
-      m.new.label = swapped ? a : b;
-      m.labels_swapped = swapped;
-    }
-    // A related command of the recorded type is not the new one: trust the labels.
-    if (m.new.entry_type && rec !== undefined && normaliseEntryName(m.new.entry_type) === rec && normaliseEntryName(m.new.label) !== rec) {
-      m.new.entry_type = undefined;
-      m.new.name = undefined;
-    }
+  // A related command of the recorded type is not the new one: trust the labels.
+  if (m.new.entry_type && rec !== undefined && normaliseEntryName(m.new.entry_type) === rec && normaliseEntryName(m.new.label) !== rec) {
+    m.new.entry_type = undefined;
+    m.new.name = undefined;
   }
-  if (m.kind === 'content' && m.new.name === undefined) {
-    const nameDiff = m.differences.find((d) => d.field === 'name');
-    if (nameDiff) m.new.name = nameDiff.new;
-  }
-  if (m.kind === 'content' && m.new.entry_type === undefined) m.new.entry_type = m.recorded.entry_type;
-  return m;
 }
 
 function entryDetail(r: Row, now: number): string {

@@ -72,7 +72,7 @@ const IGNORED = new Set([
 ]);
 
 /** Integer properties: librdkafka's name, its range and default, and the setting it feeds. */
-const INTS: Record<string, { min: number; max: number; dflt: number; to: keyof KafkaConsumerSettings }> = {
+const INTS: Record<string, { min: number; max: number; dflt: number; to: keyof IntSettings }> = {
   'session.timeout.ms': { min: 1, max: 3_600_000, dflt: 45_000, to: 'sessionTimeoutMs' },
   'heartbeat.interval.ms': { min: 1, max: 3_600_000, dflt: 3_000, to: 'heartbeatIntervalMs' },
   'max.poll.interval.ms': { min: 1, max: 86_400_000, dflt: 300_000, to: 'rebalanceTimeoutMs' },
@@ -130,176 +130,198 @@ export function kafkaConsumerSettings(
   subscriptionOptions: Record<string, string>,
   subscriptionId: string,
 ): KafkaConsumerSettings {
-  const merged = new Map<string, { value: string; from: string }>();
-  for (const [k, v] of Object.entries(cluster.properties)) merged.set(k, { value: String(v), from: `the properties of Kafka cluster '${cluster.name}'` });
-  for (const [k, v] of Object.entries(subscriptionOptions)) merged.set(k, { value: String(v), from: "the subscription's options" });
-  // librdkafka aliases: the later spelling wins as the alias table in librdkafka does.
-  alias(merged, 'metadata.broker.list', 'bootstrap.servers');
-  alias(merged, 'sasl.mechanisms', 'sasl.mechanism');
-
-  const refuse = (name: string, why: string): KeelError => {
-    const e = merged.get(name);
-    const shown = e ? `'${name}' = '${e.value}' (from ${e.from})` : `'${name}'`;
-    return new KeelError('META0009', `invalid subscription: the Kafka consumer option ${shown} ${why}`);
-  };
-  const get = (name: string): string | undefined => merged.get(name)?.value;
-
-  const ignored: string[] = [];
-  for (const name of merged.keys()) {
-    if (IGNORED.has(name)) ignored.push(name);
-    else if (!(name in INTS) && !OTHERS.has(name)) {
-      throw refuse(name, 'is not supported by Keel (unknown to it, or a producer-only property)');
-    }
+  const p = new Props(cluster, subscriptionOptions);
+  const ignored = p.names().filter((name) => IGNORED.has(name));
+  for (const name of p.names()) {
+    if (!IGNORED.has(name) && !(name in INTS) && !OTHERS.has(name)) throw p.refuse(name, 'is not supported by Keel (unknown to it, or a producer-only property)');
   }
-
-  const bootstrap = get('bootstrap.servers');
-  if (bootstrap === undefined) throw refuse('bootstrap.servers', 'is required: set the cluster\'s brokers');
-  const brokers = bootstrap.split(',').map((b) => b.trim()).filter((b) => b !== '');
-  if (brokers.length === 0 || brokers.some((b) => !BROKER.test(b))) throw refuse('bootstrap.servers', 'must be a comma-separated list of host:port');
-
-  const ints = {} as Record<string, number>;
-  for (const [name, spec] of Object.entries(INTS)) {
-    const raw = get(name);
-    if (raw === undefined) {
-      ints[spec.to] = spec.dflt;
-      continue;
-    }
-    if (!/^-?\d+$/.test(raw.trim())) throw refuse(name, 'must be an integer');
-    const n = Number(raw.trim());
-    if (n < spec.min || n > spec.max) throw refuse(name, `must be between ${spec.min} and ${spec.max}`);
-    ints[spec.to] = n;
-  }
-  if (ints.heartbeatIntervalMs! >= ints.sessionTimeoutMs!) {
-    throw refuse('heartbeat.interval.ms', `must be lower than session.timeout.ms (${ints.sessionTimeoutMs})`);
-  }
-  if (ints.retryBackoffMaxMs! < ints.retryBackoffMs!) {
-    throw refuse('reconnect.backoff.max.ms', `must not be lower than reconnect.backoff.ms (${ints.retryBackoffMs})`);
-  }
-
-  const groupId = get('group.id') ?? subscriptionId;
-  if (groupId.trim() === '') throw refuse('group.id', 'must not be empty');
-  const clientId = get('client.id') ?? 'restate';
-
-  let autoOffsetReset: 'earliest' | 'latest' = 'latest';
-  const reset = get('auto.offset.reset');
-  if (reset !== undefined) {
-    if (['earliest', 'smallest', 'beginning'].includes(reset)) autoOffsetReset = 'earliest';
-    else if (['latest', 'largest', 'end'].includes(reset)) autoOffsetReset = 'latest';
-    else if (reset === 'error') throw refuse('auto.offset.reset', "cannot be honoured: Keel needs a starting position; use 'earliest' or 'latest'");
-    else throw refuse('auto.offset.reset', "must be 'earliest' or 'latest' (or their aliases smallest/beginning, largest/end)");
-  }
-
-  let readCommitted = true;
-  const iso = get('isolation.level');
-  if (iso !== undefined) {
-    if (iso === 'read_committed') readCommitted = true;
-    else if (iso === 'read_uncommitted') readCommitted = false;
-    else throw refuse('isolation.level', "must be 'read_committed' or 'read_uncommitted'");
-  }
-
-  const bool = (name: string, dflt: boolean): boolean => {
-    const v = get(name);
-    if (v === undefined) return dflt;
-    if (v === 'true' || v === '1') return true;
-    if (v === 'false' || v === '0') return false;
-    throw refuse(name, "must be 'true' or 'false'");
-  };
-  const allowAutoTopicCreation = bool('allow.auto.create.topics', false);
-
-  const strategy = get('partition.assignment.strategy');
-  if (strategy !== undefined) {
-    const parts = strategy.split(',').map((s) => s.trim());
-    // The clients behind Keel assign round-robin; librdkafka's default list includes it.
-    if (!parts.includes('roundrobin')) {
-      throw refuse('partition.assignment.strategy', "cannot be honoured: Keel's consumer assigns partitions round-robin; use 'roundrobin' (or the default 'range,roundrobin')");
-    }
-  }
-  const protocol = get('group.protocol');
-  if (protocol !== undefined && protocol !== 'classic') {
-    throw refuse('group.protocol', "cannot be honoured: Keel's consumer speaks the classic group protocol only");
-  }
-
-  const security = (get('security.protocol') ?? 'plaintext').toLowerCase();
+  // Read in this order, so that of several faults the same one is named first whatever changes here.
+  const brokers = brokersOf(p);
+  const ints = intsOf(p);
+  const groupId = p.get('group.id') ?? subscriptionId;
+  if (groupId.trim() === '') throw p.refuse('group.id', 'must not be empty');
+  const autoOffsetReset = offsetResetOf(p);
+  const readCommitted = readCommittedOf(p);
+  const allowAutoTopicCreation = p.bool('allow.auto.create.topics', false);
+  checkGroupProtocol(p);
+  const security = (p.get('security.protocol') ?? 'plaintext').toLowerCase();
   if (!['plaintext', 'ssl', 'sasl_plaintext', 'sasl_ssl'].includes(security)) {
-    throw refuse('security.protocol', "must be one of plaintext, ssl, sasl_plaintext, sasl_ssl");
+    throw p.refuse('security.protocol', 'must be one of plaintext, ssl, sasl_plaintext, sasl_ssl');
   }
-
-  let tls: KafkaTls | undefined;
-  if (security === 'ssl' || security === 'sasl_ssl') {
-    const pem = (locName: string, pemName: string): string | undefined => {
-      const inline = get(pemName);
-      if (inline !== undefined) return inline;
-      const loc = get(locName);
-      if (loc === undefined || (locName === 'ssl.ca.location' && loc === 'probe')) return undefined;
-      try {
-        return fs.readFileSync(loc, 'utf8');
-      } catch (err) {
-        throw refuse(locName, `names a file Keel cannot read: ${(err as Error).message}`);
-      }
-    };
-    const ca = pem('ssl.ca.location', 'ssl.ca.pem');
-    const algo = get('ssl.endpoint.identification.algorithm') ?? 'https';
-    if (algo !== 'https' && algo !== 'none') throw refuse('ssl.endpoint.identification.algorithm', "must be 'https' or 'none'");
-    tls = {
-      ...(ca !== undefined ? { ca: [ca] } : {}),
-      ...(pem('ssl.certificate.location', 'ssl.certificate.pem') !== undefined ? { cert: pem('ssl.certificate.location', 'ssl.certificate.pem')! } : {}),
-      ...(pem('ssl.key.location', 'ssl.key.pem') !== undefined ? { key: pem('ssl.key.location', 'ssl.key.pem')! } : {}),
-      ...(get('ssl.key.password') !== undefined ? { passphrase: get('ssl.key.password')! } : {}),
-      rejectUnauthorized: bool('enable.ssl.certificate.verification', true),
-      checkServerIdentity: algo === 'https',
-    };
-  } else {
-    for (const name of merged.keys()) {
-      if (name.startsWith('ssl.') || name === 'enable.ssl.certificate.verification') {
-        throw refuse(name, `has no effect with security.protocol '${security}'; use ssl or sasl_ssl`);
-      }
-    }
-  }
-
-  let sasl: KafkaSasl | undefined;
-  if (security === 'sasl_plaintext' || security === 'sasl_ssl') {
-    const mech = (get('sasl.mechanism') ?? 'GSSAPI').toUpperCase();
-    const mechanism = ({ PLAIN: 'plain', 'SCRAM-SHA-256': 'scram-sha-256', 'SCRAM-SHA-512': 'scram-sha-512' } as const)[mech as 'PLAIN'];
-    if (!mechanism) {
-      throw refuse('sasl.mechanism', `cannot be honoured: ${mech}${get('sasl.mechanism') === undefined ? " (librdkafka's default)" : ''} is not supported; use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512`);
-    }
-    const username = get('sasl.username');
-    const password = get('sasl.password');
-    if (username === undefined) throw refuse('sasl.username', `is required with sasl.mechanism ${mech}`);
-    if (password === undefined) throw refuse('sasl.password', `is required with sasl.mechanism ${mech}`);
-    sasl = { mechanism, username, password };
-  } else {
-    for (const name of ['sasl.mechanism', 'sasl.username', 'sasl.password']) {
-      if (merged.has(name)) throw refuse(name, `has no effect with security.protocol '${security}'; use sasl_plaintext or sasl_ssl`);
-    }
-  }
-
-  const rack = get('client.rack');
+  const tls = tlsOf(p, security);
+  const sasl = saslOf(p, security);
+  const rack = p.get('client.rack');
   return {
     brokers,
-    clientId,
+    clientId: p.get('client.id') ?? 'restate',
     groupId,
     autoOffsetReset,
-    sessionTimeoutMs: ints.sessionTimeoutMs!,
-    heartbeatIntervalMs: ints.heartbeatIntervalMs!,
-    rebalanceTimeoutMs: ints.rebalanceTimeoutMs!,
-    requestTimeoutMs: ints.requestTimeoutMs!,
-    connectionTimeoutMs: ints.connectionTimeoutMs!,
-    retryBackoffMs: ints.retryBackoffMs!,
-    retryBackoffMaxMs: ints.retryBackoffMaxMs!,
-    fetchMaxWaitMs: ints.fetchMaxWaitMs!,
-    fetchMinBytes: ints.fetchMinBytes!,
-    fetchMaxBytes: ints.fetchMaxBytes!,
-    maxPartitionFetchBytes: ints.maxPartitionFetchBytes!,
-    metadataMaxAgeMs: ints.metadataMaxAgeMs!,
+    ...ints,
     readCommitted,
     allowAutoTopicCreation,
-    commitIntervalMs: ints.commitIntervalMs!,
     ...(rack !== undefined ? { rackId: rack } : {}),
     ...(tls ? { tls } : {}),
     ...(sasl ? { sasl } : {}),
     ignored,
   };
+}
+
+/** The merged properties, each with where it came from, for the refusals to name. */
+class Props {
+  private readonly merged = new Map<string, { value: string; from: string }>();
+
+  constructor(cluster: { name: string; properties: Record<string, string> }, subscriptionOptions: Record<string, string>) {
+    for (const [k, v] of Object.entries(cluster.properties)) this.merged.set(k, { value: String(v), from: `the properties of Kafka cluster '${cluster.name}'` });
+    for (const [k, v] of Object.entries(subscriptionOptions)) this.merged.set(k, { value: String(v), from: "the subscription's options" });
+    // librdkafka aliases: the later spelling wins as the alias table in librdkafka does.
+    alias(this.merged, 'metadata.broker.list', 'bootstrap.servers');
+    alias(this.merged, 'sasl.mechanisms', 'sasl.mechanism');
+  }
+
+  names(): string[] {
+    return [...this.merged.keys()];
+  }
+
+  has(name: string): boolean {
+    return this.merged.has(name);
+  }
+
+  get(name: string): string | undefined {
+    return this.merged.get(name)?.value;
+  }
+
+  refuse(name: string, why: string): KeelError {
+    const e = this.merged.get(name);
+    const shown = e ? `'${name}' = '${e.value}' (from ${e.from})` : `'${name}'`;
+    return new KeelError('META0009', `invalid subscription: the Kafka consumer option ${shown} ${why}`);
+  }
+
+  bool(name: string, dflt: boolean): boolean {
+    const v = this.get(name);
+    if (v === undefined) return dflt;
+    if (v === 'true' || v === '1') return true;
+    if (v === 'false' || v === '0') return false;
+    throw this.refuse(name, "must be 'true' or 'false'");
+  }
+}
+
+function brokersOf(p: Props): string[] {
+  const bootstrap = p.get('bootstrap.servers');
+  if (bootstrap === undefined) throw p.refuse('bootstrap.servers', "is required: set the cluster's brokers");
+  const brokers = bootstrap.split(',').map((b) => b.trim()).filter((b) => b !== '');
+  if (brokers.length === 0 || brokers.some((b) => !BROKER.test(b))) throw p.refuse('bootstrap.servers', 'must be a comma-separated list of host:port');
+  return brokers;
+}
+
+type IntSettings = Pick<
+  KafkaConsumerSettings,
+  | 'sessionTimeoutMs' | 'heartbeatIntervalMs' | 'rebalanceTimeoutMs' | 'requestTimeoutMs' | 'connectionTimeoutMs' | 'retryBackoffMs'
+  | 'retryBackoffMaxMs' | 'fetchMaxWaitMs' | 'fetchMinBytes' | 'fetchMaxBytes' | 'maxPartitionFetchBytes' | 'metadataMaxAgeMs' | 'commitIntervalMs'
+>;
+
+function intsOf(p: Props): IntSettings {
+  const ints = {} as Record<string, number>;
+  for (const [name, spec] of Object.entries(INTS)) {
+    const raw = p.get(name);
+    if (raw === undefined) {
+      ints[spec.to] = spec.dflt;
+      continue;
+    }
+    if (!/^-?\d+$/.test(raw.trim())) throw p.refuse(name, 'must be an integer');
+    const n = Number(raw.trim());
+    if (n < spec.min || n > spec.max) throw p.refuse(name, `must be between ${spec.min} and ${spec.max}`);
+    ints[spec.to] = n;
+  }
+  if (ints.heartbeatIntervalMs! >= ints.sessionTimeoutMs!) {
+    throw p.refuse('heartbeat.interval.ms', `must be lower than session.timeout.ms (${ints.sessionTimeoutMs})`);
+  }
+  if (ints.retryBackoffMaxMs! < ints.retryBackoffMs!) {
+    throw p.refuse('reconnect.backoff.max.ms', `must not be lower than reconnect.backoff.ms (${ints.retryBackoffMs})`);
+  }
+  return ints as unknown as IntSettings;
+}
+
+function offsetResetOf(p: Props): 'earliest' | 'latest' {
+  const reset = p.get('auto.offset.reset');
+  if (reset === undefined) return 'latest';
+  if (['earliest', 'smallest', 'beginning'].includes(reset)) return 'earliest';
+  if (['latest', 'largest', 'end'].includes(reset)) return 'latest';
+  if (reset === 'error') throw p.refuse('auto.offset.reset', "cannot be honoured: Keel needs a starting position; use 'earliest' or 'latest'");
+  throw p.refuse('auto.offset.reset', "must be 'earliest' or 'latest' (or their aliases smallest/beginning, largest/end)");
+}
+
+function readCommittedOf(p: Props): boolean {
+  const iso = p.get('isolation.level');
+  if (iso === undefined || iso === 'read_committed') return true;
+  if (iso === 'read_uncommitted') return false;
+  throw p.refuse('isolation.level', "must be 'read_committed' or 'read_uncommitted'");
+}
+
+function checkGroupProtocol(p: Props): void {
+  const strategy = p.get('partition.assignment.strategy');
+  // The clients behind Keel assign round-robin; librdkafka's default list includes it.
+  if (strategy !== undefined && !strategy.split(',').map((s) => s.trim()).includes('roundrobin')) {
+    throw p.refuse('partition.assignment.strategy', "cannot be honoured: Keel's consumer assigns partitions round-robin; use 'roundrobin' (or the default 'range,roundrobin')");
+  }
+  const protocol = p.get('group.protocol');
+  if (protocol !== undefined && protocol !== 'classic') {
+    throw p.refuse('group.protocol', "cannot be honoured: Keel's consumer speaks the classic group protocol only");
+  }
+}
+
+function tlsOf(p: Props, security: string): KafkaTls | undefined {
+  if (security !== 'ssl' && security !== 'sasl_ssl') {
+    for (const name of p.names()) {
+      if (name.startsWith('ssl.') || name === 'enable.ssl.certificate.verification') {
+        throw p.refuse(name, `has no effect with security.protocol '${security}'; use ssl or sasl_ssl`);
+      }
+    }
+    return undefined;
+  }
+  const pem = (locName: string, pemName: string): string | undefined => {
+    const inline = p.get(pemName);
+    if (inline !== undefined) return inline;
+    const loc = p.get(locName);
+    if (loc === undefined || (locName === 'ssl.ca.location' && loc === 'probe')) return undefined;
+    try {
+      return fs.readFileSync(loc, 'utf8');
+    } catch (err) {
+      throw p.refuse(locName, `names a file Keel cannot read: ${(err as Error).message}`);
+    }
+  };
+  const ca = pem('ssl.ca.location', 'ssl.ca.pem');
+  const algo = p.get('ssl.endpoint.identification.algorithm') ?? 'https';
+  if (algo !== 'https' && algo !== 'none') throw p.refuse('ssl.endpoint.identification.algorithm', "must be 'https' or 'none'");
+  const cert = pem('ssl.certificate.location', 'ssl.certificate.pem');
+  const key = pem('ssl.key.location', 'ssl.key.pem');
+  const passphrase = p.get('ssl.key.password');
+  return {
+    ...(ca !== undefined ? { ca: [ca] } : {}),
+    ...(cert !== undefined ? { cert } : {}),
+    ...(key !== undefined ? { key } : {}),
+    ...(passphrase !== undefined ? { passphrase } : {}),
+    rejectUnauthorized: p.bool('enable.ssl.certificate.verification', true),
+    checkServerIdentity: algo === 'https',
+  };
+}
+
+function saslOf(p: Props, security: string): KafkaSasl | undefined {
+  if (security !== 'sasl_plaintext' && security !== 'sasl_ssl') {
+    for (const name of ['sasl.mechanism', 'sasl.username', 'sasl.password']) {
+      if (p.has(name)) throw p.refuse(name, `has no effect with security.protocol '${security}'; use sasl_plaintext or sasl_ssl`);
+    }
+    return undefined;
+  }
+  const mech = (p.get('sasl.mechanism') ?? 'GSSAPI').toUpperCase();
+  const mechanism = ({ PLAIN: 'plain', 'SCRAM-SHA-256': 'scram-sha-256', 'SCRAM-SHA-512': 'scram-sha-512' } as const)[mech as 'PLAIN'];
+  if (!mechanism) {
+    throw p.refuse('sasl.mechanism', `cannot be honoured: ${mech}${p.get('sasl.mechanism') === undefined ? " (librdkafka's default)" : ''} is not supported; use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512`);
+  }
+  const username = p.get('sasl.username');
+  const password = p.get('sasl.password');
+  if (username === undefined) throw p.refuse('sasl.username', `is required with sasl.mechanism ${mech}`);
+  if (password === undefined) throw p.refuse('sasl.password', `is required with sasl.mechanism ${mech}`);
+  return { mechanism, username, password };
 }
 
 /** Folds `from` into `to` (librdkafka treats them as one property). */
