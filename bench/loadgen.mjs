@@ -10,10 +10,12 @@
 //                                     round robin over all requests; successes per key are counted in every
 //                                     phase (warmup too), so they can be compared with the object's state }
 // CPU of the pids' process trees is sampled right before and right after the measured window (after the drain);
-// `cpuMs.loadgen` is this process's own over the same window.
+// `cpuMs.loadgen` is this process's own over the same window; `serverThreads` the server's own CPU by
+// thread over it (bench/threads.mjs).
 import * as http from 'node:http';
 import { sampleCpu } from './proc.mjs';
 import { scrapeServerTail, serverTail } from './tail.mjs';
+import { threadCpuMs, threadWindow } from './threads.mjs';
 
 const spec = JSON.parse(process.argv[2]);
 const body = Buffer.from(spec.body ?? '{}');
@@ -128,12 +130,14 @@ const rec = (r) => {
 
 const pids = spec.pids ?? {};
 const tail0 = spec.metricsUrl ? await scrapeServerTail(spec.metricsUrl) : undefined;
+const threads0 = pids.server ? threadCpuMs(pids.server) : undefined;
 const cpu0 = sampleCpu(pids);
 const own0 = process.cpuUsage();
 const t0 = nowMs();
 await phase(fixed ? { total: spec.total } : { durationMs: spec.durationMs }, rec);
 const t1 = nowMs();
 const cpu1 = sampleCpu(pids);
+const threads1 = pids.server ? threadCpuMs(pids.server) : undefined;
 const own1 = process.cpuUsage(own0);
 // After the CPU sample: the scrape's own cost stays out of the server's CPU figure.
 const tail1 = spec.metricsUrl ? await scrapeServerTail(spec.metricsUrl) : undefined;
@@ -167,5 +171,7 @@ const out = {
 if (fixed) out.wallMs = elapsedMs;
 const tailFigures = serverTail(tail0, tail1, ok, elapsedMs);
 if (tailFigures !== undefined) out.serverTail = tailFigures;
+const threadFigures = threadWindow(threads0, threads1, ok);
+if (threadFigures !== undefined) out.serverThreads = threadFigures;
 if (keys > 0) out.perKey = { prefix: spec.keyPrefix ?? '', ok: okPerKey, errors: errorsPerKey };
 process.stdout.write(JSON.stringify(out) + '\n');

@@ -2,6 +2,7 @@
 // the Keel/Restate ratios per cell and the goals check of issue 7.
 import { fmt, median } from './common.mjs';
 import { serverTailText } from './tail.mjs';
+import { threadText } from './threads.mjs';
 
 // ---------------------------------------------------------------- goals (issue 7, Keel's default mode)
 
@@ -76,6 +77,8 @@ export function buildTables(res) {
         if (r?.errors) notes.push(`${t} c=${c}: ${errText(r)}; e.g. ${r.errorSamples?.[0] ?? ''}`);
         const tail = serverTailText(r?.serverTail);
         if (tail !== undefined) notes.push(`${t} c=${c}: ${tail}`);
+        const threads = threadText(r?.serverThreads);
+        if (threads !== undefined) notes.push(`${t} c=${c}: ${threads}`);
       }
     }
     tables.push({ title: `Closed loop: ${scenario} (${res.scenarioPaths?.[scenario] ?? ''})`, columns: ['c', 'target', ...LOAD_COLS], rows, notes });

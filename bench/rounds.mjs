@@ -3,6 +3,7 @@
 // does not decide a ratio. A cell of several rounds reports the median of each figure.
 import { median } from './common.mjs';
 import { poolServerTails } from './tail.mjs';
+import { poolThreadWindows } from './threads.mjs';
 
 const medianOf = (rows, pick) => {
   const keys = new Set(rows.flatMap((r) => Object.keys(pick(r) ?? {})));
@@ -29,6 +30,7 @@ export function combineRows(rows) {
   out.cpuMsPerInvocation = medianOf(rows, (r) => r.cpuMsPerInvocation);
   // Totals over the rounds (means are taken once, from the sums): a median of each figure could mix rounds.
   if (rows.some((r) => r.serverTail)) out.serverTail = poolServerTails(rows.map((r) => r.serverTail));
+  if (rows.some((r) => r.serverThreads)) out.serverThreads = poolThreadWindows(rows.map((r) => r.serverThreads));
   out.ok = rows.reduce((n, r) => n + r.ok, 0);
   out.errors = rows.reduce((n, r) => n + r.errors, 0);
   out.errorKinds = {};
