@@ -18,8 +18,11 @@ export const GOALS = {
   // empty server's, restart → first answer ≤ 1 s at N = 1,000,000, throughput on the filled server within 10% of
   // the empty one's, and each figure at least as good as Restate's at the same N
   retained: { rssOverEmptyMaxMb: 100, firstAnswerMaxMs: 1000, firstAnswerAtN: 1000000, minThroughputOfEmpty: 0.9 },
-  // issue 23: with the server on 2 cores, throughput at least 1.7× its 1-core figure (Restate's beside it)
+  // issue 23: with the server on 2 cores, throughput at least 1.7× its 1-core figure (Restate's beside it); server
+  // CPU per call at most 2× the relay's at c=32 and c=256; p99 at most 0.8× Restate's in every closed-loop cell
   scaling: { minRatio: 1.7 },
+  relayCpu: { scenarios: ['noop', 'steps'], concurrency: [32, 256], maxRatio: 2 },
+  tail: { scenarios: ['noop', 'steps'], maxP99Ratio: 0.8 },
 };
 
 // ---------------------------------------------------------------- helpers
@@ -326,8 +329,27 @@ export function checkGoals(res) {
     if (t === 'keel') sqlGoals(res, add);
     if (t === 'keel') retainedGoals(res, add);
     if (t === 'keel') scalingGoals(res, add);
+    if (t === 'keel') perCallGoals(res, add);
   }
   return out;
+}
+
+/** Issue 23's per-call goals: CPU against the relay's (what relaying alone costs here) and p99 against Restate's, at every concurrency run. */
+function perCallGoals(res, add) {
+  const cell = (t, scenario, c) => res.results.find((r) => r.target === t && r.scenario === scenario && r.concurrency === c);
+  const { relayCpu, tail } = GOALS;
+  for (const scenario of relayCpu.scenarios)
+    for (const c of relayCpu.concurrency) {
+      const [k, relay] = [cell('keel', scenario, c), cell('relay', scenario, c)];
+      const v = good(k) && good(relay) ? ratio(k.cpuMsPerInvocation?.server, relay.cpuMsPerInvocation?.server) : null;
+      const shown = v == null ? '-' : `${x(v)} (${fmt(k.cpuMsPerInvocation.server, 3)} vs ${fmt(relay.cpuMsPerInvocation.server, 3)} ms)`;
+      add(`${scenario} c=${c}: server CPU per call ≤ ${relayCpu.maxRatio}× the relay's`, 'keel', shown, v == null ? null : v <= relayCpu.maxRatio);
+    }
+  for (const scenario of tail.scenarios)
+    for (const c of res.meta.opts.concurrency) {
+      const rr = ratiosOf(cell('keel', scenario, c), cell('restate', scenario, c));
+      add(`${scenario} c=${c}: p99 ≤ ${tail.maxP99Ratio}× Restate (issue 23)`, 'keel', x(rr.p99), rr.p99 == null ? null : rr.p99 <= tail.maxP99Ratio);
+    }
 }
 
 /** Scaling: each target's throughput per CPU set of its server, and the largest set's ÷ the smallest's. */
@@ -473,7 +495,7 @@ function goalsTable(goals, keels) {
   const cell = (g) => (g ? `${g.pass == null ? 'n/a' : g.pass ? 'PASS' : 'FAIL'} ${g.value}` : '');
   const rows = names.map((n) => [n, ...keels.map((t) => cell(goals.find((g) => g.goal === n && g.target === t)))]);
   const notes = keels.includes('relay') ? ['relay: the protocol relayed and nothing kept (bench/relay.mjs), on the same machine with the same service and load: a goal it misses is out of reach of a server that keeps anything, here'] : [];
-  return { id: 'goals', title: 'Goals (issue 7; they must hold for `keel`, Keel\'s default mode)', columns: ['goal', ...keels], rows, notes };
+  return { id: 'goals', title: 'Goals (issues 7, 11, 19 and 23; they must hold for `keel`, Keel\'s default mode)', columns: ['goal', ...keels], rows, notes };
 }
 
 // ---------------------------------------------------------------- renderers

@@ -67,3 +67,22 @@ t.test('busy cores: CPU ms over wall ms, medians of the rounds, of every core of
   t.same(busyCores([round(4800, 4200, 1200), round(6000, 4800, 1200), round(5400, 4500, 1200)], 16), { busyCores: { server: 0.9, machine: 1.85, of: 16 } });
   t.same(busyCores([round(4800, null, 1200)], 2), { busyCores: { server: 0.8, machine: null, of: 2 } }, 'a process not measured makes the machine unknown');
 });
+
+t.test("issue 23's per-call goals: CPU ≤ 2× the relay's at c=32 and c=256, p99 ≤ 0.8× Restate's at every concurrency run", async (t) => {
+  const load = (target, scenario, concurrency, cpu, p99) => ({ target, scenario, concurrency, ok: 1000, rps: 1000, latencyMs: { p50: 1, p99 }, cpuMsPerInvocation: { server: cpu } });
+  const results = [];
+  for (const scenario of ['noop', 'steps'])
+    for (const c of [1, 32, 256]) results.push(load('relay', scenario, c, 0.06, 1), load('restate', scenario, c, 0.6, 10), load('keel', scenario, c, c === 256 ? 0.1 : 0.18, c === 1 ? 8.4 : 7));
+  const res = { meta: { opts: parseArgs(['--targets', 'relay,restate,keel', '--concurrency', '1,32,256']) }, results, objects: [], burst: {}, startup: {}, recovery: {}, logs: {} };
+  const goals = checkGoals(res).filter((g) => g.target === 'keel');
+  const cpu = goals.filter((g) => g.goal.includes("the relay's"));
+  t.equal(cpu.length, 4, 'noop and steps at c=32 and c=256');
+  t.match(cpu.find((g) => g.goal === "noop c=32: server CPU per call ≤ 2× the relay's"), { value: '3.00x (0.180 vs 0.060 ms)', pass: false });
+  t.match(cpu.find((g) => g.goal === "steps c=256: server CPU per call ≤ 2× the relay's"), { value: '1.67x (0.100 vs 0.060 ms)', pass: true });
+  const tail = goals.filter((g) => g.goal.endsWith('(issue 23)'));
+  t.equal(tail.length, 6, 'noop and steps at each concurrency run, c=1 included');
+  t.match(tail.find((g) => g.goal === 'noop c=1: p99 ≤ 0.8× Restate (issue 23)'), { value: '0.84x', pass: false });
+  t.match(tail.find((g) => g.goal === 'steps c=32: p99 ≤ 0.8× Restate (issue 23)'), { value: '0.70x', pass: true });
+  res.results = results.filter((r) => r.target !== 'relay');
+  t.equal(checkGoals(res).find((g) => g.goal === "noop c=32: server CPU per call ≤ 2× the relay's").pass, null, 'without the relay: not measured');
+});
