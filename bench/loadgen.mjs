@@ -4,14 +4,14 @@
 //         warmupMs, durationMs      – timed mode: unmeasured warmup, then a measured window (the default)
 //         total                     – fixed-count mode: exactly `total` requests, measured from the first send
 //                                     to the last answer (wallMs); no warmup
+//         serverThreads?            – the server's CPU by thread over the measured window (bench/threads.mjs)
 //         metricsUrl?               – a Keel server's /metrics, scraped right before and after the measured
 //                                     window: `serverTail` (bench/tail.mjs) says what paused and wrote in it
 //         keys?, keyPrefix?         – object mode: `{key}` in url is replaced by keyPrefix + i, i = 0..keys-1,
 //                                     round robin over all requests; successes per key are counted in every
 //                                     phase (warmup too), so they can be compared with the object's state }
 // CPU of the pids' process trees is sampled right before and right after the measured window (after the drain);
-// `cpuMs.loadgen` is this process's own over the same window; `serverThreads` the server's own CPU by
-// thread over it (bench/threads.mjs).
+// `cpuMs.loadgen` is this process's own over the same window.
 import * as http from 'node:http';
 import { sampleCpu } from './proc.mjs';
 import { scrapeServerTail, serverTail } from './tail.mjs';
@@ -130,14 +130,14 @@ const rec = (r) => {
 
 const pids = spec.pids ?? {};
 const tail0 = spec.metricsUrl ? await scrapeServerTail(spec.metricsUrl) : undefined;
-const threads0 = pids.server ? threadCpuMs(pids.server) : undefined;
+const threads0 = spec.serverThreads && pids.server ? threadCpuMs(pids.server) : undefined;
 const cpu0 = sampleCpu(pids);
 const own0 = process.cpuUsage();
 const t0 = nowMs();
 await phase(fixed ? { total: spec.total } : { durationMs: spec.durationMs }, rec);
 const t1 = nowMs();
 const cpu1 = sampleCpu(pids);
-const threads1 = pids.server ? threadCpuMs(pids.server) : undefined;
+const threads1 = spec.serverThreads && pids.server ? threadCpuMs(pids.server) : undefined;
 const own1 = process.cpuUsage(own0);
 // After the CPU sample: the scrape's own cost stays out of the server's CPU figure.
 const tail1 = spec.metricsUrl ? await scrapeServerTail(spec.metricsUrl) : undefined;

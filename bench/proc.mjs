@@ -68,6 +68,14 @@ export function sampleCpu(pids) {
   return out;
 }
 
+/** `root` and its live descendants' pids (empty when root is gone). */
+export function treePids(root, stats = allStats()) {
+  if (!stats.some((s) => s.pid === root)) return [];
+  const out = [root];
+  for (let i = 0; i < out.length; i++) for (const st of stats) if (st.ppid === out[i]) out.push(st.pid);
+  return out;
+}
+
 /** pids of live processes in process group `pgid`. */
 export function groupPids(pgid) {
   return allStats()

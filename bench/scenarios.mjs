@@ -64,7 +64,8 @@ function netOfIdle(r, idleCpuMsPerSec) {
 
 /**
  * One closed-loop cell: a scenario at one concurrency for `durationMs` after `runWarmupMs`. `tail`: Keel's own
- * account of its pauses and writes in the window (bench/tail.mjs) — only for a cell alone on its server (two
+ * account of its pauses and writes in the window (bench/tail.mjs), and the server's CPU by thread (bench/threads.mjs,
+ * every target) — only for a cell alone on its server (two
  * at once would each see the other's, and each scrape would land in the other's window).
  */
 export async function closedLoopCell(node, server, service, sc, c, opts, idleCpuMsPerSec, { tail = false } = {}) {
@@ -79,7 +80,7 @@ export async function closedLoopCell(node, server, service, sc, c, opts, idleCpu
       durationMs: opts.durationMs,
       requestTimeoutMs: opts.requestTimeoutMs,
       pids: pidsOf(server, service),
-      ...(tail ? metricsOf(server) : {}),
+      ...(tail ? { ...metricsOf(server), serverThreads: true } : {}),
     },
     opts.runWarmupMs + opts.durationMs + 2 * opts.requestTimeoutMs + 15000,
   );

@@ -2,23 +2,31 @@
 // named by their role and added up by that name without its trailing number. Node: MainThread (the
 // event loop: JavaScript, syscalls), V8Worker (GC helpers), libuv-worker (the thread pool: Keel's
 // store writes, and LevelDB's compaction thread, which inherits the name of the thread that
-// started it). Restate names its tokio and RocksDB threads likewise. A thread that ends during the
-// window takes its CPU with it (threads have no cutime); a server's child processes are not here.
+// started it). Restate names its tokio and RocksDB threads likewise. The server's child processes count
+// too (Keel's query engine; the restate-server wrapper's server, where the wrapper is what was started). A
+// thread that ends during the window takes its CPU with it (threads have no cutime).
 import { readdirSync, readFileSync } from 'node:fs';
-import { CLK_TCK } from './proc.mjs';
+import { CLK_TCK, treePids } from './proc.mjs';
 
 /** A thread's name as a group: without a trailing number and what separates it (`rocksdb:low3`, `worker-12`). */
 export const threadGroup = (name) => name.replace(/[-_:.# ]*\d+$/, '') || name;
 
-/** CPU ms (user + system) of each thread group of `pid`, or undefined when it is gone. */
-export function threadCpuMs(pid) {
+/** CPU ms (user + system) of each thread group of `root` and its descendants, or undefined when it is gone. */
+export function threadCpuMs(root) {
+  const pids = treePids(root);
+  if (pids.length === 0) return undefined;
+  const out = {};
+  for (const pid of pids) addThreads(pid, out);
+  return out;
+}
+
+function addThreads(pid, out) {
   let tids;
   try {
     tids = readdirSync(`/proc/${pid}/task`);
   } catch {
-    return undefined;
+    return; // ended since the scan
   }
-  const out = {};
   for (const tid of tids) {
     let stat;
     try {
@@ -31,7 +39,6 @@ export function threadCpuMs(pid) {
     const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     out[name] = (out[name] ?? 0) + ((Number(rest[11]) + Number(rest[12])) * 1000) / CLK_TCK;
   }
-  return out;
 }
 
 /** Two readings around a window of `calls` answered calls, as totals (rounds add up), or undefined. */
