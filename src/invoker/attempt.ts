@@ -83,7 +83,8 @@ const NEXT: Record<Phase, readonly Phase[]> = { new: ['open', 'closed'], open: [
 export class Attempt {
   readonly id: string;
   readonly epoch: number;
-  private readonly idBytes: Buffer;
+  /** The id parsed once: the StartMessage, the random seed and every recorded command use it. */
+  private readonly invocationId: InvocationId;
   private stream: InvocationStream | undefined;
   private decoder: FrameDecoder;
   private phase: Phase = 'new';
@@ -100,7 +101,7 @@ export class Attempt {
 
   constructor(private readonly o: AttemptOptions) {
     this.id = o.status.id;
-    this.idBytes = InvocationId.parse(o.status.id)!.bytes;
+    this.invocationId = InvocationId.parse(o.status.id)!;
     this.epoch = o.status.epoch;
     this.decoder = new FrameDecoder(o.message_size_limit_bytes);
     this.bidi = o.deployment.protocol_type === 'BidiStream' && !o.deployment.use_http_11;
@@ -154,9 +155,8 @@ export class Attempt {
     // An endpoint client that fails at once has closed the attempt already.
     if (this.isClosed()) return;
     this.moveTo('open');
-    const id = InvocationId.parse(status.id)!;
     const start = encode(pb.Start, {
-      id: id.bytes,
+      id: this.invocationId.bytes,
       debug_id: status.id,
       known_entries: journal.length,
       key: status.key,
@@ -164,7 +164,7 @@ export class Attempt {
       partial_state: this.o.state.partial,
       retry_count_since_last_stored_entry: status.retries_since_command ?? status.retry_count,
       duration_since_last_stored_entry: Math.max(0, Date.now() - (status.command_at_ms ?? status.modified_at_ms)),
-      random_seed: randomSeed(id),
+      random_seed: randomSeed(this.invocationId),
       ...(status.scope !== undefined ? { scope: status.scope } : {}),
       ...(status.limit_key !== undefined ? { limit_key: status.limit_key } : {}),
     });
@@ -332,7 +332,7 @@ export class Attempt {
 
   private entry(type: number, entry: Buffer) {
     return {
-      invocation_id: this.idBytes,
+      invocation_id: this.invocationId.bytes,
       epoch: this.epoch,
       entry_type: type,
       entry,
@@ -355,7 +355,7 @@ export class Attempt {
 
   private end(ended: Omit<AttemptEnded, 'invocation_id' | 'epoch'>): void {
     const cmd: AttemptEnded = {
-      invocation_id: this.idBytes,
+      invocation_id: this.invocationId.bytes,
       epoch: this.epoch,
       deployment_id: this.o.deployment.id,
       protocol_version: this.o.protocol_version,
