@@ -4,7 +4,7 @@ import t from 'tap';
 import path from 'node:path';
 import { startKeel, serveServices, register, ingress, eventually, query } from './helpers/keel.mjs';
 import { countingGreeter, failingServices, workService } from './services/core-services.mjs';
-import { openWorkerStore } from '../dist/storage/store.js';
+import { openWorkerStore, WORKER_FORMAT_VERSION } from '../dist/storage/store.js';
 import { verifyPartition } from '../dist/partition/verify.js';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -215,7 +215,7 @@ t.test('a store of format 2 is upgraded at open: the state-keys index is built f
   await t.rejects(openWorkerStore(dir), /RT0009|format version '2'/, 'refused without an upgrade');
   db = await openWorkerStore(dir, { upgrade: upgradeWorkerStore });
   t.teardown(() => db.close());
-  t.equal(fs.readFileSync(path.join(dir, 'KEEL_STORAGE_VERSION'), 'utf8').trim(), '5');
+  t.equal(fs.readFileSync(path.join(dir, 'KEEL_STORAGE_VERSION'), 'utf8').trim(), String(WORKER_FORMAT_VERSION));
   t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(0, 'Obj/a'))), [b64('x'), b64('y')]);
   t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(0, 'Obj/b'))), [b64('z')]);
   t.same(stateKeysTable.decode(await db.get(stateKeysTable.key(2, 'Other/c'))), [b64('w')]);
@@ -270,7 +270,7 @@ t.test('a store of format 4 is upgraded at open: the tables of invocations keyed
   fs.writeFileSync(path.join(dir, 'w', 'KEEL_STORAGE_VERSION'), '4\n');
   db = await openWorkerStore(path.join(dir, 'w'), { upgrade: upgradeWorkerStore });
   t.teardown(() => db.close());
-  t.equal(fs.readFileSync(path.join(dir, 'w', 'KEEL_STORAGE_VERSION'), 'utf8').trim(), '5');
+  t.equal(fs.readFileSync(path.join(dir, 'w', 'KEEL_STORAGE_VERSION'), 'utf8').trim(), String(WORKER_FORMAT_VERSION));
   let keys = 0;
   let format4Left = 0;
   for await (const key of db.keys({ gte: 'p3/', lt: 'p3/~' })) {
@@ -301,11 +301,12 @@ t.test('a store of format 4 is upgraded at open: the tables of invocations keyed
   for (const [k, v] of format4) await old.put(k, v);
   await old.put(logTable.cursorKey(3), logTable.encodeCursor({ offset: 10, epoch: 1, position: 9 }));
   const written = await snapshotPartition(old, 3, snapshots);
-  t.match(written.name, /-f5\.keel-snapshot$/, 'a snapshot is named with its format (which a format 4 node does not take)');
+  const current = `-f${WORKER_FORMAT_VERSION}`;
+  t.ok(written.name.endsWith(`${current}.keel-snapshot`), 'a snapshot is named with its format (which a format 4 node does not take)');
   // What a node of format 4 wrote: its name has no format.
   const dirOf = path.join(dir, 'snapshots', 'p3');
-  fs.renameSync(path.join(dirOf, written.name), path.join(dirOf, written.name.replace('-f5', '')));
-  fs.writeFileSync(path.join(dirOf, written.name.replace('-f5', '-f6').replace(/^o0+10-/, 'o00000000000000000011-')), 'a newer Keel wrote this');
+  fs.renameSync(path.join(dirOf, written.name), path.join(dirOf, written.name.replace(current, '')));
+  fs.writeFileSync(path.join(dirOf, written.name.replace(current, `-f${WORKER_FORMAT_VERSION + 1}`).replace(/^o0+10-/, 'o00000000000000000011-')), 'a newer Keel wrote this');
   const [taken, ...others] = await snapshots.list(3);
   t.equal(taken.format, 4, 'listed as format 4');
   t.same(others, [], "a newer format's snapshot is not listed");
@@ -348,7 +349,7 @@ t.test('a real server on a store written in format 4: upgraded at start, the sle
   fs.writeFileSync(path.join(worker, 'KEEL_STORAGE_VERSION'), '4\n');
 
   await keel.launch();
-  t.match(keel.logs(), /"from":4,"to":5,"took_ms":\d+,"msg":"worker storage upgraded"/, 'the upgrade is logged');
+  t.match(keel.logs(), new RegExp(`"from":4,"to":${WORKER_FORMAT_VERSION},"took_ms":\\d+,"msg":"worker storage upgraded"`), 'the upgrade is logged');
   t.same(await query(keel, 'SELECT id, target_service_name AS service FROM sys_invocation ORDER BY id'), before, 'the same invocations');
   const again = await ingress(keel, '/Quick/greet', { name: 'once' }, { 'idempotency-key': 'k1' });
   t.same(again.body, first.body, 'the completed invocation answers its idempotency key');

@@ -9,8 +9,9 @@ export type Db = ClassicLevel<string, Buffer>;
 /**
  * 2: the `live` index of invocations that have not completed. 3: the `statekeys` index. 4: the
  * `restart` index and counts. 5: the tables of invocations keyed uuid first (keys.ts's `idKeyText`).
+ * 6: outbox entries in a binary encoding (format 5's JSON ones are still read).
  */
-export const WORKER_FORMAT_VERSION = 5;
+export const WORKER_FORMAT_VERSION = 6;
 
 export interface OpenOptions {
   /** LevelDB's block cache (classic-level's default: 8 MiB). */

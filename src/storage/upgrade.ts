@@ -14,7 +14,9 @@ import { timersTable } from './tables/timers.js';
 
 /**
  * 2 → 3: each partition's `statekeys` index, built from its state table, and its timer count in
- * the counters. 4 → 5 (below): the tables of invocations keyed uuid first.
+ * the counters. 4 → 5 (below): the tables of invocations keyed uuid first. 5 → 6 rewrites
+ * nothing: the outbox's JSON entries are read as they are until delivered (outboxTable.decode);
+ * the version only keeps an older server, which cannot read the binary ones, off the store.
  */
 export async function upgradeWorkerStore(db: Db, from: number): Promise<void> {
   for await (const p of partitionsIn(db)) {
