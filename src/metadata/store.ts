@@ -81,6 +81,83 @@ function corrupt(path: string, why: string): KeelError {
   );
 }
 
+/** Refuses a directory of another format, or one with files but no version file; writes the version file of a new one. */
+function checkVersion(path: string): void {
+  const versionFile = join(path, VERSION_FILE);
+  if (existsSync(path)) {
+    let entries: string[];
+    try {
+      entries = readdirSync(path);
+    } catch (err) {
+      throw new KeelError('KEEL0014', `cannot read meta storage directory ${path}: ${(err as Error).message}`, { cause: err });
+    }
+    if (!entries.includes(VERSION_FILE)) {
+      if (entries.length > 0) {
+        throw new KeelError(
+          'META0011',
+          `meta storage directory ${path} is not empty but has no format version file ${VERSION_FILE}; wipe it or set another meta.storage_path`,
+        );
+      }
+    } else {
+      const text = readFileSync(versionFile, 'utf8').trim();
+      if (text !== String(META_FORMAT_VERSION)) {
+        throw new KeelError(
+          'META0010',
+          `meta storage directory ${path} holds format version '${text}', this server reads version ${META_FORMAT_VERSION}; ` +
+            `use the server version that wrote it, wipe the directory or set another meta.storage_path`,
+        );
+      }
+    }
+  }
+  mkdirSync(path, { recursive: true });
+  if (!existsSync(versionFile)) writeFileSync(versionFile, `${META_FORMAT_VERSION}\n`);
+}
+
+async function openDb(path: string): Promise<ClassicLevel<string, string>> {
+  const db = new ClassicLevel<string, string>(join(path, DB_DIR), { keyEncoding: 'utf8', valueEncoding: 'utf8' });
+  try {
+    await db.open();
+  } catch (err) {
+    const cause = (err as { cause?: { code?: string } }).cause;
+    if (cause?.code === 'LEVEL_LOCKED') {
+      throw new KeelError(
+        'RT0005',
+        `meta storage at ${path} is locked by another process; stop the other Keel process or set another meta.storage_path`,
+        { cause: err },
+      );
+    }
+    if (cause?.code === 'LEVEL_CORRUPTION') throw corrupt(path, (err as Error).message);
+    const why = (err as { cause?: Error }).cause?.message;
+    throw new KeelError('KEEL0014', `cannot open meta storage at ${path}: ${(err as Error).message}${why ? `: ${why}` : ''}`, { cause: err });
+  }
+  return db;
+}
+
+/** Every record, in order: numbered from 1 without a gap, each well formed. Closes the DB when one is not. */
+async function readRecords(db: ClassicLevel<string, string>, path: string): Promise<MetaRecord[]> {
+  const records: MetaRecord[] = [];
+  try {
+    for await (const [k, v] of db.iterator({ gte: 'r/', lt: 'r0' })) {
+      const seq = Number(k.slice(2));
+      if (!Number.isInteger(seq) || seq !== records.length + 1) throw corrupt(path, `unexpected record key ${k}`);
+      let rec: MetaRecord;
+      try {
+        rec = JSON.parse(v) as MetaRecord;
+      } catch {
+        throw corrupt(path, `record ${seq} is not valid JSON`);
+      }
+      if (!rec || typeof rec !== 'object' || !KINDS.has(rec.kind)) throw corrupt(path, `record ${seq} has an unknown kind`);
+      if (!wellFormed(rec)) throw corrupt(path, `record ${seq} is malformed`);
+      records.push(rec);
+    }
+  } catch (err) {
+    await db.close().catch(() => {});
+    if (err instanceof KeelError) throw err;
+    throw corrupt(path, (err as Error).message);
+  }
+  return records;
+}
+
 export class MetaLog implements MetadataLog {
   private constructor(
     private readonly db: ClassicLevel<string, string>,
@@ -90,77 +167,10 @@ export class MetaLog implements MetadataLog {
 
   /** Checks the version file, opens the DB and reads every record, in order. */
   static async open(path: string): Promise<{ log: MetaLog; records: MetaRecord[] }> {
-    const versionFile = join(path, VERSION_FILE);
-    if (existsSync(path)) {
-      let entries: string[];
-      try {
-        entries = readdirSync(path);
-      } catch (err) {
-        throw new KeelError('KEEL0014', `cannot read meta storage directory ${path}: ${(err as Error).message}`, { cause: err });
-      }
-      if (!entries.includes(VERSION_FILE)) {
-        if (entries.length > 0) {
-          throw new KeelError(
-            'META0011',
-            `meta storage directory ${path} is not empty but has no format version file ${VERSION_FILE}; wipe it or set another meta.storage_path`,
-          );
-        }
-      } else {
-        const text = readFileSync(versionFile, 'utf8').trim();
-        if (text !== String(META_FORMAT_VERSION)) {
-          throw new KeelError(
-            'META0010',
-            `meta storage directory ${path} holds format version '${text}', this server reads version ${META_FORMAT_VERSION}; ` +
-              `use the server version that wrote it, wipe the directory or set another meta.storage_path`,
-          );
-        }
-      }
-    }
-    mkdirSync(path, { recursive: true });
-    if (!existsSync(versionFile)) writeFileSync(versionFile, `${META_FORMAT_VERSION}\n`);
-
-    const db = new ClassicLevel<string, string>(join(path, DB_DIR), { keyEncoding: 'utf8', valueEncoding: 'utf8' });
-    try {
-      await db.open();
-    } catch (err) {
-      const cause = (err as { cause?: { code?: string } }).cause;
-      if (cause?.code === 'LEVEL_LOCKED') {
-        throw new KeelError(
-          'RT0005',
-          `meta storage at ${path} is locked by another process; stop the other Keel process or set another meta.storage_path`,
-          { cause: err },
-        );
-      }
-      if (cause?.code === 'LEVEL_CORRUPTION') throw corrupt(path, (err as Error).message);
-      const why = (err as { cause?: Error }).cause?.message;
-      throw new KeelError('KEEL0014', `cannot open meta storage at ${path}: ${(err as Error).message}${why ? `: ${why}` : ''}`, { cause: err });
-    }
-
-    const records: MetaRecord[] = [];
-    let nextSeq = 1;
-    try {
-      for await (const [k, v] of db.iterator({ gte: 'r/', lt: 'r0' })) {
-        const seq = Number(k.slice(2));
-        if (!Number.isInteger(seq) || seq !== nextSeq) throw corrupt(path, `unexpected record key ${k}`);
-        let rec: MetaRecord;
-        try {
-          rec = JSON.parse(v) as MetaRecord;
-        } catch {
-          throw corrupt(path, `record ${seq} is not valid JSON`);
-        }
-        if (!rec || typeof rec !== 'object' || !KINDS.has(rec.kind)) throw corrupt(path, `record ${seq} has an unknown kind`);
-        if (!wellFormed(rec)) {
-          throw corrupt(path, `record ${seq} is malformed`);
-        }
-        records.push(rec);
-        nextSeq++;
-      }
-    } catch (err) {
-      await db.close().catch(() => {});
-      if (err instanceof KeelError) throw err;
-      throw corrupt(path, (err as Error).message);
-    }
-    return { log: new MetaLog(db, path, nextSeq), records };
+    checkVersion(path);
+    const db = await openDb(path);
+    const records = await readRecords(db, path);
+    return { log: new MetaLog(db, path, records.length + 1), records };
   }
 
   async append(rec: MetaRecord): Promise<void> {
