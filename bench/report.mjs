@@ -28,6 +28,8 @@ export const GOALS = {
 // ---------------------------------------------------------------- helpers
 
 const good = (r) => r && r.ok !== undefined && r.ok > 0;
+/** A closed-loop cell's result: `target` running `scenario` at concurrency `c`. */
+const closedCell = (res, target, scenario, c) => res.results.find((r) => r.target === target && r.scenario === scenario && r.concurrency === c);
 const ratio = (a, b) => (a != null && b != null && b > 0 ? a / b : null);
 const x = (v) => (v == null ? '-' : `${fmt(v, 2)}x`);
 const ms = (v, d = 1) => fmt(v, d);
@@ -72,9 +74,9 @@ export function buildTables(res) {
     const rows = [];
     const notes = [];
     for (const c of opts.concurrency) {
-      const base = res.results.find((r) => r.target === 'restate' && r.scenario === scenario && r.concurrency === c);
+      const base = closedCell(res, 'restate', scenario, c);
       for (const t of targets) {
-        const r = res.results.find((q) => q.target === t && q.scenario === scenario && q.concurrency === c);
+        const r = closedCell(res, t, scenario, c);
         rows.push(loadRow([c], t, r, base, LOAD_COLS.length + 2));
         if (r?.error) notes.push(`${t} c=${c}: ${r.error}`);
         if (r?.errors) notes.push(`${t} c=${c}: ${errText(r)}; e.g. ${r.errorSamples?.[0] ?? ''}`);
@@ -285,8 +287,7 @@ export function checkGoals(res) {
   for (const t of keels) {
     for (const scenario of g.closedLoop.scenarios)
       for (const c of g.closedLoop.concurrency) {
-        const find = (tt) => res.results.find((r) => r.target === tt && r.scenario === scenario && r.concurrency === c);
-        const rr = ratiosOf(find(t), find('restate'));
+        const rr = ratiosOf(closedCell(res, t, scenario, c), closedCell(res, 'restate', scenario, c));
         add(`${scenario} c=${c}: throughput ≥ ${g.closedLoop.minThroughputRatio}× Restate`, t, x(rr.throughput), rr.throughput == null ? null : rr.throughput >= g.closedLoop.minThroughputRatio);
         add(`${scenario} c=${c}: p99 ≤ ${g.closedLoop.maxP99Ratio}× Restate`, t, x(rr.p99), rr.p99 == null ? null : rr.p99 <= g.closedLoop.maxP99Ratio);
       }
@@ -336,18 +337,17 @@ export function checkGoals(res) {
 
 /** Issue 23's per-call goals: CPU against the relay's (what relaying alone costs here) and p99 against Restate's, at every concurrency run. */
 function perCallGoals(res, add) {
-  const cell = (t, scenario, c) => res.results.find((r) => r.target === t && r.scenario === scenario && r.concurrency === c);
   const { relayCpu, tail } = GOALS;
   for (const scenario of relayCpu.scenarios)
     for (const c of relayCpu.concurrency) {
-      const [k, relay] = [cell('keel', scenario, c), cell('relay', scenario, c)];
+      const [k, relay] = [closedCell(res, 'keel', scenario, c), closedCell(res, 'relay', scenario, c)];
       const v = good(k) && good(relay) ? ratio(k.cpuMsPerInvocation?.server, relay.cpuMsPerInvocation?.server) : null;
       const shown = v == null ? '-' : `${x(v)} (${fmt(k.cpuMsPerInvocation.server, 3)} vs ${fmt(relay.cpuMsPerInvocation.server, 3)} ms)`;
       add(`${scenario} c=${c}: server CPU per call ≤ ${relayCpu.maxRatio}× the relay's`, 'keel', shown, v == null ? null : v <= relayCpu.maxRatio);
     }
   for (const scenario of tail.scenarios)
     for (const c of res.meta.opts.concurrency) {
-      const rr = ratiosOf(cell('keel', scenario, c), cell('restate', scenario, c));
+      const rr = ratiosOf(closedCell(res, 'keel', scenario, c), closedCell(res, 'restate', scenario, c));
       add(`${scenario} c=${c}: p99 ≤ ${tail.maxP99Ratio}× Restate (issue 23)`, 'keel', x(rr.p99), rr.p99 == null ? null : rr.p99 <= tail.maxP99Ratio);
     }
 }
