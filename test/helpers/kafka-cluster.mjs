@@ -104,6 +104,9 @@ export async function startKafkaCluster(t, { brokers: count = 3, ports: brokerPo
   // Formatting is a JVM start each: in parallel.
   await Promise.all(nodes.map((n) => run('java', [...JVM, '-cp', cp, 'kafka.tools.StorageTool', 'format', '-t', cid, '-c', n.config])));
   const start = (n) => {
+    // A restarted broker's output starts afresh: what waitForBroker waits for is this start's line
+    // (the last one's made a restart return at once, before the broker listened).
+    n.out = '';
     n.proc = spawn('java', [...JVM, `-Dkafka.logs.dir=${n.dir}`, '-cp', cp, 'kafka.Kafka', n.config], { stdio: ['ignore', 'pipe', 'pipe'] });
     const keep = (d) => (n.out = (n.out + d).slice(-64 * 1024));
     n.proc.stdout.on('data', keep);
