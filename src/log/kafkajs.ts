@@ -25,3 +25,20 @@ export async function retryingRead<T>(read: () => Promise<T>, refresh?: () => Pr
     }
   }
 }
+
+/** Causes looked through for a transient one: kafkajs wraps the last error when its retries run out. */
+const CAUSE_DEPTH = 8;
+
+/**
+ * Whether `err` is, or was caused by, an error kafkajs marks retriable (a refused connection, a
+ * leader or coordinator moving): the same request may succeed a moment later. A fence, a broken
+ * transaction or an error of Keel's own is not.
+ */
+export function isTransientKafkaError(err: unknown): boolean {
+  let e = err;
+  for (let depth = 0; depth < CAUSE_DEPTH && typeof e === 'object' && e !== null; depth++) {
+    if ((e as { retriable?: unknown }).retriable === true) return true;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return false;
+}
