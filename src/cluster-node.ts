@@ -15,6 +15,7 @@
 import type { Logger } from './common/logger.js';
 import { splitAddress, type ClusterConfig, type Config } from './config/index.js';
 import { KafkaLogClient } from './log/kafka-log.js';
+import { isTransientKafkaError } from './log/kafkajs.js';
 import { ClusterMembership, type MembershipView, type NodeInfo } from './log/kafka-membership.js';
 import type { Route } from './forwarding.js';
 import { PeerClient } from './cluster-peers.js';
@@ -58,6 +59,8 @@ export interface ClusterHooks {
 const STOP_STEP_MS = 3_000;
 /** How long after a follower failed it is started again. */
 const REFOLLOW_MS = 1_000;
+/** Takeovers in a row that may fail on the cluster log being out of reach (REFOLLOW_MS apart) before the node gives up and exits. */
+const TAKEOVER_TRIES = 30;
 /** How often a leading node looks for a stopped partition. */
 const PARTITION_WATCH_MS = 500;
 
@@ -97,6 +100,8 @@ export class ClusterNode {
   readonly self: NodeInfo;
   /** This node's sessions to the others (forwarded requests, appends to partitions they lead). */
   readonly peers: PeerClient;
+  /** Takeovers in a row that failed on the cluster log being out of reach (reset by one that succeeds). */
+  private takeoverFailures = 0;
   /** A reconciliation due to follow again what failed to be followed. */
   private refollow: NodeJS.Timeout | undefined;
   private readonly partitions: number;
@@ -284,16 +289,26 @@ export class ClusterNode {
   }
 
   /**
-   * A takeover that failed for some of `take`. With the partitions spread, a node that joined
-   * meanwhile may have been given them and announced first: no longer assigned here, they are
-   * left to it (the next reconciliation follows them). One still assigned here was taken by a
+   * A takeover that failed for some of `take`. The cluster log out of reach for a moment (a
+   * broker restarting, a leader moving): those still assigned here are taken over again in
+   * REFOLLOW_MS, TAKEOVER_TRIES times in a row at most. With the partitions spread, a node that
+   * joined meanwhile may have been given them and announced first: no longer assigned here, they
+   * are left to it (the next reconciliation follows them). One still assigned here was taken by a
    * node this one does not know of: it is deposed (throws). Returns the partitions that opened.
    */
   private lostTakeover(take: number[], opened: readonly number[], err: unknown): number[] {
     const failed = take.filter((p) => !opened.includes(p));
-    if (!this.spread || failed.some((p) => this.view.assigned.includes(p))) throw err;
+    const stillAssigned = failed.filter((p) => this.view.assigned.includes(p));
+    const succeeded = take.filter((p) => opened.includes(p));
+    if (stillAssigned.length > 0 && isTransientKafkaError(err) && this.takeoverFailures < TAKEOVER_TRIES) {
+      this.takeoverFailures += 1;
+      this.logger.warn({ err, code: 'KEEL0801', partitions: stillAssigned, failures: this.takeoverFailures }, `taking over partitions failed: the cluster log cannot be reached now; trying again in ${REFOLLOW_MS} ms`);
+      this.refollowSoon();
+      return succeeded;
+    }
+    if (!this.spread || stillAssigned.length > 0) throw err;
     this.logger.warn({ err, code: 'KEEL0802', partitions: failed }, 'another node took partitions this node was taking over (the shares moved meanwhile); this node leads its new share');
-    return take.filter((p) => opened.includes(p));
+    return succeeded;
   }
 
   /** Brings what this node leads and follows in line with the view it has now. */
@@ -310,17 +325,18 @@ export class ClusterNode {
       try {
         const answer = await this.hooks.open(this.log, take);
         if ('failure' in answer) take = this.lostTakeover(take, answer.opened, answer.failure);
+        else this.takeoverFailures = 0;
       } finally {
         this.taking.clear();
       }
       for (const p of take) this.leading.add(p);
-      if (!this.workStarted) {
+      if (!this.workStarted && take.length > 0) {
         this.workStarted = true;
         this.stopActive = await this.hooks.startWork(this.log);
         this.watchPartitions();
       }
       const epochs = Object.fromEntries(take.map((p) => [p, this.log.epochs.get(p)]));
-      this.logger.info({ node: this.self.node, partitions: take, took_ms: Math.round(performance.now() - started), epochs }, this.leading.size === this.partitions ? 'this node is active: it leads every partition' : `this node leads ${this.leading.size} of ${this.partitions} partitions`);
+      if (take.length > 0) this.logger.info({ node: this.self.node, partitions: take, took_ms: Math.round(performance.now() - started), epochs }, this.leading.size === this.partitions ? 'this node is active: it leads every partition' : `this node leads ${this.leading.size} of ${this.partitions} partitions`);
     }
     const follow = Array.from({ length: this.partitions }, (_, p) => p).filter((p) => !this.leading.has(p) && !this.followers.has(p));
     if (follow.length > 0 && !this.stopping) {

@@ -23,6 +23,7 @@ import { RemoteAppender, serveAppends } from './cluster-append.js';
 import { attachAtLeader, forwardToLeader, forwardWhenStandby, routePgQueries } from './forwarding.js';
 import type { PartitionRouting } from './ingress/edge.js';
 import { KafkaLog, type KafkaLogClient } from './log/kafka-log.js';
+import { isTransientKafkaError } from './log/kafkajs.js';
 import { WorkerIntrospection } from './admin/partition-source.js';
 import { sampleQueues } from './admin/queue-metrics.js';
 import { ConfiguredSchedules } from './admin/schedules.js';
@@ -265,11 +266,20 @@ function partitionOpener(config: Config, worker: Worker, db: Db, registry: Regis
       answer.failure ??= err;
     }
     if (!('failure' in answer)) return answer;
-    // A read that fails its checksum, or state that breaks an invariant: never run on it.
-    const failure = answer.failure;
-    const err = failure instanceof KeelError ? failure : new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${(failure as Error)?.message ?? String(failure)}`, { cause: failure });
-    return { opened: answer.opened, failure: err };
+    return { opened: answer.opened, failure: openFailure(config, answer.failure) };
   };
+}
+
+/**
+ * Why partitions did not open, as a KeelError: the cluster log out of reach for now (a cluster
+ * node tries again), or a read that fails its checksum or state that breaks an invariant (never
+ * run on it).
+ */
+function openFailure(config: Config, failure: unknown): KeelError {
+  if (failure instanceof KeelError) return failure;
+  const why = (failure as Error)?.message ?? String(failure);
+  if (isTransientKafkaError(failure)) return new KeelError('KEEL0801', `cannot take over the partitions: the cluster log cannot be reached now: ${why}`, { cause: failure });
+  return new KeelError('KEEL0015', `cannot load the partitions from ${config.worker.storage_db.path}: ${why}`, { cause: failure });
 }
 
 /** The ingress, admin and SQL servers listen; if one cannot, those already listening close. */

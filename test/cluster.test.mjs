@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import http2 from 'node:http2';
 import net from 'node:net';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { launch, newPage } from './helpers/browser.mjs';
 import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
@@ -338,4 +339,26 @@ t.test('a Kafka subscription consumed on the active node goes on from its positi
     const expected = Array.from({ length: 200 }, (_, i) => i).filter((i) => i % 5 === k);
     t.same(await items(k), expected, `k${k}: its 40 records once, in offset order, across the failover`);
   }
+});
+
+t.test('a takeover the cluster log refuses for a moment is tried again: the standby becomes active rather than exit', async (t) => {
+  const topic = `keel-${++topics}`;
+  const a = await active(await node(t, 'a', topic));
+  // b's first four sends to the log (one announcement per partition) are refused as a broker
+  // refuses a connection (test/helpers/kafka-fault.cjs says why it is injected).
+  const fault = fileURLToPath(new URL('./helpers/kafka-fault.cjs', import.meta.url));
+  const b = await node(t, 'b', topic, [], { NODE_OPTIONS: `--require ${fault}`, KAFKA_FAULT_TOPIC: topic, KAFKA_FAULT_SENDS: '4' });
+  await register(a, endpoint);
+  const before = await call(a, '/Counter/k/add', 5);
+  t.same([before.status, before.body], [200, 5], 'a counts to 5');
+  await eventually(async () => (await admin(b, 'GET', '/cluster')).json?.partitions?.every((p) => Number.isSafeInteger(p.applied_position)), { timeout_ms: 30_000 });
+  await a.kill('SIGKILL');
+  await active(b);
+  t.equal(b.proc.exitCode, null, 'b runs on');
+  const retried = b.logLines('KEEL0801').filter((l) => /taking over partitions failed/.test(l.msg));
+  t.ok(retried.length >= 1, `b logged the refused takeover and tried again (${retried.map((l) => `${l.partitions}: ${l.failures}`).join('; ')})`);
+  t.match(retried[0], { level: 40, err: { message: /KEEL0801|cluster log cannot be reached|ECONNREFUSED/ } }, 'a warning naming the refusal');
+  t.same(b.logLines('KEEL0802').filter((l) => l.level === 60), [], 'and no fatal line');
+  const after = await call(b, '/Counter/k/add', 1);
+  t.same([after.status, after.body], [200, 6], "b goes on from a's state: 6");
 });

@@ -1,0 +1,28 @@
+// Preloaded into a Keel server (NODE_OPTIONS=--require) by test/cluster.test.mjs: the first
+// KAFKA_FAULT_SENDS sends of kafkajs producers to topic KAFKA_FAULT_TOPIC are refused with the
+// error kafkajs gives when a broker refuses the connection (KafkaJSConnectionError, retriable),
+// without reaching a broker. A real broker refuses so only while it is down and not yet fenced
+// (~1.5 s in these tests), too short to aim a node's takeover at; test/kafka-log.test.mjs shows
+// the real refusal. Nothing in the server is changed: it reads kafkajs's `Kafka` off the module
+// when it builds its client (kafkajs is outside the bundle, so this is the same module).
+'use strict';
+const kafkajs = require('kafkajs');
+
+const topic = process.env.KAFKA_FAULT_TOPIC;
+let left = Number(process.env.KAFKA_FAULT_SENDS ?? '0');
+if (topic === undefined || !Number.isSafeInteger(left) || left < 0) throw new Error('kafka-fault.cjs: set KAFKA_FAULT_TOPIC and KAFKA_FAULT_SENDS (a count)');
+
+const producer = kafkajs.Kafka.prototype.producer;
+kafkajs.Kafka.prototype.producer = function (...args) {
+  const p = producer.apply(this, args);
+  const send = p.send;
+  p.send = async (request) => {
+    if (request?.topic === topic && left > 0) {
+      left -= 1;
+      process.stderr.write(`kafka-fault.cjs: a send to ${topic} refused (${left} more)\n`);
+      throw new kafkajs.KafkaJSConnectionError('Connection error: connect ECONNREFUSED (refused by test/helpers/kafka-fault.cjs)', { broker: 'injected' });
+    }
+    return send(request);
+  };
+  return p;
+};
