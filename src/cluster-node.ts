@@ -59,8 +59,12 @@ export interface ClusterHooks {
 const STOP_STEP_MS = 3_000;
 /** How long after a follower failed it is started again. */
 const REFOLLOW_MS = 1_000;
-/** Takeovers in a row that may fail on the cluster log being out of reach (REFOLLOW_MS apart) before the node gives up and exits. */
-const TAKEOVER_TRIES = 30;
+/**
+ * How long takeovers may go on failing on the cluster log being out of reach (tried again
+ * REFOLLOW_MS after each) before the node gives up and exits: one takeover's Kafka requests are
+ * each retried ~14 s already.
+ */
+const TAKEOVER_RETRY_LIMIT_MS = 60_000;
 /** How often a leading node looks for a stopped partition. */
 const PARTITION_WATCH_MS = 500;
 
@@ -100,8 +104,8 @@ export class ClusterNode {
   readonly self: NodeInfo;
   /** This node's sessions to the others (forwarded requests, appends to partitions they lead). */
   readonly peers: PeerClient;
-  /** Takeovers in a row that failed on the cluster log being out of reach (reset by one that succeeds). */
-  private takeoverFailures = 0;
+  /** Since when takeovers have failed on the cluster log being out of reach (unset once one succeeds). */
+  private takeoverFailingSince: number | undefined;
   /** A reconciliation due to follow again what failed to be followed. */
   private refollow: NodeJS.Timeout | undefined;
   private readonly partitions: number;
@@ -291,7 +295,7 @@ export class ClusterNode {
   /**
    * A takeover that failed for some of `take`. The cluster log out of reach for a moment (a
    * broker restarting, a leader moving): those still assigned here are taken over again in
-   * REFOLLOW_MS, TAKEOVER_TRIES times in a row at most. With the partitions spread, a node that
+   * REFOLLOW_MS, for TAKEOVER_RETRY_LIMIT_MS at most. With the partitions spread, a node that
    * joined meanwhile may have been given them and announced first: no longer assigned here, they
    * are left to it (the next reconciliation follows them). One still assigned here was taken by a
    * node this one does not know of: it is deposed (throws). Returns the partitions that opened.
@@ -300,13 +304,15 @@ export class ClusterNode {
     const failed = take.filter((p) => !opened.includes(p));
     const stillAssigned = failed.filter((p) => this.view.assigned.includes(p));
     const succeeded = take.filter((p) => opened.includes(p));
-    if (stillAssigned.length > 0 && isTransientKafkaError(err) && this.takeoverFailures < TAKEOVER_TRIES) {
-      this.takeoverFailures += 1;
-      this.logger.warn({ err, code: 'KEEL0801', partitions: stillAssigned, failures: this.takeoverFailures }, `taking over partitions failed: the cluster log cannot be reached now; trying again in ${REFOLLOW_MS} ms`);
+    const now = performance.now();
+    if (stillAssigned.length > 0 && isTransientKafkaError(err) && now - (this.takeoverFailingSince ??= now) < TAKEOVER_RETRY_LIMIT_MS) {
+      const failingMs = Math.round(now - this.takeoverFailingSince);
+      this.logger.warn({ err, code: 'KEEL0801', partitions: stillAssigned, failing_ms: failingMs }, `taking over partitions failed: the cluster log cannot be reached now; trying again in ${REFOLLOW_MS} ms`);
       this.refollowSoon();
       return succeeded;
     }
     if (!this.spread || stillAssigned.length > 0) throw err;
+    this.takeoverFailingSince = undefined;
     this.logger.warn({ err, code: 'KEEL0802', partitions: failed }, 'another node took partitions this node was taking over (the shares moved meanwhile); this node leads its new share');
     return succeeded;
   }
@@ -318,6 +324,7 @@ export class ClusterNode {
     const want = new Set(view.assigned);
     for (const p of [...this.leading].filter((p) => !want.has(p))) await this.handOver(p);
     let take = view.assigned.filter((p) => !this.leading.has(p));
+    if (take.length === 0) this.takeoverFailingSince = undefined;
     if (take.length > 0) {
       const started = performance.now();
       for (const p of take) this.taking.add(p);
@@ -325,7 +332,7 @@ export class ClusterNode {
       try {
         const answer = await this.hooks.open(this.log, take);
         if ('failure' in answer) take = this.lostTakeover(take, answer.opened, answer.failure);
-        else this.takeoverFailures = 0;
+        else this.takeoverFailingSince = undefined;
       } finally {
         this.taking.clear();
       }

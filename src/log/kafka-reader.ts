@@ -203,7 +203,8 @@ export class KafkaPartitionReader {
   /** The broker leading `partition`, as the metadata last read says. */
   private async leaderOf(partition: number): Promise<string> {
     const nodeId = Object.keys(this.cluster.findLeaderForPartitions(this.topic, [partition]))[0];
-    if (nodeId === undefined) throw new Error(`no leader known for ${this.topic}/${partition}`);
+    // An election under way: retriable, as kafkajs marks LEADER_NOT_AVAILABLE.
+    if (nodeId === undefined) throw Object.assign(new Error(`no leader known for ${this.topic}/${partition}`), { retriable: true });
     return nodeId;
   }
 

@@ -8,6 +8,7 @@ import { keelError } from '../errors/index.js';
 import { decodeCommand, encodeCommand, type Command, type CommandKind } from '../log/commands.js';
 import { GroupWriter, type StoreWriteObserver } from '../storage/group-writer.js';
 import { KafkaLog, type KafkaLogClient } from '../log/kafka-log.js';
+import { isTransientKafkaError } from '../log/kafkajs.js';
 import type { Db, StateWrite } from '../storage/store.js';
 import { invocationsTable } from '../storage/tables/invocations.js';
 import { journalTable, type JournalEntry } from '../storage/tables/journal.js';
@@ -211,9 +212,12 @@ export class Worker implements Effects {
       if (this.runner !== undefined) this.startPartition(p);
     }
     this.processors.sort((a, b) => a.partition - b.partition);
-    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    const rejected = settled.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
     const open = partitions.filter((p) => this.byPartition[p] !== undefined);
-    if (failed === undefined) return { opened: open };
+    if (rejected.length === 0) return { opened: open };
+    // The answer carries one reason: one that is no passing trouble with Kafka where there is one
+    // (a cluster node tries a takeover again only when every partition failed for such a reason).
+    const failed = rejected.find((r) => !isTransientKafkaError(r.reason)) ?? rejected[0]!;
     return { opened: open, failure: failed.reason ?? new Error('a partition did not open (no reason given)') };
   }
 
