@@ -77,47 +77,14 @@ export class KeelServer {
     let registry: Registry | undefined;
     const tracing = await createTracing(config.tracing.endpoint, logger.child({ component: 'tracing' }));
     const telemetry: Telemetry = { metrics, tracing };
-    let engine: QueryEngine | undefined;
-    let threadsToStop: PartitionThreads | undefined; // on a failed start
+    // What buildServices made, stopped when the start fails after it.
+    const made: { engine?: QueryEngine; threads?: PartitionThreads } = {};
     try {
       registry = await Registry.open(config, logger.child({ component: 'metadata' }), signer !== undefined ? { signer } : {});
       phase('registry_opened');
       const known = registry;
       metrics.knownTarget = (service, handler) => known.handler(service, handler) !== undefined;
-      const threads = partitionThreads(config, logger);
-      threadsToStop = threads;
-      // With partition threads, this thread's worker serves none (the threads do).
-      const worker = new Worker(config, logger.child({ component: 'worker' }), telemetry, threads !== undefined ? [] : undefined);
-      const endpoints = endpointClientFor(config, signer);
-      const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }), telemetry);
-      registry.onDeploymentLimits(() => invoker.limitsChanged());
-      sampleQueues(metrics, config, worker, invoker, endpoints);
-      if (threads !== undefined) metrics.addPeers(() => threads.metrics());
-      const partitions = threads?.subscriptionPartitions() ?? workerPartitions(worker);
-      const subscriptions = new SubscriptionManager({ config, registry, partitions, logger: logger.child({ component: 'subscriptions' }) });
-      // Filled in by the cluster node when the partitions are spread (requests for partitions led elsewhere go there).
-      const routing: { ingress: PartitionRouting; admin: PartitionRouting } = { ingress: {}, admin: {} };
-      const ingress = await createIngressServer({ config, registry, partitions: threads ?? new LocalGateway(worker), logger, telemetry, routing: routing.ingress });
-      const introspection = threads !== undefined ? new ThreadedIntrospection(threads, subscriptions) : new WorkerIntrospection(worker, subscriptions);
-      // What holds the partitions' rule books and failures: the threads, or this thread's worker.
-      const served = threads ?? worker;
-      const serving = () => (threads !== undefined ? threads.serving : worker.processors.length > 0);
-      engine = createQueryEngine(config, registry, () => introspection, logger);
-      // The rule book reaches the partitions: with each change made here (the rule routes wait
-      // for it), each change another node of a cluster made, and when the partitions open.
-      const admin = await createAdminServer({ config, registry, logger, introspection, engine, failures: () => served.failures(), metrics, endpoints, applyLimitRules: (book) => served.setLimitRules(book), routing: routing.admin });
-      registry.onRemoteLimitRules((book) => {
-        if (worker.processors.length === 0) return; // a standby: its partitions get the book when it becomes active
-        worker.setLimitRules(book).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006', version: book.version }, 'cannot hand the rule book to the partitions'));
-      });
-      const configured = new ConfiguredSchedules({ config, registry }, logger.child({ component: 'schedules' }));
-      const applySchedules = () => configured.apply(introspection).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006' }, 'cannot apply the schedules of the configuration'));
-      known.onServicesChanged(() => {
-        if (!serving()) return; // not open yet, or a standby: the book goes with the opening
-        served.setStateTtls(known.stateTtls()).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006' }, 'cannot hand the state TTLs to the partitions'));
-        // A declared schedule whose service was not registered yet applies now.
-        void applySchedules();
-      });
+      const { threads, worker, invoker, endpoints, subscriptions, routing, ingress, admin, engine, applySchedules } = await buildServices(config, logger, telemetry, known, signer, made);
       phase('routes_built');
       db = await opening;
       phase('store_opened');
@@ -157,8 +124,8 @@ export class KeelServer {
       logReady(config, logger, phases_ms, pgsql, cluster);
       return new KeelServer(config, logger, db, registry, worker, subscriptions, invoker, endpoints, ingress, admin, telemetry, engine, pgsql, cluster, threads);
     } catch (err) {
-      await engine?.close().catch(() => {});
-      await threadsToStop?.stop().catch(() => {});
+      await made.engine?.close().catch(() => {});
+      await made.threads?.stop().catch(() => {});
       await tracing.shutdown().catch(() => {});
       await registry?.close().catch(() => {});
       await (db ?? (await opening.catch(() => undefined)))?.close().catch(() => {});
@@ -189,6 +156,65 @@ export class KeelServer {
     // Spans still waiting for their batch are exported before the process goes.
     await this.telemetry.tracing.shutdown().catch((err) => this.logger.warn({ err, code: 'KEEL0601' }, 'cannot export the last traces'));
   }
+}
+
+/** What KeelServer.start builds before the store is open. */
+interface Services {
+  threads: PartitionThreads | undefined;
+  worker: Worker;
+  invoker: Invoker;
+  endpoints: EndpointClient;
+  subscriptions: SubscriptionManager;
+  routing: { ingress: PartitionRouting; admin: PartitionRouting };
+  ingress: FastifyInstance;
+  admin: FastifyInstance;
+  engine: QueryEngine;
+  /** Applies the schedules the configuration declares (never rejects: a failure is logged). */
+  applySchedules: () => Promise<void>;
+}
+
+/**
+ * The partitions' worker (or threads), the invoker, the subscriptions, the ingress and admin
+ * servers and the query engine, wired to the registry; built while the store opens. What must be
+ * stopped should the start fail later goes into `made` as soon as it exists.
+ */
+async function buildServices(config: Config, logger: Logger, telemetry: Telemetry, registry: Registry, signer: RequestSigner | undefined, made: { engine?: QueryEngine; threads?: PartitionThreads }): Promise<Services> {
+  const metrics = telemetry.metrics;
+  const threads = partitionThreads(config, logger);
+  made.threads = threads;
+  // With partition threads, this thread's worker serves none (the threads do).
+  const worker = new Worker(config, logger.child({ component: 'worker' }), telemetry, threads !== undefined ? [] : undefined);
+  const endpoints = endpointClientFor(config, signer);
+  const invoker = new Invoker(config, registry, endpoints, logger.child({ component: 'invoker' }), telemetry);
+  registry.onDeploymentLimits(() => invoker.limitsChanged());
+  sampleQueues(metrics, config, worker, invoker, endpoints);
+  if (threads !== undefined) metrics.addPeers(() => threads.metrics());
+  const partitions = threads?.subscriptionPartitions() ?? workerPartitions(worker);
+  const subscriptions = new SubscriptionManager({ config, registry, partitions, logger: logger.child({ component: 'subscriptions' }) });
+  // Filled in by the cluster node when the partitions are spread (requests for partitions led elsewhere go there).
+  const routing: { ingress: PartitionRouting; admin: PartitionRouting } = { ingress: {}, admin: {} };
+  const ingress = await createIngressServer({ config, registry, partitions: threads ?? new LocalGateway(worker), logger, telemetry, routing: routing.ingress });
+  const introspection = threads !== undefined ? new ThreadedIntrospection(threads, subscriptions) : new WorkerIntrospection(worker, subscriptions);
+  // What holds the partitions' rule books and failures: the threads, or this thread's worker.
+  const served = threads ?? worker;
+  const serving = () => (threads !== undefined ? threads.serving : worker.processors.length > 0);
+  const engine = (made.engine = createQueryEngine(config, registry, () => introspection, logger));
+  // The rule book reaches the partitions: with each change made here (the rule routes wait
+  // for it), each change another node of a cluster made, and when the partitions open.
+  const admin = await createAdminServer({ config, registry, logger, introspection, engine, failures: () => served.failures(), metrics, endpoints, applyLimitRules: (book) => served.setLimitRules(book), routing: routing.admin });
+  registry.onRemoteLimitRules((book) => {
+    if (worker.processors.length === 0) return; // a standby: its partitions get the book when it becomes active
+    worker.setLimitRules(book).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006', version: book.version }, 'cannot hand the rule book to the partitions'));
+  });
+  const configured = new ConfiguredSchedules({ config, registry }, logger.child({ component: 'schedules' }));
+  const applySchedules = () => configured.apply(introspection).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006' }, 'cannot apply the schedules of the configuration'));
+  registry.onServicesChanged(() => {
+    if (!serving()) return; // not open yet, or a standby: the book goes with the opening
+    served.setStateTtls(registry.stateTtls()).catch((err: unknown) => logger.warn({ err, code: (err as KeelError).code ?? 'RT0006' }, 'cannot hand the state TTLs to the partitions'));
+    // A declared schedule whose service was not registered yet applies now.
+    void applySchedules();
+  });
+  return { threads, worker, invoker, endpoints, subscriptions, routing, ingress, admin, engine, applySchedules };
 }
 
 /**
@@ -240,7 +266,6 @@ function startSnapshots(cluster: ClusterConfig, db: Db, worker: Worker, log: Kaf
   return () => snapshotter.stop();
 }
 
-/** Queue depths, invocations by status and store sizes for /metrics, read at scrape time. */
 /** The worker store, opened (and brought to this format) while the registry opens and the routes are built. */
 function openStore(config: Config, logger: Logger): Promise<Db> {
   return openWorkerStore(config.worker.storage_db.path, { ...workerStoreOptions(config), upgrade: upgradeLogged(logger, config.worker.storage_db.path) });
