@@ -11,6 +11,7 @@ import { PartitionProcessor } from '../dist/partition/processor.js';
 import { verifyPartition } from '../dist/partition/verify.js';
 import { KafkaLog, KafkaLogClient } from '../dist/log/kafka-log.js';
 import { KafkaPartitionReader } from '../dist/log/kafka-reader.js';
+import { KafkaMetaLog } from '../dist/metadata/kafka-meta-log.js';
 import { ClusterMembership } from '../dist/log/kafka-membership.js';
 import { CorruptLogError } from '../dist/log/epochs.js';
 import { statePrefix } from '../dist/storage/keys.js';
@@ -299,6 +300,9 @@ t.test("producers connect through the SIGKILL of a broker the others still name 
   const first = new KafkaLogClient({ ...settings, node: 'first' }, silentLogger);
   await first.ensureTopic();
   await first.close();
+  // Nodes' metadata logs (their topic `${topic}-meta`), opened before the kill; each appends after it.
+  const metaLogs = [];
+  for (let i = 0; i < 15; i++) metaLogs.push((await KafkaMetaLog.open({ node_name: `m${i}`, brokers: cluster.brokers, log_topic: topic, replication_factor: 3, min_insync_replicas: 2 }, silentLogger)).log);
   const victim = (await cluster.leaders(topic))[0];
   await cluster.kill(victim);
   // Until the brokers fence it (~1.5 s here), their metadata names the dead broker as one alive,
@@ -307,9 +311,15 @@ t.test("producers connect through the SIGKILL of a broker the others still name 
   // Kafka's error answers there.
   const killedAt = performance.now();
   const clients = Array.from({ length: 15 }, (_, i) => new KafkaLogClient({ ...settings, node: `n${i}` }, silentLogger));
-  const answers = await Promise.all(clients.map((c) => c.producer(0).then(() => 'connected', (err) => `${err?.name}: ${err?.message}`)));
+  const failure = (err) => `${err?.name}: ${err?.message}`;
+  const [answers, metaAnswers] = await Promise.all([
+    Promise.all(clients.map((c) => c.producer(0).then(() => 'connected', failure))),
+    // Fifteen nodes changing the metadata at the same moment: one wins each record, the others are told to retry (META0018).
+    Promise.all(metaLogs.map((m, i) => m.append({ kind: 'deployment_removed', id: `dp_${i}` }).then(() => 'appended', (err) => (err?.code === 'META0018' ? 'appended' : failure(err))))),
+  ]);
   t.comment(`15 producers connected at once after broker ${victim}'s SIGKILL, the last ${Math.round(performance.now() - killedAt)} ms after it`);
-  await Promise.all(clients.map((c) => c.close()));
+  await Promise.all([...clients, ...metaLogs].map((c) => c.close()));
   t.same(answers.filter((a) => a !== 'connected'), [], 'every one connected');
+  t.same(metaAnswers.filter((a) => a !== 'appended'), [], 'and every metadata append went through (or lost its place to another node\'s, META0018)');
   await cluster.start(victim);
 });

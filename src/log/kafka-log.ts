@@ -13,7 +13,7 @@
 // The node's own store holds the partition's state, the last position applied and where in the
 // topic that position ends (offset, epoch): a restart or a new leader reads the topic from there.
 import type { Admin, Kafka, Message, Producer } from 'kafkajs';
-import { KAFKA_RETRY, loadKafkajs, retryingRead } from './kafkajs.js';
+import { connectProducer, KAFKA_RETRY, loadKafkajs, retryingRead } from './kafkajs.js';
 import { assert } from '../common/assert.js';
 import { KeelError } from '../errors/index.js';
 import type { Logger } from '../common/logger.js';
@@ -55,9 +55,6 @@ const HEADER_POSITION = 'keel-position';
 const HEADER_NODE = 'keel-node';
 /** The largest record batch the log topic takes (topic config `max.message.bytes`): under the brokers' `socket.request.max.bytes` (100 MiB). */
 const MAX_BATCH_BYTES = 96 * 1024 * 1024;
-/** A producer's connect refused this often is given up, tries 100 ms more apart each time up to 500 ms (~14 s: Kafka's broker session is 9 s by default). */
-const PRODUCER_CONNECT_TRIES = 30;
-const PRODUCER_CONNECT_RETRY_MS = 100;
 
 /** Where a node's copy of a partition stands in the topic: the next offset to read and the reader's epoch state there. */
 type Cursor = LogCursor;
@@ -172,37 +169,14 @@ export class KafkaLogClient {
   producer(partition: number): Promise<Producer> {
     let producer = this.producers.get(partition);
     if (producer === undefined) {
-      const connecting = this.connectProducer(partition);
+      const transactionalId = this.settings.transactional ? `keel-${this.settings.topic}-${partition}` : undefined;
+      const connecting = connectProducer(() => this.kafka.producer({ transactionalId, idempotent: true, maxInFlightRequests: 1, retry: KAFKA_RETRY }), () => this.closed);
       // Only this one: forget() and a new producer may have replaced it while it retried.
       connecting.catch(() => this.producers.get(partition) === connecting && this.producers.delete(partition));
       this.producers.set(partition, connecting);
       producer = connecting;
     }
     return producer;
-  }
-
-  /**
-   * An idempotent producer's connect asks one broker for its producer id, and kafkajs gives up
-   * at once when that broker refuses the connection (it retries Kafka's error answers only): a
-   * broker killed and not yet fenced, or one restarting, made a node taking the lead exit. Such
-   * an error (retriable itself, not retries run out) is tried again with a fresh producer (its
-   * metadata read anew), PRODUCER_CONNECT_TRIES at most.
-   */
-  private async connectProducer(partition: number): Promise<Producer> {
-    const transactionalId = this.settings.transactional ? `keel-${this.settings.topic}-${partition}` : undefined;
-    for (let attempt = 1; ; attempt++) {
-      if (this.closed) throw new Error(`the Kafka client of ${this.settings.topic} is closed`);
-      const created = this.kafka.producer({ transactionalId, idempotent: true, maxInFlightRequests: 1, retry: KAFKA_RETRY });
-      try {
-        await created.connect();
-        return created;
-      } catch (err) {
-        await created.disconnect().catch(() => undefined);
-        if ((err as { retriable?: unknown }).retriable !== true || attempt >= PRODUCER_CONNECT_TRIES) throw err;
-        this.logger.debug({ err, code: 'KEEL0801', partition, attempt }, 'a producer of the log could not connect; trying again');
-        await new Promise((resolve) => setTimeout(resolve, Math.min(PRODUCER_CONNECT_RETRY_MS * attempt, 500)));
-      }
-    }
   }
 
   /** Drops a fenced producer: kafkajs cannot take a producer past a fence, the next leadership builds a new one. */

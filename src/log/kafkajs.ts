@@ -2,6 +2,7 @@
 // retries Keel's Kafka clients share.
 import { createRequire } from 'node:module';
 import type * as Kafkajs from 'kafkajs';
+import type { Producer } from 'kafkajs';
 
 let kafkajs: typeof Kafkajs | undefined;
 export const loadKafkajs = (): typeof Kafkajs => (kafkajs ??= createRequire(import.meta.url)('kafkajs') as typeof Kafkajs);
@@ -41,4 +42,30 @@ export function isTransientKafkaError(err: unknown): boolean {
     e = (e as { cause?: unknown }).cause;
   }
   return false;
+}
+
+/** A producer's connect refused this often is given up, tries 100 ms more apart each time up to 500 ms (~14 s: Kafka's broker session is 9 s by default). */
+const PRODUCER_CONNECT_TRIES = 30;
+const PRODUCER_CONNECT_RETRY_MS = 100;
+
+/**
+ * A producer of `create`'s, connected. An idempotent producer's connect asks one broker for its
+ * producer id, and kafkajs gives up at once when that broker refuses the connection (it retries
+ * Kafka's error answers only): a broker killed and not yet fenced, or one restarting, made a node
+ * taking the lead exit. Such an error (retriable itself, not retries run out) is tried again with
+ * a fresh producer (its metadata read anew), PRODUCER_CONNECT_TRIES at most, until `closed()`.
+ */
+export async function connectProducer(create: () => Producer, closed: () => boolean): Promise<Producer> {
+  for (let attempt = 1; ; attempt++) {
+    if (closed()) throw new Error('the Kafka client is closed');
+    const producer = create();
+    try {
+      await producer.connect();
+      return producer;
+    } catch (err) {
+      await producer.disconnect().catch(() => undefined);
+      if ((err as { retriable?: unknown }).retriable !== true || attempt >= PRODUCER_CONNECT_TRIES) throw err;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(PRODUCER_CONNECT_RETRY_MS * attempt, 500)));
+    }
+  }
 }

@@ -8,7 +8,7 @@
 // is dropped by all readers alike. A writer learns which happened by reading the topic through
 // its own record before it answers: two nodes cannot register conflicting revisions.
 import type { Kafka, Producer } from 'kafkajs';
-import { KAFKA_RETRY, loadKafkajs } from '../log/kafkajs.js';
+import { connectProducer, KAFKA_RETRY, loadKafkajs } from '../log/kafkajs.js';
 import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
 import type { ClusterConfig } from '../config/index.js';
@@ -27,7 +27,7 @@ interface Envelope {
 
 export class KafkaMetaLog {
   private readonly reader: KafkaPartitionReader;
-  private producer: Producer | undefined;
+  private producer: Promise<Producer> | undefined;
   /** The next offset to read and the sequence number of the last record applied. */
   private offset = 0;
   private seq = 0;
@@ -100,9 +100,13 @@ export class KafkaMetaLog {
       await this.readThrough(-1, this.onRemote);
       const seq = this.seq + 1;
       const envelope: Envelope = { seq, node: this.node, record: rec };
-      this.producer ??= this.kafka.producer({ idempotent: true, maxInFlightRequests: 1, retry: KAFKA_RETRY });
-      await this.producer.connect();
-      const [meta] = await this.producer.send({ topic: this.topic, acks: -1, messages: [{ partition: 0, value: JSON.stringify(envelope) }] });
+      // A failed connect is tried again by the next append (appends run one at a time).
+      this.producer ??= connectProducer(() => this.kafka.producer({ idempotent: true, maxInFlightRequests: 1, retry: KAFKA_RETRY }), () => this.closed).catch((err: unknown) => {
+        this.producer = undefined;
+        throw err;
+      });
+      const producer = await this.producer;
+      const [meta] = await producer.send({ topic: this.topic, acks: -1, messages: [{ partition: 0, value: JSON.stringify(envelope) }] });
       // kafkajs can answer a send retried across a broker failover without the offset: then the
       // record is known by its sequence number and writer (acknowledged, it is below the end).
       const at = Number(meta?.baseOffset);
@@ -120,7 +124,7 @@ export class KafkaMetaLog {
     this.closed = true;
     clearTimeout(this.follower);
     await this.reading.catch(() => undefined);
-    await this.producer?.disconnect().catch(() => undefined);
+    await (await this.producer?.catch(() => undefined))?.disconnect().catch(() => undefined);
     await this.reader.close();
   }
 
