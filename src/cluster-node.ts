@@ -106,8 +106,8 @@ export class ClusterNode {
   readonly peers: PeerClient;
   /** Since when takeovers have failed on the cluster log being out of reach (unset once one succeeds). */
   private takeoverFailingSince: number | undefined;
-  /** A reconciliation due to follow again what failed to be followed. */
-  private refollow: NodeJS.Timeout | undefined;
+  /** A reconciliation due: to follow again what failed to be followed, to take over again what failed to be taken. */
+  private reconcileTimer: NodeJS.Timeout | undefined;
   private readonly partitions: number;
   private readonly spread: boolean;
 
@@ -165,7 +165,7 @@ export class ClusterNode {
   async stop(): Promise<void> {
     this.stopping = true;
     clearInterval(this.watch);
-    clearTimeout(this.refollow);
+    clearTimeout(this.reconcileTimer);
     this.lag?.stop();
     // A take-over under way finishes first (or is given up on): its partitions are closed with the others.
     await bounded(this.reconciling, STOP_STEP_MS);
@@ -271,7 +271,7 @@ export class ClusterNode {
     this.reconciling = this.reconciling
       .then(() => (rejoined ? this.closeAll('this node was out of the cluster\'s group') : undefined))
       .then(() => this.reconcile())
-      .catch((err: unknown) => this.hooks.deposed(`taking the lead failed: ${(err as Error)?.message ?? String(err)}`));
+      .catch((err: unknown) => this.reconcileFailed(err));
   }
 
   /** Closes every partition this node leads (none of their state is believed any more). */
@@ -295,7 +295,8 @@ export class ClusterNode {
   /**
    * A takeover that failed for some of `take`. The cluster log out of reach for a moment (a
    * broker restarting, a leader moving): those still assigned here are taken over again in
-   * REFOLLOW_MS, for TAKEOVER_RETRY_LIMIT_MS at most. With the partitions spread, a node that
+   * REFOLLOW_MS; no new try starts once such failures have gone on for TAKEOVER_RETRY_LIMIT_MS,
+   * and the node is deposed (throws). A node stopping keeps what opened. With the partitions spread, a node that
    * joined meanwhile may have been given them and announced first: no longer assigned here, they
    * are left to it (the next reconciliation follows them). One still assigned here was taken by a
    * node this one does not know of: it is deposed (throws). Returns the partitions that opened.
@@ -304,11 +305,12 @@ export class ClusterNode {
     const failed = take.filter((p) => !opened.includes(p));
     const stillAssigned = failed.filter((p) => this.view.assigned.includes(p));
     const succeeded = take.filter((p) => opened.includes(p));
+    if (this.stopping) return succeeded;
     const now = performance.now();
     if (stillAssigned.length > 0 && isTransientKafkaError(err) && now - (this.takeoverFailingSince ??= now) < TAKEOVER_RETRY_LIMIT_MS) {
       const failingMs = Math.round(now - this.takeoverFailingSince);
       this.logger.warn({ err, code: 'KEEL0801', partitions: stillAssigned, failing_ms: failingMs }, `taking over partitions failed: the cluster log cannot be reached now; trying again in ${REFOLLOW_MS} ms`);
-      this.refollowSoon();
+      this.reconcileSoon();
       return succeeded;
     }
     if (!this.spread || stillAssigned.length > 0) throw err;
@@ -337,7 +339,9 @@ export class ClusterNode {
         this.taking.clear();
       }
       for (const p of take) this.leading.add(p);
-      if (!this.workStarted && take.length > 0) {
+      // One node leading every partition starts the work beside them once it leads them all (a
+      // takeover tried again leaves some unled a moment): the subscriptions read every partition.
+      if (!this.workStarted && take.length > 0 && (this.spread || this.leading.size === this.partitions)) {
         this.workStarted = true;
         this.stopActive = await this.hooks.startWork(this.log);
         this.watchPartitions();
@@ -345,11 +349,13 @@ export class ClusterNode {
       const epochs = Object.fromEntries(take.map((p) => [p, this.log.epochs.get(p)]));
       if (take.length > 0) this.logger.info({ node: this.self.node, partitions: take, took_ms: Math.round(performance.now() - started), epochs }, this.leading.size === this.partitions ? 'this node is active: it leads every partition' : `this node leads ${this.leading.size} of ${this.partitions} partitions`);
     }
-    const follow = Array.from({ length: this.partitions }, (_, p) => p).filter((p) => !this.leading.has(p) && !this.followers.has(p));
+    // Not those assigned here that are not led yet: a takeover is tried again for them in a moment.
+    const pending = new Set(this.view.assigned);
+    const follow = Array.from({ length: this.partitions }, (_, p) => p).filter((p) => !this.leading.has(p) && !this.followers.has(p) && !pending.has(p));
     if (follow.length > 0 && !this.stopping) {
       const followers = await this.hooks.follow(this.log, follow).catch((err: unknown) => {
         this.logger.warn({ err, code: 'KEEL0801', partitions: follow }, `cannot follow the partition logs; trying again in ${REFOLLOW_MS} ms (meanwhile this node catches up when it takes the lead)`);
-        this.refollowSoon();
+        this.reconcileSoon();
         return [];
       });
       for (const f of followers) this.watchFollower(f);
@@ -362,19 +368,25 @@ export class ClusterNode {
     void f.ended.then(() => {
       if (this.stopping || this.followers.get(f.partition) !== f) return;
       this.followers.delete(f.partition);
-      this.refollowSoon();
+      this.reconcileSoon();
     });
   }
 
-  /** A reconciliation in REFOLLOW_MS (one at most waiting): it follows every partition neither led nor followed now. */
-  private refollowSoon(): void {
-    if (this.refollow !== undefined) return;
-    this.refollow = setTimeout(() => {
-      this.refollow = undefined;
+  /** A reconciliation that threw: this node was deposed, unless it is stopping (its clients closed under the takeover). */
+  private reconcileFailed(err: unknown): void {
+    if (this.stopping) return;
+    this.hooks.deposed(`taking the lead failed: ${(err as Error)?.message ?? String(err)}`);
+  }
+
+  /** A reconciliation in REFOLLOW_MS (one at most waiting): it takes over what is assigned and not led, and follows every other partition not followed now. */
+  private reconcileSoon(): void {
+    if (this.reconcileTimer !== undefined) return;
+    this.reconcileTimer = setTimeout(() => {
+      this.reconcileTimer = undefined;
       if (this.stopping) return;
-      this.reconciling = this.reconciling.then(() => this.reconcile()).catch((err: unknown) => this.hooks.deposed(`taking the lead failed: ${(err as Error)?.message ?? String(err)}`));
+      this.reconciling = this.reconciling.then(() => this.reconcile()).catch((err: unknown) => this.reconcileFailed(err));
     }, REFOLLOW_MS);
-    this.refollow.unref();
+    this.reconcileTimer.unref();
   }
 
   /** Stops following these partitions and waits until what was read is in the store (taking the lead reads on from there). */

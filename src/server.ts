@@ -78,7 +78,7 @@ export class KeelServer {
     const tracing = await createTracing(config.tracing.endpoint, logger.child({ component: 'tracing' }));
     const telemetry: Telemetry = { metrics, tracing };
     // What buildServices made, stopped when the start fails after it.
-    const made: { engine?: QueryEngine; threads?: PartitionThreads } = {};
+    const made: Made = {};
     try {
       registry = await Registry.open(config, logger.child({ component: 'metadata' }), signer !== undefined ? { signer } : {});
       phase('registry_opened');
@@ -158,6 +158,12 @@ export class KeelServer {
   }
 }
 
+/** What a start that fails after buildServices made them must stop. */
+interface Made {
+  engine?: QueryEngine;
+  threads?: PartitionThreads;
+}
+
 /** What KeelServer.start builds before the store is open. */
 interface Services {
   threads: PartitionThreads | undefined;
@@ -178,7 +184,7 @@ interface Services {
  * servers and the query engine, wired to the registry; built while the store opens. What must be
  * stopped should the start fail later goes into `made` as soon as it exists.
  */
-async function buildServices(config: Config, logger: Logger, telemetry: Telemetry, registry: Registry, signer: RequestSigner | undefined, made: { engine?: QueryEngine; threads?: PartitionThreads }): Promise<Services> {
+async function buildServices(config: Config, logger: Logger, telemetry: Telemetry, registry: Registry, signer: RequestSigner | undefined, made: Made): Promise<Services> {
   const metrics = telemetry.metrics;
   const threads = partitionThreads(config, logger);
   made.threads = threads;

@@ -247,7 +247,7 @@ const entries = [
     condition: 'The invocations a subscription created that have not completed reached ingress.kafka_max_pending_invocations: its consumer pauses, and resumes by itself once half of them completed.',
     remedy: 'Nothing, if the sink catches up. Otherwise make the handler faster, look for invocations that keep failing (they count until they complete), or raise the limit.' },
   { code: 'KEEL0801', title: 'Cluster log unavailable', status: 503,
-    condition: "A partition's log in Kafka (cluster.brokers, cluster.log_topic) cannot be written or read: the brokers are down or unreachable, fewer than min.insync.replicas replicas are in sync, or the topic is missing. Appends wait and retry (up to ~15 s), then the partition stops; a takeover is tried again a second after each failure for up to a minute, then the node exits.",
+    condition: "A partition's log in Kafka (cluster.brokers, cluster.log_topic) cannot be written or read: the brokers are down or unreachable, fewer than min.insync.replicas replicas are in sync, or the topic is missing. Appends wait and retry (up to ~15 s), then the partition stops; a takeover is tried again a second after each failure, and once such failures have gone on for a minute the node exits (KEEL0802).",
     remedy: 'Check that the brokers run and this node reaches them, and that the topic has its replicas in sync (kafka-topics --describe).' },
   { code: 'KEEL0802', title: 'Partition leadership lost', status: 503,
     condition: "Another node announced a later leader epoch for the partition: this node's appends after it are void (every reader drops them) and it stops leading the partition.",

@@ -14,17 +14,28 @@ export const KAFKA_RETRY = { initialRetryTime: 100, maxRetryTime: 500, retries: 
 const ADMIN_READ_TRIES = 8;
 const ADMIN_READ_RETRY_MS = 100;
 
-/** `read` again after a retriable error, up to ADMIN_READ_TRIES, waiting longer each time (and `refresh`ing first, when given). */
-export async function retryingRead<T>(read: () => Promise<T>, refresh?: () => Promise<unknown>): Promise<T> {
+/** Whether kafkajs marks `err` itself retriable (its "retries run out" is not, whatever caused it). */
+const isRetriable = (err: unknown): boolean => (err as { retriable?: unknown } | undefined)?.retriable === true;
+
+/**
+ * `work` again after an error kafkajs marks retriable, `tries` times at most, waiting `step_ms`
+ * longer each time up to `max_ms` (running `between` first, when given), until `stopped()`.
+ */
+async function retrying<T>(work: () => Promise<T>, o: { tries: number; step_ms: number; max_ms: number; between?: () => Promise<unknown>; stopped?: () => boolean }): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await read();
+      return await work();
     } catch (err) {
-      if ((err as { retriable?: unknown }).retriable !== true || attempt >= ADMIN_READ_TRIES) throw err;
-      await refresh?.().catch(() => undefined);
-      await new Promise((r) => setTimeout(r, ADMIN_READ_RETRY_MS * attempt));
+      if (!isRetriable(err) || attempt >= o.tries || o.stopped?.() === true) throw err;
+      await o.between?.().catch(() => undefined);
+      await new Promise((resolve) => setTimeout(resolve, Math.min(o.step_ms * attempt, o.max_ms)));
     }
   }
+}
+
+/** `read` again after a retriable error, up to ADMIN_READ_TRIES, waiting longer each time (and `refresh`ing first, when given). */
+export function retryingRead<T>(read: () => Promise<T>, refresh?: () => Promise<unknown>): Promise<T> {
+  return retrying(read, { tries: ADMIN_READ_TRIES, step_ms: ADMIN_READ_RETRY_MS, max_ms: ADMIN_READ_TRIES * ADMIN_READ_RETRY_MS, ...(refresh !== undefined ? { between: refresh } : {}) });
 }
 
 /** Causes looked through for a transient one: kafkajs wraps the last error when its retries run out. */
@@ -38,7 +49,7 @@ const CAUSE_DEPTH = 8;
 export function isTransientKafkaError(err: unknown): boolean {
   let e = err;
   for (let depth = 0; depth < CAUSE_DEPTH && typeof e === 'object' && e !== null; depth++) {
-    if ((e as { retriable?: unknown }).retriable === true) return true;
+    if (isRetriable(e)) return true;
     e = (e as { cause?: unknown }).cause;
   }
   return false;
@@ -48,24 +59,30 @@ export function isTransientKafkaError(err: unknown): boolean {
 const PRODUCER_CONNECT_TRIES = 30;
 const PRODUCER_CONNECT_RETRY_MS = 100;
 
+/** Thrown by connectProducer once its client is closed. */
+export class KafkaClientClosedError extends Error {
+  override readonly name = 'KafkaClientClosedError';
+}
+
 /**
  * A producer of `create`'s, connected. An idempotent producer's connect asks one broker for its
  * producer id, and kafkajs gives up at once when that broker refuses the connection (it retries
  * Kafka's error answers only): a broker killed and not yet fenced, or one restarting, made a node
- * taking the lead exit. Such an error (retriable itself, not retries run out) is tried again with
- * a fresh producer (its metadata read anew), PRODUCER_CONNECT_TRIES at most, until `closed()`.
+ * taking the lead exit. Such an error is tried again with a fresh producer (its metadata read
+ * anew), until `closed()`. Only an error retriable itself: kafkajs's "retries run out" came after
+ * ~15 s of its own (KAFKA_RETRY), and 30 of those would hold a takeover for minutes.
  */
-export async function connectProducer(create: () => Producer, closed: () => boolean): Promise<Producer> {
-  for (let attempt = 1; ; attempt++) {
-    if (closed()) throw new Error('the Kafka client is closed');
+export function connectProducer(create: () => Producer, closed: () => boolean): Promise<Producer> {
+  const once = async (): Promise<Producer> => {
+    if (closed()) throw new KafkaClientClosedError('the Kafka client is closed');
     const producer = create();
     try {
       await producer.connect();
       return producer;
     } catch (err) {
       await producer.disconnect().catch(() => undefined);
-      if ((err as { retriable?: unknown }).retriable !== true || attempt >= PRODUCER_CONNECT_TRIES) throw err;
-      await new Promise((resolve) => setTimeout(resolve, Math.min(PRODUCER_CONNECT_RETRY_MS * attempt, 500)));
+      throw err;
     }
-  }
+  };
+  return retrying(once, { tries: PRODUCER_CONNECT_TRIES, step_ms: PRODUCER_CONNECT_RETRY_MS, max_ms: KAFKA_RETRY.maxRetryTime, stopped: closed });
 }

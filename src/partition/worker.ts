@@ -216,7 +216,7 @@ export class Worker implements Effects {
     const open = partitions.filter((p) => this.byPartition[p] !== undefined);
     if (rejected.length === 0) return { opened: open };
     // The answer carries one reason: one that is no passing trouble with Kafka where there is one
-    // (a cluster node tries a takeover again only when every partition failed for such a reason).
+    // (a cluster node tries a takeover again only when every partition that failed did so for such a reason).
     const failed = rejected.find((r) => !isTransientKafkaError(r.reason)) ?? rejected[0]!;
     return { opened: open, failure: failed.reason ?? new Error('a partition did not open (no reason given)') };
   }

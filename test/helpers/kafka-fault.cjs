@@ -1,7 +1,9 @@
 // Preloaded into a Keel server (NODE_OPTIONS=--require) by test/cluster.test.mjs: the first
-// KAFKA_FAULT_SENDS sends of kafkajs producers to topic KAFKA_FAULT_TOPIC are refused with the
-// error kafkajs gives when a broker refuses the connection (KafkaJSConnectionError, retriable),
-// without reaching a broker. A real broker refuses so only while it is down and not yet fenced
+// KAFKA_FAULT_SENDS sends of kafkajs producers to topic KAFKA_FAULT_TOPIC fail as a send fails
+// whose broker refused the connection through all of kafkajs's retries (KafkaJSNumberOfRetriesExceeded,
+// not retriable itself, caused by a KafkaJSConnectionError, retriable), without reaching a broker
+// and without the ~15 s of retries. Only `producer.send` (Keel's log without transactions), not a
+// transaction's `send`. A real broker refuses so only while it is down and not yet fenced
 // (~1.5 s in these tests), too short to aim a node's takeover at; test/kafka-log.test.mjs shows
 // the real refusal. Nothing in the server is changed: it reads kafkajs's `Kafka` off the module
 // when it builds its client (kafkajs is outside the bundle, so this is the same module).
@@ -20,7 +22,8 @@ kafkajs.Kafka.prototype.producer = function (...args) {
     if (request?.topic === topic && left > 0) {
       left -= 1;
       process.stderr.write(`kafka-fault.cjs: a send to ${topic} refused (${left} more)\n`);
-      throw new kafkajs.KafkaJSConnectionError('Connection error: connect ECONNREFUSED (refused by test/helpers/kafka-fault.cjs)', { broker: 'injected' });
+      const refused = new kafkajs.KafkaJSConnectionError('Connection error: connect ECONNREFUSED (refused by test/helpers/kafka-fault.cjs)', { broker: 'injected' });
+      throw new kafkajs.KafkaJSNumberOfRetriesExceeded(refused, { retryCount: 30, retryTime: 500 });
     }
     return send(request);
   };
