@@ -295,8 +295,8 @@ export class ClusterNode {
   /**
    * A takeover that failed for some of `take`. The cluster log out of reach for a moment (a
    * broker restarting, a leader moving): those still assigned here are taken over again in
-   * REFOLLOW_MS; no new try starts once such failures have gone on for TAKEOVER_RETRY_LIMIT_MS,
-   * and the node is deposed (throws). A node stopping keeps what opened. With the partitions spread, a node that
+   * REFOLLOW_MS; once such failures have gone on for TAKEOVER_RETRY_LIMIT_MS the node is
+   * deposed (throws). A node stopping keeps what opened. With the partitions spread, a node that
    * joined meanwhile may have been given them and announced first: no longer assigned here, they
    * are left to it (the next reconciliation follows them). One still assigned here was taken by a
    * node this one does not know of: it is deposed (throws). Returns the partitions that opened.
@@ -327,7 +327,7 @@ export class ClusterNode {
     for (const p of [...this.leading].filter((p) => !want.has(p))) await this.handOver(p);
     let take = view.assigned.filter((p) => !this.leading.has(p));
     if (take.length === 0) this.takeoverFailingSince = undefined;
-    if (take.length > 0) {
+    else {
       const started = performance.now();
       for (const p of take) this.taking.add(p);
       await this.stopFollowing(take);
@@ -338,20 +338,10 @@ export class ClusterNode {
       } finally {
         this.taking.clear();
       }
-      for (const p of take) this.leading.add(p);
-      // One node leading every partition starts the work beside them once it leads them all (a
-      // takeover tried again leaves some unled a moment): the subscriptions read every partition.
-      if (!this.workStarted && take.length > 0 && (this.spread || this.leading.size === this.partitions)) {
-        this.workStarted = true;
-        this.stopActive = await this.hooks.startWork(this.log);
-        this.watchPartitions();
-      }
-      const epochs = Object.fromEntries(take.map((p) => [p, this.log.epochs.get(p)]));
-      if (take.length > 0) this.logger.info({ node: this.self.node, partitions: take, took_ms: Math.round(performance.now() - started), epochs }, this.leading.size === this.partitions ? 'this node is active: it leads every partition' : `this node leads ${this.leading.size} of ${this.partitions} partitions`);
+      if (take.length > 0) await this.led(take, started);
     }
-    // Not those assigned here that are not led yet: a takeover is tried again for them in a moment.
-    const pending = new Set(this.view.assigned);
-    const follow = Array.from({ length: this.partitions }, (_, p) => p).filter((p) => !this.leading.has(p) && !this.followers.has(p) && !pending.has(p));
+    // Not those assigned here and not led yet: a takeover is tried again for them in a moment.
+    const follow = Array.from({ length: this.partitions }, (_, p) => p).filter((p) => !this.leading.has(p) && !this.followers.has(p) && !want.has(p));
     if (follow.length > 0 && !this.stopping) {
       const followers = await this.hooks.follow(this.log, follow).catch((err: unknown) => {
         this.logger.warn({ err, code: 'KEEL0801', partitions: follow }, `cannot follow the partition logs; trying again in ${REFOLLOW_MS} ms (meanwhile this node catches up when it takes the lead)`);
@@ -360,6 +350,20 @@ export class ClusterNode {
       });
       for (const f of followers) this.watchFollower(f);
     }
+  }
+
+  /** `take` is led from now on (taken over since `started`); the work beside the partitions starts with the first. */
+  private async led(take: number[], started: number): Promise<void> {
+    for (const p of take) this.leading.add(p);
+    // One node leading every partition starts that work once it leads them all (a takeover tried
+    // again leaves some unled a moment): the subscriptions read every partition.
+    if (!this.workStarted && (this.spread || this.leading.size === this.partitions)) {
+      this.workStarted = true;
+      this.stopActive = await this.hooks.startWork(this.log);
+      this.watchPartitions();
+    }
+    const epochs = Object.fromEntries(take.map((p) => [p, this.log.epochs.get(p)]));
+    this.logger.info({ node: this.self.node, partitions: take, took_ms: Math.round(performance.now() - started), epochs }, this.leading.size === this.partitions ? 'this node is active: it leads every partition' : `this node leads ${this.leading.size} of ${this.partitions} partitions`);
   }
 
   /** A follower that fails is replaced a moment later (reads on this node leave its partition out meanwhile). */

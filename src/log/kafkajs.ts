@@ -19,23 +19,23 @@ const isRetriable = (err: unknown): boolean => (err as { retriable?: unknown } |
 
 /**
  * `work` again after an error kafkajs marks retriable, `tries` times at most, waiting `step_ms`
- * longer each time up to `max_ms` (running `between` first, when given), until `stopped()`.
+ * longer each time, up to `max_ms` where given (running `between` first, when given).
  */
-async function retrying<T>(work: () => Promise<T>, o: { tries: number; step_ms: number; max_ms: number; between?: () => Promise<unknown>; stopped?: () => boolean }): Promise<T> {
+async function retrying<T>(work: () => Promise<T>, o: { tries: number; step_ms: number; max_ms?: number; between?: () => Promise<unknown> }): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await work();
     } catch (err) {
-      if (!isRetriable(err) || attempt >= o.tries || o.stopped?.() === true) throw err;
+      if (!isRetriable(err) || attempt >= o.tries) throw err;
       await o.between?.().catch(() => undefined);
-      await new Promise((resolve) => setTimeout(resolve, Math.min(o.step_ms * attempt, o.max_ms)));
+      await new Promise((resolve) => setTimeout(resolve, Math.min(o.step_ms * attempt, o.max_ms ?? Infinity)));
     }
   }
 }
 
 /** `read` again after a retriable error, up to ADMIN_READ_TRIES, waiting longer each time (and `refresh`ing first, when given). */
 export function retryingRead<T>(read: () => Promise<T>, refresh?: () => Promise<unknown>): Promise<T> {
-  return retrying(read, { tries: ADMIN_READ_TRIES, step_ms: ADMIN_READ_RETRY_MS, max_ms: ADMIN_READ_TRIES * ADMIN_READ_RETRY_MS, ...(refresh !== undefined ? { between: refresh } : {}) });
+  return retrying(read, { tries: ADMIN_READ_TRIES, step_ms: ADMIN_READ_RETRY_MS, ...(refresh !== undefined ? { between: refresh } : {}) });
 }
 
 /** Causes looked through for a transient one: kafkajs wraps the last error when its retries run out. */
@@ -59,22 +59,17 @@ export function isTransientKafkaError(err: unknown): boolean {
 const PRODUCER_CONNECT_TRIES = 30;
 const PRODUCER_CONNECT_RETRY_MS = 100;
 
-/** Thrown by connectProducer once its client is closed. */
-export class KafkaClientClosedError extends Error {
-  override readonly name = 'KafkaClientClosedError';
-}
-
 /**
  * A producer of `create`'s, connected. An idempotent producer's connect asks one broker for its
  * producer id, and kafkajs gives up at once when that broker refuses the connection (it retries
  * Kafka's error answers only): a broker killed and not yet fenced, or one restarting, made a node
  * taking the lead exit. Such an error is tried again with a fresh producer (its metadata read
- * anew), until `closed()`. Only an error retriable itself: kafkajs's "retries run out" came after
+ * anew); none once `closed()`. Only an error retriable itself: kafkajs's "retries run out" came after
  * ~15 s of its own (KAFKA_RETRY), and 30 of those would hold a takeover for minutes.
  */
 export function connectProducer(create: () => Producer, closed: () => boolean): Promise<Producer> {
   const once = async (): Promise<Producer> => {
-    if (closed()) throw new KafkaClientClosedError('the Kafka client is closed');
+    if (closed()) throw new Error('the Kafka client is closed');
     const producer = create();
     try {
       await producer.connect();
@@ -84,5 +79,5 @@ export function connectProducer(create: () => Producer, closed: () => boolean): 
       throw err;
     }
   };
-  return retrying(once, { tries: PRODUCER_CONNECT_TRIES, step_ms: PRODUCER_CONNECT_RETRY_MS, max_ms: KAFKA_RETRY.maxRetryTime, stopped: closed });
+  return retrying(once, { tries: PRODUCER_CONNECT_TRIES, step_ms: PRODUCER_CONNECT_RETRY_MS, max_ms: KAFKA_RETRY.maxRetryTime });
 }
