@@ -365,3 +365,57 @@ t.test('a takeover the cluster log refuses for a moment is tried again: the stan
   const after = await call(b, '/Counter/k/add', 1);
   t.same([after.status, after.body], [200, 6], "b goes on from a's state: 6");
 });
+
+/** A standby whose every send to the cluster log `topic` is refused as a broker refuses a connection (kafka-fault.cjs). */
+function refusedStandby(t, topic) {
+  const fault = fileURLToPath(new URL('./helpers/kafka-fault.cjs', import.meta.url));
+  return node(t, 'b', topic, [], { NODE_OPTIONS: `--require ${fault}`, KAFKA_FAULT_TOPIC: topic, KAFKA_FAULT_SENDS: String(Number.MAX_SAFE_INTEGER) });
+}
+
+/** Waits until `keel` follows every partition (it can take the lead from there). */
+const following = (keel) => eventually(async () => (await admin(keel, 'GET', '/cluster')).json?.partitions?.every((p) => Number.isSafeInteger(p.applied_position)), { timeout_ms: 30_000 });
+
+const takeoverRetries = (keel) => keel.logLines('KEEL0801').filter((l) => /taking over partitions failed/.test(l.msg));
+
+t.test('a takeover the cluster log goes on refusing is given up after a minute: the standby says so (KEEL0802) and exits 1', async (t) => {
+  const topic = `keel-${++topics}`;
+  const a = await active(await node(t, 'a', topic));
+  const b = await refusedStandby(t, topic);
+  await following(b);
+  await a.kill('SIGKILL');
+  const killed = performance.now();
+  const exit = await Promise.race([b.exited, sleep(120_000).then(() => 'running')]);
+  const took_s = (performance.now() - killed) / 1000;
+  t.same(exit, { code: 1, signal: null }, `b exits with status 1 (${took_s.toFixed(1)} s after a's SIGKILL)`);
+  // 2 s of session before b is chosen, then a minute of tries a second apart.
+  t.ok(took_s >= 60 && took_s < 90, `after about a minute of tries (${took_s.toFixed(1)} s)`);
+  const retried = takeoverRetries(b);
+  t.ok(retried.length >= 30, `tried again about every second meanwhile (${retried.length} KEEL0801 warnings)`);
+  t.ok(retried.every((l) => l.partitions.length === 4 && l.level === 40), 'each naming the four partitions it could not take, as a warning');
+  const failing = retried.map((l) => l.failing_ms);
+  t.ok(failing.every((ms, i) => i === 0 || ms > failing[i - 1]) && failing.at(-1) >= 55_000 && failing.at(-1) < 60_000, `counting how long the log has refused (${failing[0]} ms … ${failing.at(-1)} ms)`);
+  const fatal = b.logLines('KEEL0802').filter((l) => l.level === 60);
+  t.equal(fatal.length, 1, 'then one fatal line');
+  t.match(fatal[0]?.msg, /taking the lead failed/, 'saying that taking the lead failed');
+  t.notOk((await admin(b, 'GET', '/cluster').catch(() => undefined))?.json, 'and nothing answers for it');
+});
+
+// The takeover's tries fail at once here, so the SIGTERM comes between two: the wait for the next
+// try does not outlive the stop, and no try deposes a node that is stopping.
+t.test('a standby stopped (SIGTERM) between tries of a takeover stops cleanly: status 0, no fatal line', async (t) => {
+  const topic = `keel-${++topics}`;
+  const a = await active(await node(t, 'a', topic));
+  const b = await refusedStandby(t, topic);
+  await following(b);
+  await a.kill('SIGKILL');
+  await eventually(async () => takeoverRetries(b).length >= 2, { timeout_ms: 30_000 });
+  const asked = performance.now();
+  b.proc.kill('SIGTERM');
+  const exit = await Promise.race([b.exited, sleep(30_000).then(() => 'running')]);
+  const took_s = (performance.now() - asked) / 1000;
+  t.same(exit, { code: 0, signal: null }, `b exits with status 0 (${took_s.toFixed(1)} s after the SIGTERM)`);
+  t.ok(took_s < 15, 'promptly');
+  t.same(b.logLines('KEEL0802'), [], 'not deposed: no KEEL0802');
+  const fatal = b.output.split('\n').filter((l) => l.startsWith('{') && JSON.parse(l).level >= 60);
+  t.same(fatal, [], 'no fatal line');
+});
