@@ -285,6 +285,37 @@ t.test('a worker opening partitions keeps those that open and answers why anothe
   t.same(await worker.openPartitions([0]), { opened: [0] }, 'asking again for one open already: open, nothing failed');
 });
 
+t.test('partitions failing for different reasons: the answer names a lasting failure before a passing one (a cluster node retries only those)', async (t) => {
+  const { default: kafkajs } = await import('kafkajs');
+  const { fsmTable } = await import('../dist/storage/tables/fsm.js');
+  const { isTransientKafkaError } = await import('../dist/log/kafkajs.js');
+  const store = await workerStore(t, { partitions: 3 });
+  const { db } = store;
+  // Partition 0 fails as a Kafka broker refusing a connection does, partition 1 on counters that
+  // are not JSON (its store is damaged), partition 2 opens. The refusal comes first in order.
+  const get = db.get.bind(db);
+  let refusals = 0;
+  db.get = (key, ...rest) => {
+    if (key === fsmTable.key(0) && refusals-- > 0) return Promise.reject(new kafkajs.KafkaJSNumberOfRetriesExceeded(new kafkajs.KafkaJSConnectionError('Connection error: connect ECONNREFUSED'), { retryCount: 5, retryTime: 100 }));
+    return get(key, ...rest);
+  };
+  await db.put(fsmTable.key(1), Buffer.from('{not json'));
+  refusals = 1;
+  const worker = store.worker();
+  const answer = await worker.open(db);
+  t.same(answer.opened, [2], 'the partition that could open is open');
+  t.type(answer.failure, SyntaxError, "the answer names partition 1's lasting failure, not partition 0's refusal");
+  t.notOk(isTransientKafkaError(answer.failure), 'which a cluster node does not try again');
+
+  // Partition 1 mended: the refusal alone is the answer, and it is a passing one.
+  await db.del(fsmTable.key(1));
+  refusals = 1;
+  const again = await worker.openPartitions([0, 1, 2]);
+  t.same(again.opened, [1, 2], 'partition 1 opens now; 2 stays open');
+  t.ok(isTransientKafkaError(again.failure), `the refusal is the answer, a passing one (${again.failure?.message})`);
+  t.same((await worker.openPartitions([0, 1, 2])).opened, [0, 1, 2], 'and partition 0 opens when asked again');
+});
+
 t.test('a notification folded in the batch that starts an attempt is not forwarded as well: the start sends it with the journal', async (t) => {
   const store = await workerStore(t, { partitions: 1 });
   const worker = store.worker();
