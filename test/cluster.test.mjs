@@ -341,22 +341,44 @@ t.test('a Kafka subscription consumed on the active node goes on from its positi
   }
 });
 
+/**
+ * Standby `b`, whose first `sends` sends to the cluster log `topic` are refused as a broker refuses a
+ * connection (test/helpers/kafka-fault.cjs says why that is injected); every one by default.
+ */
+function refusedStandby(t, topic, sends = Number.MAX_SAFE_INTEGER) {
+  const fault = fileURLToPath(new URL('./helpers/kafka-fault.cjs', import.meta.url));
+  return node(t, 'b', topic, [], { NODE_OPTIONS: `--require ${fault}`, KAFKA_FAULT_TOPIC: topic, KAFKA_FAULT_SENDS: String(sends) });
+}
+
+/** Waits until `keel` follows every partition (it can take the lead from there). */
+const following = (keel) => eventually(async () => (await admin(keel, 'GET', '/cluster')).json?.partitions?.every((p) => Number.isSafeInteger(p.applied_position)), { timeout_ms: 30_000 });
+
+const takeoverRetries = (keel) => keel.logLines('KEEL0801').filter((l) => /taking over partitions failed/.test(l.msg));
+
+/** A standby whose sends to the log are all refused, once the active node beside it is SIGKILLed (it follows every partition first). */
+async function refusedStandbyAlone(t) {
+  const topic = `keel-${++topics}`;
+  const a = await active(await node(t, 'a', topic));
+  const b = await refusedStandby(t, topic);
+  await following(b);
+  await a.kill('SIGKILL');
+  return b;
+}
+
 t.test('a takeover the cluster log refuses for a moment is tried again: the standby becomes active rather than exit', async (t) => {
   const topic = `keel-${++topics}`;
   const a = await active(await node(t, 'a', topic));
   // b's first two sends to the log (announcements: one per partition, the four at once) are
-  // refused as a broker refuses a connection (test/helpers/kafka-fault.cjs says why it is
-  // injected): two partitions open, two are taken over again a second later.
-  const fault = fileURLToPath(new URL('./helpers/kafka-fault.cjs', import.meta.url));
-  const b = await node(t, 'b', topic, [], { NODE_OPTIONS: `--require ${fault}`, KAFKA_FAULT_TOPIC: topic, KAFKA_FAULT_SENDS: '2' });
+  // refused: two partitions open, two are taken over again a second later.
+  const b = await refusedStandby(t, topic, 2);
   await register(a, endpoint);
   const before = await call(a, '/Counter/k/add', 5);
   t.same([before.status, before.body], [200, 5], 'a counts to 5');
-  await eventually(async () => (await admin(b, 'GET', '/cluster')).json?.partitions?.every((p) => Number.isSafeInteger(p.applied_position)), { timeout_ms: 30_000 });
+  await following(b);
   await a.kill('SIGKILL');
   await active(b);
   t.equal(b.proc.exitCode, null, 'b runs on');
-  const retried = b.logLines('KEEL0801').filter((l) => /taking over partitions failed/.test(l.msg));
+  const retried = takeoverRetries(b);
   t.ok(retried.length >= 1, `b logged the refused takeover and tried again (${retried.map((l) => `partitions ${l.partitions}, failing for ${l.failing_ms} ms`).join('; ')})`);
   t.equal(retried[0].partitions.length, 2, 'for the two partitions whose announcement was refused');
   t.same((await admin(b, 'GET', '/cluster')).json.partitions.map((p) => p.leader), ['b', 'b', 'b', 'b'], 'b leads all four now');
@@ -366,23 +388,8 @@ t.test('a takeover the cluster log refuses for a moment is tried again: the stan
   t.same([after.status, after.body], [200, 6], "b goes on from a's state: 6");
 });
 
-/** A standby whose every send to the cluster log `topic` is refused as a broker refuses a connection (kafka-fault.cjs). */
-function refusedStandby(t, topic) {
-  const fault = fileURLToPath(new URL('./helpers/kafka-fault.cjs', import.meta.url));
-  return node(t, 'b', topic, [], { NODE_OPTIONS: `--require ${fault}`, KAFKA_FAULT_TOPIC: topic, KAFKA_FAULT_SENDS: String(Number.MAX_SAFE_INTEGER) });
-}
-
-/** Waits until `keel` follows every partition (it can take the lead from there). */
-const following = (keel) => eventually(async () => (await admin(keel, 'GET', '/cluster')).json?.partitions?.every((p) => Number.isSafeInteger(p.applied_position)), { timeout_ms: 30_000 });
-
-const takeoverRetries = (keel) => keel.logLines('KEEL0801').filter((l) => /taking over partitions failed/.test(l.msg));
-
 t.test('a takeover the cluster log goes on refusing is given up after a minute: the standby says so (KEEL0802) and exits 1', async (t) => {
-  const topic = `keel-${++topics}`;
-  const a = await active(await node(t, 'a', topic));
-  const b = await refusedStandby(t, topic);
-  await following(b);
-  await a.kill('SIGKILL');
+  const b = await refusedStandbyAlone(t);
   const killed = performance.now();
   const exit = await Promise.race([b.exited, sleep(120_000).then(() => 'running')]);
   const took_s = (performance.now() - killed) / 1000;
@@ -403,11 +410,7 @@ t.test('a takeover the cluster log goes on refusing is given up after a minute: 
 // The takeover's tries fail at once here, so the SIGTERM comes between two: the wait for the next
 // try does not outlive the stop, and no try deposes a node that is stopping.
 t.test('a standby stopped (SIGTERM) between tries of a takeover stops cleanly: status 0, no fatal line', async (t) => {
-  const topic = `keel-${++topics}`;
-  const a = await active(await node(t, 'a', topic));
-  const b = await refusedStandby(t, topic);
-  await following(b);
-  await a.kill('SIGKILL');
+  const b = await refusedStandbyAlone(t);
   await eventually(async () => takeoverRetries(b).length >= 2, { timeout_ms: 30_000 });
   const asked = performance.now();
   b.proc.kill('SIGTERM');
