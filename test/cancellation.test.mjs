@@ -159,6 +159,51 @@ t.test('kill/cancel/purge of completed and running invocations', async (t) => {
   t.equal((await query(keel, `select id from sys_invocation where id = '${done}'`)).length, 0);
 });
 
+t.test('each refusal of a manage action answers its own code, with the status the catalogue gives it, and a warning', async (t) => {
+  const keel = await setup(t);
+  const refused = async (id, action, status, code, message) => {
+    const r = await adminCall(keel, 'PATCH', `/invocations/${id}/${action}`);
+    t.same([r.status, r.json], [status, { message: `[${code}] ${message}`, restate_code: code }], `${action}: ${status} ${code}`);
+    const catalogued = await adminCall(keel, 'GET', `/errors/${code}`);
+    t.equal(catalogued.json?.status, status, `${code} is catalogued with ${status}`);
+  };
+  const unknown = (await ingress(keel, '/Echo/echo', { tag: tag('unknown') })).headers.get('x-restate-id');
+  t.equal((await adminCall(keel, 'PATCH', `/invocations/${unknown}/purge`)).status, 200, 'purged: its id is now unknown');
+  await refused(unknown, 'cancel', 404, 'KEEL0004', `The requested invocation '${unknown}' does not exist`);
+
+  const done = (await ingress(keel, '/Echo/echo', { tag: tag('done') })).headers.get('x-restate-id');
+  await refused(done, 'kill', 409, 'KEEL0008', `The invocation '${done}' was already completed.`);
+  await refused(done, 'resume', 409, 'KEEL0008', `The invocation '${done}' was already completed.`);
+  await refused(done, 'pause', 409, 'KEEL0008', `The invocation '${done}' is completed: only running invocations can be paused.`);
+
+  const tg = tag('held');
+  const holding = await send(keel, '/LockObj/k1/hold', tg);
+  await published(tg);
+  await refused(holding, 'purge', 409, 'KEEL0008', `The invocation '${holding}' is not completed.`);
+  await refused(holding, 'restart-as-new', 409, 'KEEL0008', `The invocation '${holding}' is still running.`);
+  const waiting = await send(keel, '/LockObj/k1/quick', tag('waiting'));
+  await eventually(async () => (await query(keel, `select status from sys_invocation_status where id = '${waiting}'`))[0]?.status === 'inboxed');
+  await refused(waiting, 'resume', 425, 'KEEL0017', `The invocation '${waiting}' has not started yet.`);
+
+  const run = (await ingress(keel, '/Once/w1/run', 'x')).headers.get('x-restate-id');
+  await refused(run, 'restart-as-new', 422, 'KEEL0018', `The invocation '${run}' is the run of workflow Once/w1: workflow runs cannot be restarted as new.`);
+  for (const code of ['KEEL0004', 'KEEL0008', 'KEEL0017', 'KEEL0018']) {
+    t.ok(keel.logLines(code).some((l) => l.level === 40 && l.msg === 'admin request failed'), `${code} logged as a warning`);
+  }
+  await adminCall(keel, 'PATCH', `/invocations/${holding}/kill`);
+});
+
+t.test('restart-as-new of an invocation whose journal retention ended: 410 KEEL0019, its input is gone', async (t) => {
+  // Its idempotency key keeps its status a day (the default idempotency retention); its journal goes at once.
+  const keel = await setup(t, { KEEL_DEFAULT_JOURNAL_RETENTION: '0s', KEEL_WORKER__CLEANUP_INTERVAL: '200ms' });
+  const done = (await ingress(keel, '/Echo/echo', { tag: tag('gone') }, { 'idempotency-key': 'gone-1' })).headers.get('x-restate-id');
+  await eventually(() => keel.output.includes('retention cleanup: expired invocations purged'), { timeout_ms: 10_000 });
+  t.equal((await invocationRow(keel, done))?.status, 'completed', 'its status is kept');
+  const r = await adminCall(keel, 'PATCH', `/invocations/${done}/restart-as-new`);
+  t.same([r.status, r.json], [410, { message: `[KEEL0019] The input of '${done}' is gone (its journal retention ended).`, restate_code: 'KEEL0019' }]);
+  t.equal((await adminCall(keel, 'GET', '/errors/KEEL0019')).json?.status, 410, 'the catalogue gives 410');
+});
+
 t.test('pause a retrying invocation, fix the handler, resume: it completes', async (t) => {
   const keel = await setup(t);
   const tg = tag('pause');

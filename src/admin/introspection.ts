@@ -1,6 +1,7 @@
 // What the admin API needs from the partitions to answer `/query` and manage invocations, and
 // the mapping of that live data to the introspection tables (Restate 1.7 `sys_*` schema).
 
+import { KeelError } from '../errors/index.js';
 import type { Registry } from '../metadata/registry.js';
 import type { InvocationStatus } from '../partition/state.js';
 import type { UserLimitRow } from '../partition/flow-control.js';
@@ -51,6 +52,15 @@ export interface PartitionInfo {
 
 export type ManageAction = 'cancel' | 'kill' | 'pause' | 'resume' | 'purge' | 'restart-as-new';
 
+/** The refusal of a manage action naming an invocation that does not exist (Restate's words). */
+export const unknownInvocation = (id: string): KeelError => new KeelError('KEEL0004', `The requested invocation '${id}' does not exist`);
+
+/** What a manage action answers (Restate's statuses): 202 for what goes on in the background, the new id of a restart. */
+export interface ManageAnswer {
+  status: 200 | 202;
+  body?: { new_invocation_id: string };
+}
+
 /** Status changes of a durable batch: the status as stored (JSON), or null when purged. */
 export type InvocationChanges = Array<[id: string, status: Uint8Array | null]>;
 
@@ -97,7 +107,12 @@ export interface IntrospectionSource {
   userLimits?(): AsyncIterable<UserLimitRow & { partition_key: bigint }>;
   locks(): AsyncIterable<LockRow>;
   promises(): AsyncIterable<{ service: string; key: string; name: string; scope?: string; completed: boolean; value?: Buffer; failure?: { code: number; message: string } }>;
-  manage(id: string, action: ManageAction): Promise<{ status: number; body?: unknown }>;
+  /**
+   * Cancels, kills, purges, pauses, resumes or restarts as new: the answer's status (202 for what
+   * goes on in the background) and body. A refusal throws the KeelError naming it: KEEL0004 for an
+   * unknown invocation, KEEL0008 for one not in a state for the action, KEEL0017-KEEL0019.
+   */
+  manage(id: string, action: ManageAction): Promise<ManageAnswer>;
   /**
    * Replaces the whole state of one object/workflow key (`POST /services/{svc}/state`).
    * `version` is what the CLI computed over the state it read (see `stateVersion`); apply
@@ -138,7 +153,7 @@ export const emptySource: IntrospectionSource = {
   inbox: async function* () {},
   locks: async function* () {},
   promises: async function* () {},
-  manage: async () => ({ status: 501, body: { message: '[KEEL0009] invocation management is not available on this server', restate_code: 'KEEL0009' } }),
+  manage: () => Promise.reject(new KeelError('KEEL0009', 'invocation management is not available on this server')),
 };
 
 export { stateVersion } from '../partition/state-version.js';

@@ -9,7 +9,7 @@ import { objectKeyOf, splitObjectKey } from '../storage/keys.js';
 import { KeelError } from '../errors/index.js';
 import { splitPromiseKey } from '../storage/tables/promises.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
-import type { FlowEntry, FlowQueueRow, IntrospectionSource, InvocationChanges, LockRow, ManageAction, PartitionInfo, RawJournalEntry, StateEntryRow, StepAttempts, Wait } from './introspection.js';
+import { unknownInvocation, type FlowEntry, type FlowQueueRow, type IntrospectionSource, type InvocationChanges, type LockRow, type ManageAction, type ManageAnswer, type PartitionInfo, type RawJournalEntry, type StateEntryRow, type StepAttempts, type Wait } from './introspection.js';
 import { nextAttempt } from '../storage/tables/invocations.js';
 
 /** The admin API's view of the partitions, through the worker's read interface. */
@@ -196,55 +196,44 @@ export class WorkerIntrospection implements IntrospectionSource {
     });
   }
 
-  async manage(idText: string, action: ManageAction): Promise<{ status: number; body?: unknown }> {
+  async manage(idText: string, action: ManageAction): Promise<ManageAnswer> {
     const id = InvocationId.parse(idText);
     const s = id === undefined ? undefined : this.worker.invocation(id);
-    if (id === undefined || s === undefined) return { status: 404 };
+    if (id === undefined || s === undefined) throw unknownInvocation(idText);
     const done = s.status === 'completed';
-    const notDone = { status: 409, body: { message: `The invocation '${idText}' is not completed.`, restate_code: null } };
+    const refuse = (state: string) => new KeelError('KEEL0008', `The invocation '${idText}' ${state}.`);
     const append = (kind: CommandKind) => this.worker.append(id, kind);
     switch (action) {
       case 'cancel':
-        if (done) return { status: 409 };
-        await append({ kind: 'manage', manage: { invocation_id: id.bytes, action: Action.CANCEL } });
-        return { status: 202 };
       case 'kill':
-        if (done) return { status: 409 };
-        await append({ kind: 'manage', manage: { invocation_id: id.bytes, action: Action.KILL } });
-        return { status: 200 };
+        if (done) throw refuse('was already completed');
+        await append({ kind: 'manage', manage: { invocation_id: id.bytes, action: action === 'kill' ? Action.KILL : Action.CANCEL } });
+        return { status: action === 'kill' ? 200 : 202 };
       case 'pause':
         if (s.status === 'paused') return { status: 200 };
-        if (!['running', 'backing-off', 'suspended'].includes(s.status)) {
-          return { status: 409, body: { message: `The invocation '${idText}' is ${s.status}: only running invocations can be paused.`, restate_code: null } };
-        }
+        if (!['running', 'backing-off', 'suspended'].includes(s.status)) throw refuse(`is ${s.status}: only running invocations can be paused`);
         await append({ kind: 'manage', manage: { invocation_id: id.bytes, action: Action.PAUSE } });
         return { status: 202 };
       case 'resume':
-        if (done) return { status: 409, body: { message: `The invocation '${idText}' was already completed.`, restate_code: null } };
-        if (s.status === 'inboxed' || s.status === 'scheduled') return { status: 425, body: { message: `The invocation '${idText}' has not started yet.`, restate_code: null } };
+        if (done) throw refuse('was already completed');
+        if (s.status === 'inboxed' || s.status === 'scheduled') throw new KeelError('KEEL0017', `The invocation '${idText}' has not started yet.`);
         await append({ kind: 'manage', manage: { invocation_id: id.bytes, action: Action.RESUME } });
         return { status: 200 };
       case 'purge':
-        if (!done) return notDone;
+        if (!done) throw refuse('is not completed');
         await append({ kind: 'purge', purge: { invocation_id: id.bytes } });
         return { status: 200 };
       case 'restart-as-new':
+        if (!done) throw refuse('is still running');
         return this.restartAsNew(id, s);
     }
   }
 
   /** A completed invocation runs again from its input, under a new id. */
-  private async restartAsNew(id: InvocationId, s: InvocationStatus): Promise<{ status: number; body?: unknown }> {
-    if (s.status !== 'completed') {
-      return { status: 409, body: { message: `The invocation '${id.text}' is still running.`, restate_code: null } };
-    }
-    if (s.service_type === 'Workflow' && s.handler_type === 'Workflow') {
-      return { status: 422, body: { message: 'workflow runs cannot be restarted as new', restate_code: null } };
-    }
+  private async restartAsNew(id: InvocationId, s: InvocationStatus): Promise<ManageAnswer> {
+    if (s.service_type === 'Workflow' && s.handler_type === 'Workflow') throw new KeelError('KEEL0018', `The invocation '${id.text}' is the run of workflow ${s.service}/${s.key}: workflow runs cannot be restarted as new.`);
     const first = await this.worker.readJournalEntry(id, 0);
-    if (first === undefined || s.journal_length === 0) {
-      return { status: 410, body: { message: `The input of '${id.text}' is gone (journal retention).`, restate_code: null } };
-    }
+    if (first === undefined || s.journal_length === 0) throw new KeelError('KEEL0019', `The input of '${id.text}' is gone (its journal retention ended).`);
     const input = decode(pb.Input, first.payload);
     // A scoped invocation restarts in its scope, on its scope's partition, under its limits.
     const pk = s.scope !== undefined ? scopePartitionKey(s.scope) : s.service_type === 'Service' ? this.worker.localPartitionKey() : objectPartitionKey(s.service, s.key);

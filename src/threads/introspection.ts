@@ -7,7 +7,7 @@ import type { UserLimitRow } from '../partition/flow-control.js';
 import type { InvocationStatus } from '../partition/state.js';
 import type { ScheduleRecord } from '../storage/tables/schedules.js';
 import type { SubscriptionStatus } from '../subscriptions/manager.js';
-import type { FlowEntry, FlowQueueRow, IntrospectionSource, InvocationChanges, LockRow, ManageAction, PartitionInfo, RawJournalEntry, StateEntryRow, StepAttempts, Wait } from '../admin/introspection.js';
+import { unknownInvocation, type FlowEntry, type FlowQueueRow, type IntrospectionSource, type InvocationChanges, type LockRow, type ManageAction, type ManageAnswer, type PartitionInfo, type RawJournalEntry, type StateEntryRow, type StepAttempts, type Wait } from '../admin/introspection.js';
 import type { PartitionThreads } from './partition-threads.js';
 
 type Candidates = { sample: InvocationStatus[]; suspended: number; other: Record<string, number> };
@@ -88,9 +88,9 @@ export class ThreadedIntrospection implements IntrospectionSource {
     return this.threads.rows('promises');
   }
 
-  manage(id: string, action: ManageAction): Promise<{ status: number; body?: unknown }> {
+  manage(id: string, action: ManageAction): Promise<ManageAnswer> {
     const parsed = InvocationId.parse(id);
-    return parsed === undefined ? Promise.resolve({ status: 404 }) : this.threads.callAt(parsed.partitionKey, 'manage', [id, action]);
+    return parsed === undefined ? Promise.reject(unknownInvocation(id)) : this.threads.callAt(parsed.partitionKey, 'manage', [id, action]);
   }
 
   setState(service: string, key: string, entries: Map<string, Buffer>, version?: string): Promise<void> {

@@ -101,4 +101,12 @@ export const echo = restate.service({
   },
 });
 
-export const cancelServices = [blocker, parent, canceller, lockObj, flaky, echo];
+/** A workflow that returns at once: a completed run to refuse restarting as new. */
+export const once = restate.workflow({
+  name: 'Once',
+  handlers: {
+    run: async (ctx, x) => `ran ${x}`,
+  },
+});
+
+export const cancelServices = [blocker, parent, canceller, lockObj, flaky, echo, once];

@@ -3,6 +3,8 @@
 import { InvocationId, randomPartitionKey } from '../../dist/common/ids.js';
 import { Registry } from '../../dist/metadata/registry.js';
 import { createAdminServer } from '../../dist/admin/server.js';
+import { unknownInvocation } from '../../dist/admin/introspection.js';
+import { KeelError } from '../../dist/errors/index.js';
 import { silentLogger } from '../../dist/common/logger.js';
 import { MessageType, encode, pb } from '../../dist/protocol/messages.js';
 import { tempDir, testConfig, serveH2, greeter, counter } from './meta-helpers.mjs';
@@ -68,8 +70,8 @@ export function fakeSource(deploymentId) {
     manage: async (id, action) => {
       calls.push([id, action]);
       const s = invocations.get(id);
-      if (!s) return { status: 404 };
-      if ((action === 'kill' || action === 'cancel') && s.status === 'completed') return { status: 409 };
+      if (!s) throw unknownInvocation(id);
+      if ((action === 'kill' || action === 'cancel') && s.status === 'completed') throw new KeelError('KEEL0008', `The invocation '${id}' was already completed.`);
       if (action === 'kill') { s.status = 'completed'; s.result = { failure: { code: 409, message: 'killed' } }; changed(id); return { status: 200 }; }
       if (action === 'cancel') return { status: 202 };
       if (action === 'purge') { invocations.delete(id); changed(id); return { status: 200 }; }

@@ -2,8 +2,7 @@ import type { FastifyInstance, FastifyReply } from 'fastify';
 import { InvocationId } from '../../common/ids.js';
 import { KeelError } from '../../errors/index.js';
 import type { AdminContext } from '../context.js';
-import type { ManageAction } from '../introspection.js';
-import { errorBody } from '../errors.js';
+import type { ManageAction, ManageAnswer } from '../introspection.js';
 
 const MANAGE_ACTIONS: readonly ManageAction[] = ['cancel', 'kill', 'purge', 'pause', 'resume', 'restart-as-new'];
 
@@ -11,27 +10,10 @@ function checkInvocationId(id: string): void {
   if (!InvocationId.parse(id)) throw new KeelError('KEEL0003', "The request field 'invocation_id' is invalid. Reason: bad format");
 }
 
-/** The answer of a manage action, with Restate's messages where the source gave no body. */
-function manageReply(reply: FastifyReply, id: string, action: ManageAction, r: { status: number; body?: unknown }): FastifyReply {
-  let body = r.body;
-  if (r.status >= 400) {
-    const code = r.status === 404 ? 'KEEL0004' : 'KEEL0008';
-    if (body === undefined || body === null || body === '') {
-      const message =
-        r.status === 404
-          ? `The requested invocation '${id}' does not exist`
-          : r.status === 409 && (action === 'kill' || action === 'cancel')
-            ? `The invocation '${id}' was already completed.`
-            : `Cannot ${action} invocation '${id}'`;
-      body = errorBody(`[${code}] ${message}`, code);
-    } else if (typeof body === 'string') {
-      body = errorBody(`[${code}] ${body}`, code);
-    } else if (typeof body === 'object' && (body as { restate_code?: unknown }).restate_code === null) {
-      body = errorBody(`[${code}] ${(body as { message: string }).message}`, code);
-    }
-  }
+/** The answer of a manage action that was done (a refusal is thrown, and answered by the error handler). */
+function manageReply(reply: FastifyReply, r: ManageAnswer): FastifyReply {
   reply.status(r.status);
-  return body === undefined ? reply.send() : reply.send(body);
+  return r.body === undefined ? reply.send() : reply.send(r.body);
 }
 
 /** `/invocations/{id}/{action}` (cancel, kill, purge, pause, resume, restart-as-new), and the deprecated DELETE. */
@@ -44,7 +26,7 @@ export function invocationRoutes(ctx: AdminContext) {
         throw new KeelError('KEEL0004', `No route for PATCH ${req.url.split('?')[0]}`);
       }
       checkInvocationId(id);
-      return manageReply(reply, id, action as ManageAction, await ctx.source().manage(id, action as ManageAction));
+      return manageReply(reply, await ctx.source().manage(id, action as ManageAction));
     });
 
     // Deprecated form: DELETE /invocations/{id}?mode=cancel|kill|purge (default cancel), 202.
@@ -58,8 +40,7 @@ export function invocationRoutes(ctx: AdminContext) {
           throw new KeelError('KEEL0002', `Invalid URL: unknown deletion mode '${req.query.mode}', expected cancel, kill or purge`);
         }
         checkInvocationId(id);
-        const r = await ctx.source().manage(id, mode);
-        if (r.status >= 400) return manageReply(reply, id, mode, r);
+        await ctx.source().manage(id, mode);
         return reply.status(202).send();
       },
     );
