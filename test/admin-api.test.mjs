@@ -6,6 +6,7 @@ import pino from 'pino';
 import { Writable } from 'node:stream';
 import { Registry } from '../dist/metadata/registry.js';
 import { createAdminServer } from '../dist/admin/server.js';
+import { emptySource } from '../dist/admin/introspection.js';
 import { silentLogger } from '../dist/common/logger.js';
 import {
   tempDir, testConfig, serveH2, serveH1, serveSwitchH2, deadPort,
@@ -263,7 +264,7 @@ t.test('delete without force: invocations still pinned keep a superseded deploym
     // inv_1 (suspended) is pinned to the deployment; a completed one would not count
     unfinishedPinnedTo: async (id) => (id === pinnedTo ? 1 : 0),
     state: async function* () {}, inbox: () => [], locks: async function* () {}, promises: async function* () {},
-    manage: async () => ({ status: 501 }),
+    manage: emptySource.manage,
   };
   const app = await createAdminServer({ config, registry, logger: silentLogger, introspection });
   await app.listen({ host: '127.0.0.1', port: 0 });

@@ -202,6 +202,7 @@ t.test('restart-as-new of an invocation whose journal retention ended: 410 KEEL0
   const r = await adminCall(keel, 'PATCH', `/invocations/${done}/restart-as-new`);
   t.same([r.status, r.json], [410, { message: `[KEEL0019] The input of '${done}' is gone (its journal retention ended).`, restate_code: 'KEEL0019' }]);
   t.equal((await adminCall(keel, 'GET', '/errors/KEEL0019')).json?.status, 410, 'the catalogue gives 410');
+  t.ok(keel.logLines('KEEL0019').some((l) => l.level === 40 && l.msg === 'admin request failed'), 'KEEL0019 logged as a warning');
 });
 
 t.test('pause a retrying invocation, fix the handler, resume: it completes', async (t) => {
