@@ -57,11 +57,11 @@ export interface ClusterHooks {
 
 /** The longest a step of stopping waits for kafkajs. */
 const STOP_STEP_MS = 3_000;
-/** How long after a follower failed it is started again. */
-const REFOLLOW_MS = 1_000;
+/** How long after a failed follow or takeover the next reconciliation tries again. */
+const RECONCILE_AGAIN_MS = 1_000;
 /**
  * How long takeovers may go on failing on the cluster log being out of reach (tried again
- * REFOLLOW_MS after each) before the node gives up and exits: one takeover's Kafka requests are
+ * RECONCILE_AGAIN_MS after each) before the node gives up and exits: one takeover's Kafka requests are
  * each retried ~14 s already.
  */
 const TAKEOVER_RETRY_LIMIT_MS = 60_000;
@@ -295,7 +295,7 @@ export class ClusterNode {
   /**
    * A takeover that failed for some of `take`. The cluster log out of reach for a moment (a
    * broker restarting, a leader moving): those still assigned here are taken over again in
-   * REFOLLOW_MS; once such failures have gone on for TAKEOVER_RETRY_LIMIT_MS the node is
+   * RECONCILE_AGAIN_MS; once such failures have gone on for TAKEOVER_RETRY_LIMIT_MS the node is
    * deposed (throws). A node stopping keeps what opened. With the partitions spread, a node that
    * joined meanwhile may have been given them and announced first: no longer assigned here, they
    * are left to it (the next reconciliation follows them). One still assigned here was taken by a
@@ -309,7 +309,7 @@ export class ClusterNode {
     const now = performance.now();
     if (stillAssigned.length > 0 && isTransientKafkaError(err) && now - (this.takeoverFailingSince ??= now) < TAKEOVER_RETRY_LIMIT_MS) {
       const failingMs = Math.round(now - this.takeoverFailingSince);
-      this.logger.warn({ err, code: 'KEEL0801', partitions: stillAssigned, failing_ms: failingMs }, `taking over partitions failed: the cluster log cannot be reached now; trying again in ${REFOLLOW_MS} ms`);
+      this.logger.warn({ err, code: 'KEEL0801', partitions: stillAssigned, failing_ms: failingMs }, `taking over partitions failed: the cluster log cannot be reached now; trying again in ${RECONCILE_AGAIN_MS} ms`);
       this.reconcileSoon();
       return succeeded;
     }
@@ -344,7 +344,7 @@ export class ClusterNode {
     const follow = Array.from({ length: this.partitions }, (_, p) => p).filter((p) => !this.leading.has(p) && !this.followers.has(p) && !want.has(p));
     if (follow.length > 0 && !this.stopping) {
       const followers = await this.hooks.follow(this.log, follow).catch((err: unknown) => {
-        this.logger.warn({ err, code: 'KEEL0801', partitions: follow }, `cannot follow the partition logs; trying again in ${REFOLLOW_MS} ms (meanwhile this node catches up when it takes the lead)`);
+        this.logger.warn({ err, code: 'KEEL0801', partitions: follow }, `cannot follow the partition logs; trying again in ${RECONCILE_AGAIN_MS} ms (meanwhile this node catches up when it takes the lead)`);
         this.reconcileSoon();
         return [];
       });
@@ -382,14 +382,14 @@ export class ClusterNode {
     this.hooks.deposed(`taking the lead failed: ${(err as Error)?.message ?? String(err)}`);
   }
 
-  /** A reconciliation in REFOLLOW_MS (one at most waiting): it takes over what is assigned and not led, and follows every other partition not followed now. */
+  /** A reconciliation in RECONCILE_AGAIN_MS (one at most waiting): it takes over what is assigned and not led, and follows every other partition not followed now. */
   private reconcileSoon(): void {
     if (this.reconcileTimer !== undefined) return;
     this.reconcileTimer = setTimeout(() => {
       this.reconcileTimer = undefined;
       if (this.stopping) return;
       this.reconciling = this.reconciling.then(() => this.reconcile()).catch((err: unknown) => this.reconcileFailed(err));
-    }, REFOLLOW_MS);
+    }, RECONCILE_AGAIN_MS);
     this.reconcileTimer.unref();
   }
 
