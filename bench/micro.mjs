@@ -28,18 +28,35 @@ const [store, groupWriter, processor, partitionState, foldIndex, commands, messa
   load('common/ids.js'),
   load('common/logger.js'),
 ]);
+/** The store in memory of each state made by K.newState. */
+const stores = new WeakMap();
 const K = {
   openStore: (dir) => store.openWorkerStore(dir),
   /** A processor whose effects do nothing: only append, fold and the store write are measured. */
   openProcessor: (db, partition, fsync) =>
     processor.PartitionProcessor.open(db, new groupWriter.GroupWriter(db), partition, { fsync, effects: { execute() {} }, logger: logger.silentLogger }),
+  /**
+   * A state over a store in memory that holds what `takeWrites` took: the fold reads back what left
+   * memory (a suspended invocation's journal, its timer), as the server's does from LevelDB.
+   */
   newState: (partition) => {
     const s = new partitionState.PartitionState(partition);
-    s.loader = () => undefined; // an empty store
+    const rows = new Map();
+    s.loader = (key) => rows.get(key);
+    stores.set(s, rows);
     return s;
   },
   fold: (state, actions, cmd) => foldIndex.fold({ state, actions, now_ms: cmd.timestamp_ms }, cmd),
-  takeWrites: (state) => state.takeWrites(),
+  takeWrites: (state) => {
+    const writes = state.takeWrites();
+    const rows = stores.get(state);
+    for (const [key, value] of writes) {
+      if (value === null) rows.delete(key);
+      else rows.set(key, value);
+    }
+    state.writesDurable();
+    return writes;
+  },
   encodeRecord: (cmd) => commands.encodeCommand(cmd),
   Outcome: commands.Outcome,
   TimerKind: commands.TimerKind,
