@@ -15,7 +15,7 @@
 import type { Logger } from './common/logger.js';
 import { splitAddress, type ClusterConfig, type Config } from './config/index.js';
 import { KafkaLogClient } from './log/kafka-log.js';
-import { isTransientKafkaError } from './log/kafkajs.js';
+import { atBrokers, isTransientKafkaError } from './log/kafkajs.js';
 import { ClusterMembership, type MembershipView, type NodeInfo } from './log/kafka-membership.js';
 import type { Route } from './forwarding.js';
 import { PeerClient } from './cluster-peers.js';
@@ -139,8 +139,10 @@ export class ClusterNode {
 
   /** Creates the log topic when missing and joins the cluster's group (the metadata topic exists: the registry opened it). */
   async start(): Promise<void> {
-    await this.log.ensureTopic();
-    await this.membership.start();
+    await atBrokers(`join the cluster (topic ${this.log.settings.topic})`, this.log.settings.brokers, async () => {
+      await this.log.ensureTopic();
+      await this.membership.start();
+    });
   }
 
   /** Starts reading how far this node's copies are behind the logs (`appliedOffset`: a partition's cursor in the store). */

@@ -25,13 +25,12 @@ async function main(): Promise<void> {
     server = await KeelServer.start(config);
     logProcessWarnings(server.logger);
   } catch (err) {
-    if (isKeelError(err)) {
-      early.fatal({ code: err.code }, err.display);
-      // stdout may be a pipe; let pino flush before leaving.
-      setTimeout(() => process.exit(1), 50);
-      return;
-    }
-    throw err;
+    // A failure without a code is still the start's last line, with its stack, not an unhandled rejection's trace.
+    if (isKeelError(err)) early.fatal({ code: err.code }, err.display);
+    else early.fatal({ err }, `the server could not start: ${(err as Error)?.message ?? String(err)}`);
+    // stdout may be a pipe; let pino flush before leaving.
+    setTimeout(() => process.exit(1), 50);
+    return;
   }
   let stopping = false;
   const stop = (signal: string) => {

@@ -13,7 +13,7 @@ import { launch, newPage } from './helpers/browser.mjs';
 import { startKafkaCluster } from './helpers/kafka-cluster.mjs';
 import { loadOn, longestGap, resumed } from './helpers/cluster-load.mjs';
 import { awakeables, counter, flow, ledger, stepRuns, steps, waiter } from './services/cluster-services.mjs';
-import { startKeel, serveServices, register, ingress, eventually, tempDir, query, adminCall as admin } from './helpers/keel.mjs';
+import { startKeel, serveServices, register, ingress, eventually, tempDir, query, freePort, adminCall as admin } from './helpers/keel.mjs';
 
 const kafka = await startKafkaCluster(t, { brokers: 3 });
 let topics = 0;
@@ -423,4 +423,42 @@ t.test('a standby stopped (SIGTERM) while it takes the lead, its send to the log
   t.same(b.logLines('KEEL0802'), [], 'not deposed: no KEEL0802');
   const fatal = b.output.split('\n').filter((l) => l.startsWith('{') && JSON.parse(l).level >= 60);
   t.same(fatal, [], 'no fatal line');
+});
+
+/** Starts a node that must refuse to start; what it wrote, its fatal lines and how long it took. */
+async function refusedStart(t, env) {
+  const started = performance.now();
+  const err = await startKeel(t, { env: { KEEL_WORKER__PARTITIONS: '4', KEEL_CLUSTER__SESSION_TIMEOUT: '2s', ...env } }).then(
+    () => undefined,
+    (e) => e,
+  );
+  const took_s = (performance.now() - started) / 1000;
+  t.ok(err, `the node refused to start (${took_s.toFixed(1)} s)`);
+  const output = err?.message ?? '';
+  t.match(output, /exited early \(\{"code":1,"signal":null\}\)/, 'with status 1');
+  const lines = output.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+  return { output, took_s, fatal: lines.filter((l) => l.level === 60) };
+}
+
+// Before, both of these left the start as an unhandled rejection: kafkajs's bare stack trace on
+// stderr, and no log line at all.
+t.test("a node that cannot reach its brokers at start says so (KEEL0801, naming them and the cause) and exits 1", async (t) => {
+  const closed = `127.0.0.1:${await freePort()}`;
+  const { output, took_s, fatal } = await refusedStart(t, { KEEL_CLUSTER__BROKERS: closed, KEEL_CLUSTER__NODE_NAME: 'lonely', KEEL_CLUSTER__LOG_TOPIC: `t${++topics}` });
+  t.ok(took_s >= 5 && took_s < 19, `after kafkajs's retries (${took_s.toFixed(1)} s)`);
+  t.equal(fatal.length, 1, 'one fatal line');
+  t.equal(fatal[0]?.code, 'KEEL0801');
+  t.match(fatal[0]?.msg, new RegExp(`cannot read the cluster metadata \\(topic t${topics}-meta\\) on the Kafka brokers ${closed.replace(/\./g, '\\.')} \\(cluster\\.brokers\\): Connection error: connect ECONNREFUSED`), 'naming what it tried, the brokers and the refused connection');
+  t.notMatch(output, /triggerUncaughtException|KafkaJSNonRetriableError/, 'no unhandled rejection');
+});
+
+t.test("a node whose log topic has fewer partitions than Keel's refuses to start (KEEL0801, naming both counts)", async (t) => {
+  const topic = `t${++topics}`;
+  const first = await node(t, 'narrow', topic);
+  await first.stop();
+  const { fatal, output } = await refusedStart(t, { KEEL_CLUSTER__BROKERS: kafka.brokers.join(','), KEEL_CLUSTER__NODE_NAME: 'wide', KEEL_CLUSTER__LOG_TOPIC: topic, KEEL_WORKER__PARTITIONS: '8' });
+  t.equal(fatal.length, 1, 'one fatal line');
+  t.equal(fatal[0]?.code, 'KEEL0801');
+  t.match(fatal[0]?.msg, new RegExp(`cannot join the cluster \\(topic ${topic}\\) on the Kafka brokers .*: the log topic ${topic} has 4 partitions; Keel has 8`), 'naming the topic and both counts');
+  t.notMatch(output, /triggerUncaughtException/, 'no unhandled rejection');
 });

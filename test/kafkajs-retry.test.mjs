@@ -5,7 +5,7 @@
 // kafka-log.test.mjs (a broker's SIGKILL).
 import t from 'tap';
 import kafkajs from 'kafkajs';
-import { connectProducer, isTransientKafkaError } from '../dist/log/kafkajs.js';
+import { atBrokers, connectProducer, isTransientKafkaError, rootCauseMessage } from '../dist/log/kafkajs.js';
 import { KeelError } from '../dist/errors/index.js';
 
 const { KafkaJSConnectionError, KafkaJSNumberOfRetriesExceeded, KafkaJSProtocolError, KafkaJSNonRetriableError } = kafkajs;
@@ -58,4 +58,17 @@ t.test("a producer's connect is tried again with a fresh producer only on an err
   const connecting = connectProducer(() => ((closed = true), closing.create()), () => closed);
   await t.rejects(connecting, /the Kafka client is closed/, 'a client closed while it retries makes no more producers');
   t.equal(closing.made.length, 1, 'after the one refused');
+});
+
+t.test("a start step at the brokers: Kafka's failure becomes KEEL0801 naming the step, the brokers and the innermost cause", async (t) => {
+  t.equal(rootCauseMessage(runOut()), 'Connection error: connect ECONNREFUSED 127.0.0.1:9', "through kafkajs's retries run out");
+  t.equal(rootCauseMessage(new Error('outer', { cause: new Error('') })), 'outer', 'an empty message below is passed over');
+  t.equal(rootCauseMessage('a string'), 'a string');
+  t.equal(await atBrokers('read', ['b:1'], async () => 7), 7, 'what the step returns, when it works');
+  const err = await atBrokers('read the cluster metadata', ['b:1', 'b:2'], () => Promise.reject(runOut())).catch((e) => e);
+  t.ok(err instanceof KeelError && err.code === 'KEEL0801' && err.status === 503, 'KEEL0801');
+  t.equal(err.message, 'cannot read the cluster metadata on the Kafka brokers b:1, b:2 (cluster.brokers): Connection error: connect ECONNREFUSED 127.0.0.1:9');
+  t.ok(err.cause instanceof KafkaJSNumberOfRetriesExceeded, "kafkajs's error kept as the cause");
+  const own = new KeelError('META0018', 'another node changed the metadata');
+  t.equal(await atBrokers('read', ['b:1'], () => Promise.reject(own)).catch((e) => e), own, "one of Keel's own errors passes as it is");
 });

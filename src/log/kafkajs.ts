@@ -3,6 +3,7 @@
 import { createRequire } from 'node:module';
 import type * as Kafkajs from 'kafkajs';
 import type { Producer } from 'kafkajs';
+import { isKeelError, KeelError } from '../errors/index.js';
 
 let kafkajs: typeof Kafkajs | undefined;
 export const loadKafkajs = (): typeof Kafkajs => (kafkajs ??= createRequire(import.meta.url)('kafkajs') as typeof Kafkajs);
@@ -53,6 +54,35 @@ export function isTransientKafkaError(err: unknown): boolean {
     e = (e as { cause?: unknown }).cause;
   }
   return false;
+}
+
+/**
+ * The innermost message among `err`'s causes ("Connection error: connect ECONNREFUSED 127.0.0.1:9092"):
+ * what kafkajs throws when its retries run out names only that.
+ */
+export function rootCauseMessage(err: unknown): string {
+  let message = String((err as Error | undefined)?.message ?? err);
+  let e = err;
+  for (let depth = 0; depth < CAUSE_DEPTH && typeof e === 'object' && e !== null; depth++) {
+    const m = (e as Error).message;
+    if (typeof m === 'string' && m !== '') message = m;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return message;
+}
+
+/**
+ * `work`, a step of a cluster node's start that needs the brokers; a failure of Kafka's (after
+ * kafkajs's own retries, ~15 s) becomes KEEL0801 naming the step, the brokers and the cause, which
+ * the server's start logs as its fatal line (it crashed with kafkajs's bare stack trace before).
+ */
+export async function atBrokers<T>(what: string, brokers: readonly string[], work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (err) {
+    if (isKeelError(err)) throw err;
+    throw new KeelError('KEEL0801', `cannot ${what} on the Kafka brokers ${brokers.join(', ')} (cluster.brokers): ${rootCauseMessage(err)}`, { cause: err });
+  }
 }
 
 /** A producer's connect refused this often is given up, tries 100 ms more apart each time up to 500 ms (~14 s: Kafka's broker session is 9 s by default). */

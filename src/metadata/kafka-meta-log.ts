@@ -8,7 +8,7 @@
 // is dropped by all readers alike. A writer learns which happened by reading the topic through
 // its own record before it answers: two nodes cannot register conflicting revisions.
 import type { Kafka, Producer } from 'kafkajs';
-import { connectProducer, KAFKA_RETRY, loadKafkajs } from '../log/kafkajs.js';
+import { atBrokers, connectProducer, KAFKA_RETRY, loadKafkajs } from '../log/kafkajs.js';
 import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
 import type { ClusterConfig } from '../config/index.js';
@@ -51,6 +51,16 @@ export class KafkaMetaLog {
     const { Kafka, logLevel } = loadKafkajs();
     const kafka = new Kafka({ clientId: `keel-${cluster.node_name}-meta`, brokers: cluster.brokers, retry: KAFKA_RETRY, logLevel: logLevel.NOTHING });
     const topic = `${cluster.log_topic}-meta`;
+    return atBrokers(`read the cluster metadata (topic ${topic})`, cluster.brokers, async () => {
+      await KafkaMetaLog.createTopic(kafka, topic, cluster);
+      const log = new KafkaMetaLog(kafka, topic, cluster.node_name, logger);
+      const records: MetaRecord[] = [];
+      await log.readThrough(-1, (rec) => records.push(rec));
+      return { log, records };
+    });
+  }
+
+  private static async createTopic(kafka: Kafka, topic: string, cluster: ClusterConfig): Promise<void> {
     const admin = kafka.admin();
     await admin.connect();
     try {
@@ -65,10 +75,6 @@ export class KafkaMetaLog {
     } finally {
       await admin.disconnect();
     }
-    const log = new KafkaMetaLog(kafka, topic, cluster.node_name, logger);
-    const records: MetaRecord[] = [];
-    await log.readThrough(-1, (rec) => records.push(rec));
-    return { log, records };
   }
 
   /** From now on, records other nodes write are passed to `apply`, in order, as they are read. */
