@@ -452,13 +452,20 @@ t.test("a node that cannot reach its brokers at start says so (KEEL0801, naming 
   t.notMatch(output, /triggerUncaughtException|KafkaJSNonRetriableError/, 'no unhandled rejection');
 });
 
-t.test("a node whose log topic has fewer partitions than Keel's refuses to start (KEEL0801, naming both counts)", async (t) => {
+t.test('a node whose worker.partitions differs from the log topic\'s partition count refuses to start (RT0002, naming both counts)', async (t) => {
   const topic = `t${++topics}`;
-  const first = await node(t, 'narrow', topic);
-  await first.stop();
-  const { fatal, output } = await refusedStart(t, { KEEL_CLUSTER__BROKERS: kafka.brokers.join(','), KEEL_CLUSTER__NODE_NAME: 'wide', KEEL_CLUSTER__LOG_TOPIC: topic, KEEL_WORKER__PARTITIONS: '8' });
-  t.equal(fatal.length, 1, 'one fatal line');
-  t.equal(fatal[0]?.code, 'KEEL0801');
-  t.match(fatal[0]?.msg, new RegExp(`cannot join the cluster \\(topic ${topic}\\) on the Kafka brokers .*: the log topic ${topic} has 4 partitions; Keel has 8`), 'naming the topic and both counts');
-  t.notMatch(output, /triggerUncaughtException/, 'no unhandled rejection');
+  const first = await node(t, 'four', topic);
+  t.teardown(() => first.stop());
+  for (const partitions of ['8', '2']) {
+    const { fatal, output } = await refusedStart(t, { KEEL_CLUSTER__BROKERS: kafka.brokers.join(','), KEEL_CLUSTER__NODE_NAME: `n${partitions}`, KEEL_CLUSTER__LOG_TOPIC: topic, KEEL_WORKER__PARTITIONS: partitions });
+    t.equal(fatal.length, 1, `${partitions} partitions: one fatal line`);
+    t.equal(fatal[0]?.code, 'RT0002');
+    t.match(fatal[0]?.msg, `worker.partitions is ${partitions}, but the cluster's log topic ${topic} has 4 partitions`, 'naming both counts');
+    t.notMatch(output, /triggerUncaughtException/, 'no unhandled rejection');
+  }
+  // Before, the node of 2 joined beside the node of 4: the 4-partition node shared out partitions 2
+  // and 3 to it, which it did not have, and it mapped keys to 2 partitions.
+  const view = (await admin(first, 'GET', '/cluster')).json;
+  t.same(view.members, ['four'], 'the node already there is alone in the group');
+  t.ok(view.partitions.every((p) => p.leader === 'four'), 'and leads all four partitions');
 });

@@ -114,8 +114,13 @@ export class KafkaLogClient {
     // A node that found the topic just created by another (two started at once) may ask a broker
     // that does not know it yet (UNKNOWN_TOPIC_OR_PARTITION, retriable): it made such a node exit.
     const meta = await retryingRead(() => admin.fetchTopicMetadata({ topics: [s.topic] }));
+    // Every node maps keys to partitions by worker.partitions: two counts on one topic would put one
+    // key on two partitions, each led by its own node (a node of 2 beside one of 4 stood by for good,
+    // and the partitions only the other knew were left unled).
     const count = meta.topics[0]?.partitions.length ?? 0;
-    if (count < s.partitions) throw new Error(`the log topic ${s.topic} has ${count} partitions; Keel has ${s.partitions} (give the topic at least as many, or another name)`);
+    if (count !== s.partitions) {
+      throw new KeelError('RT0002', `worker.partitions is ${s.partitions}, but the cluster's log topic ${s.topic} has ${count} partitions: every node of a cluster needs worker.partitions equal to its log topic's partition count (one Kafka partition per Keel partition), or another cluster.log_topic`);
+    }
   }
 
   /**
