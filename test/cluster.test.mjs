@@ -469,3 +469,24 @@ t.test('a node whose worker.partitions differs from the log topic\'s partition c
   t.same(view.members, ['four'], 'the node already there is alone in the group');
   t.ok(view.partitions.every((p) => p.leader === 'four'), 'and leads all four partitions');
 });
+
+t.test("a node started under the name of a running node refuses to start (RT0002) after a session's wait; the running one goes on alone", async (t) => {
+  const topic = `t${++topics}`;
+  const first = await node(t, 'twin', topic);
+  t.teardown(() => first.stop());
+  await active(first);
+  await register(first, endpoint);
+  const { fatal, output, took_s } = await refusedStart(t, { KEEL_CLUSTER__BROKERS: kafka.brokers.join(','), KEEL_CLUSTER__NODE_NAME: 'twin', KEEL_CLUSTER__LOG_TOPIC: topic, KEEL_CLUSTER__SPREAD_PARTITIONS: 'false' });
+  t.ok(took_s >= 5 && took_s < 19, `after the 2 s session and the grace (${took_s.toFixed(1)} s)`);
+  t.equal(fatal.length, 1, 'one fatal line');
+  t.equal(fatal[0]?.code, 'RT0002');
+  t.match(fatal[0]?.msg, `cluster.node_name 'twin' is taken: another node of the cluster runs under it (ingress ${first.ingress}`, "naming the name and the other node's addresses");
+  const lines = output.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+  t.ok(lines.some((l) => l.level === 40 && l.code === 'RT0002' && /waiting for it to leave/.test(l.msg)), 'it said first that it waits');
+  // Before, both joined: each took the other's partitions for unled ones, and calls on them got
+  // no answer for the leader wait.
+  const view = (await admin(first, 'GET', '/cluster')).json;
+  t.same(view.members, ['twin'], 'the running node is alone in the group');
+  t.equal(view.role, 'active', 'and still active');
+  t.equal((await call(first, '/Counter/twin/add', 1)).status, 200, 'and answers');
+});

@@ -17,6 +17,7 @@ import type { Consumer, Kafka } from 'kafkajs';
 import { loadKafkajs, retryingRead } from './kafkajs.js';
 import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
+import { KeelError } from '../errors/index.js';
 
 /** What a node tells the others about itself. */
 export interface NodeInfo {
@@ -55,6 +56,13 @@ const FIRST_JOIN_WAIT_MS = 30_000;
 /** Tries, and the wait between them, to read the group's assignment after a rebalance. */
 const DESCRIBE_TRIES = 5;
 const DESCRIBE_RETRY_MS = 200;
+/**
+ * A member under this node's name at other addresses is waited for this long past a session
+ * before the start is refused (a run of this node killed a moment ago leaves the group within a
+ * session), and the group looked at again this often meanwhile.
+ */
+const NAME_GRACE_MS = 3_000;
+const NAME_POLL_MS = 500;
 
 /**
  * Which member leads which partitions. Sticky: a partition stays with the member that claims it
@@ -141,6 +149,7 @@ export class ClusterMembership {
   }
 
   async start(): Promise<void> {
+    await this.nameFree();
     const { AssignerProtocol } = loadKafkajs();
     const encode = (): Buffer => AssignerProtocol.MemberMetadata.encode({ version: 1, topics: [this.topic], userData: Buffer.from(JSON.stringify({ ...this.self, claims: this.claims() })) });
     const assigner = () => ({
@@ -190,6 +199,33 @@ export class ClusterMembership {
 
   async stop(): Promise<void> {
     await this.consumer?.disconnect().catch(() => undefined);
+  }
+
+  /**
+   * Refuses the start (RT0002) while another node of the group runs under this node's name: the
+   * nodes know each other by name, so each would take the other's partitions for unled ones, and
+   * requests for them waited out the leader wait and got 503. A member under this name at this
+   * node's own addresses is a run of this node that was killed (no other process holds its ports);
+   * one at other addresses may be too, so it is waited for to leave, a session and a little more.
+   */
+  private async nameFree(): Promise<void> {
+    const admin = this.kafka.admin();
+    await admin.connect();
+    try {
+      const deadline = performance.now() + this.session_timeout_ms + NAME_GRACE_MS;
+      for (let waited = false; ; waited = true) {
+        const { groups } = await retryingRead(() => admin.describeGroups([this.group]));
+        const twin = (groups[0]?.members ?? []).map((m) => dataOf(m.memberMetadata)).find((d) => d?.node === this.self.node && (d.ingress !== this.self.ingress || d.admin !== this.self.admin));
+        if (twin === undefined) return;
+        if (performance.now() >= deadline) {
+          throw new KeelError('RT0002', `cluster.node_name '${this.self.node}' is taken: another node of the cluster runs under it (ingress ${twin.ingress}, admin ${twin.admin}); give each node a name of its own`);
+        }
+        if (!waited) this.logger.warn({ code: 'RT0002', node: this.self.node, ingress: twin.ingress, wait_ms: Math.round(deadline - performance.now()) }, `a member of the cluster group runs under this node's name at other addresses; waiting for it to leave (a run of this node killed a moment ago does)`);
+        await new Promise((r) => setTimeout(r, NAME_POLL_MS));
+      }
+    } finally {
+      await admin.disconnect().catch(() => undefined);
+    }
   }
 
   /**
