@@ -490,3 +490,17 @@ t.test("a node started under the name of a running node refuses to start (RT0002
   t.equal(view.role, 'active', 'and still active');
   t.equal((await call(first, '/Counter/twin/add', 1)).status, 200, 'and answers');
 });
+
+t.test('a node whose cluster.spread_partitions differs from the running nodes\' refuses to start (RT0002, naming the other node)', async (t) => {
+  const topic = `t${++topics}`;
+  const first = await node(t, 'whole', topic);
+  t.teardown(() => first.stop());
+  await active(first);
+  const { fatal } = await refusedStart(t, { KEEL_CLUSTER__BROKERS: kafka.brokers.join(','), KEEL_CLUSTER__NODE_NAME: 'spreader', KEEL_CLUSTER__LOG_TOPIC: topic, KEEL_CLUSTER__SPREAD_PARTITIONS: 'true' });
+  t.equal(fatal.length, 1, 'one fatal line');
+  t.equal(fatal[0]?.code, 'RT0002');
+  t.match(fatal[0]?.msg, `cluster.spread_partitions is true here but false on node 'whole' (ingress ${first.ingress})`, 'naming both settings and the other node');
+  // Before, it joined: with a spreading node leading the group, the partitions it gave the other
+  // were refused there with KEEL0803 for good.
+  t.same((await admin(first, 'GET', '/cluster')).json.members, ['whole'], 'the running node is alone in the group');
+});

@@ -43,6 +43,8 @@ interface MemberData extends NodeInfo {
    * taking over: its announcement is not read back yet).
    */
   claims: Record<string, number>;
+  /** The node's cluster.spread_partitions (absent from the nodes of before it was sent). */
+  spread?: boolean;
 }
 
 export interface Member {
@@ -149,9 +151,9 @@ export class ClusterMembership {
   }
 
   async start(): Promise<void> {
-    await this.nameFree();
+    await this.fitsGroup();
     const { AssignerProtocol } = loadKafkajs();
-    const encode = (): Buffer => AssignerProtocol.MemberMetadata.encode({ version: 1, topics: [this.topic], userData: Buffer.from(JSON.stringify({ ...this.self, claims: this.claims() })) });
+    const encode = (): Buffer => AssignerProtocol.MemberMetadata.encode({ version: 1, topics: [this.topic], userData: Buffer.from(JSON.stringify({ ...this.self, claims: this.claims(), spread: this.spread })) });
     const assigner = () => ({
       name: ASSIGNOR,
       version: 1,
@@ -202,20 +204,28 @@ export class ClusterMembership {
   }
 
   /**
-   * Refuses the start (RT0002) while another node of the group runs under this node's name: the
-   * nodes know each other by name, so each would take the other's partitions for unled ones, and
-   * requests for them waited out the leader wait and got 503. A member under this name at this
-   * node's own addresses is a run of this node that was killed (no other process holds its ports);
-   * one at other addresses may be too, so it is waited for to leave, a session and a little more.
+   * Refuses the start (RT0002) where this node would not fit the running ones of the group:
+   * - another node runs under this node's name. The nodes know each other by name, so each would
+   *   take the other's partitions for unled ones, and requests for them waited out the leader wait
+   *   and got 503. A member under this name at this node's own addresses is a run of this node that
+   *   was killed (no other process holds its ports); one at other addresses may be too, so it is
+   *   waited for to leave, a session and a little more;
+   * - a node runs with the other cluster.spread_partitions: a node that spreads beside one that
+   *   does not sent it the partitions the group gave it, which it refused (KEEL0803) for good.
    */
-  private async nameFree(): Promise<void> {
+  private async fitsGroup(): Promise<void> {
     const admin = this.kafka.admin();
     await admin.connect();
     try {
       const deadline = performance.now() + this.session_timeout_ms + NAME_GRACE_MS;
       for (let waited = false; ; waited = true) {
         const { groups } = await retryingRead(() => admin.describeGroups([this.group]));
-        const twin = (groups[0]?.members ?? []).map((m) => dataOf(m.memberMetadata)).find((d) => d?.node === this.self.node && (d.ingress !== this.self.ingress || d.admin !== this.self.admin));
+        const members = (groups[0]?.members ?? []).map((m) => dataOf(m.memberMetadata)).filter((d): d is MemberData => d !== undefined);
+        const other = members.find((d) => d.spread !== undefined && d.spread !== this.spread);
+        if (other !== undefined) {
+          throw new KeelError('RT0002', `cluster.spread_partitions is ${this.spread} here but ${other.spread} on node '${other.node}' (ingress ${other.ingress}): every node of a cluster needs the same`);
+        }
+        const twin = members.find((d) => d.node === this.self.node && (d.ingress !== this.self.ingress || d.admin !== this.self.admin));
         if (twin === undefined) return;
         if (performance.now() >= deadline) {
           throw new KeelError('RT0002', `cluster.node_name '${this.self.node}' is taken: another node of the cluster runs under it (ingress ${twin.ingress}, admin ${twin.admin}); give each node a name of its own`);
