@@ -13,6 +13,8 @@ import type { Worker } from './partition/worker.js';
 
 /** A request that gets no answer in this long fails (its entries are sent again). */
 const REQUEST_TIMEOUT_MS = 10_000;
+/** A node refusing this one's cluster token is said at most this often (each retry meets it again). */
+const REFUSED_TOKEN_WARN_MS = 30_000;
 
 /** Entries for partitions other nodes lead, sent to each leader's admin API. */
 export class RemoteAppender extends BatchAppender<string> {
@@ -21,7 +23,9 @@ export class RemoteAppender extends BatchAppender<string> {
       const leader = leaders.leaderOf(partition);
       return leader === undefined || leader === 'local' ? undefined : { name: leader.node, to: leader.admin };
     };
-    super(destinationOf, (admin, entries) => post(peers, admin_token, logger, admin, entries));
+    // When each node that refused this one's cluster token was said to (by admin URL: one per node).
+    const refusals = new Map<string, number>();
+    super(destinationOf, (admin, entries) => post(peers, admin_token, logger, admin, entries, refusals));
   }
 }
 
@@ -30,18 +34,31 @@ export class RemoteAppender extends BatchAppender<string> {
  * arrives: harmless, since each starts from the first entry refused to its senders and the
  * target drops what it already has from a source.
  */
-async function post(peers: PeerClient, admin_token: string | undefined, logger: Logger, admin: string, entries: readonly AppendEntry[]): Promise<AppendAnswer> {
+async function post(peers: PeerClient, admin_token: string | undefined, logger: Logger, admin: string, entries: readonly AppendEntry[], refusals: Map<string, number>): Promise<AppendAnswer> {
   const body = Buffer.from(JSON.stringify({ entries: entries.map((p) => ({ partition: p.partition, command: p.command.toString('base64') })) }));
   const headers = { 'content-type': 'application/json', ...(admin_token !== undefined ? { authorization: `Bearer ${admin_token}` } : {}) };
   try {
     const res = await peers.request(admin, '/cluster/append', 'POST', headers, body, { timeout_ms: REQUEST_TIMEOUT_MS });
     const text = res.body.toString('utf8');
+    if (res.status === 401) tokenRefused(logger, admin, text, refusals);
     if (res.status !== 200) throw new Error(`answered ${res.status}: ${text.slice(0, 200)}`);
     return JSON.parse(text) as AppendAnswer;
   } catch (err) {
     logger.debug({ err, to: admin }, 'handing commands to another node failed; their senders retry');
     throw err;
   }
+}
+
+/**
+ * The other node does not take this one's cluster token: no passing failure, but the nodes'
+ * cluster.auth_token differ, and every call, send and result between their partitions waits
+ * (retried) until they agree. Only the refusing node said so before (debug here).
+ */
+function tokenRefused(logger: Logger, admin: string, answer: string, said: Map<string, number>): void {
+  const now = performance.now();
+  if (now - (said.get(admin) ?? -Infinity) < REFUSED_TOKEN_WARN_MS) return;
+  said.set(admin, now);
+  logger.warn({ code: 'KEEL0401', to: admin, answer: answer.slice(0, 200) }, `the node at ${admin} refuses this node's cluster token: cluster.auth_token differs between them, and calls, sends and results between their partitions wait until it is the same`);
 }
 
 /**

@@ -591,3 +591,22 @@ t.test('snapshots: each leader snapshots its partitions and trims their logs; a 
   await eventually(async () => (await query(c, "SELECT count(*) AS n FROM state WHERE service_name = 'Counter'"))[0]?.n === keys.length);
   t.pass("c's SQL sees every object's state, restored or followed");
 });
+
+t.test("nodes whose cluster tokens differ: the node sending a call between their partitions says so (KEEL0401, naming the other), once a while", async (t) => {
+  const topic = `keel-spread-${++topics}`;
+  const [a, b] = [await node(t, 'a', topic, { env: { KEEL_CLUSTER__AUTH_TOKEN: 'token-a' } }), await node(t, 'b', topic, { env: { KEEL_CLUSTER__AUTH_TOKEN: 'token-b' } })];
+  const led = await spreadOver([a, b], ['a', 'b']);
+  await register(a, endpoint);
+  await knownEverywhere([a, b]);
+  // One-way sends to every partition from handlers started through each node (a service's call
+  // starts on a partition the node asked leads): those crossing to the other node are refused
+  // there (each node takes only its own token) and retried.
+  const keys = keysOnEveryPartition('mis', 1);
+  const answers = await Promise.all([a, b].flatMap((keel) => keys.map((key) => call(keel, '/Relay/spread', { keys: [], sends: keys.map((k) => `${key}-${k}`) }))));
+  t.same(answers.map((r) => r.status), answers.map(() => 200), 'the handlers ran (their sends are in the outbox)');
+  const warned = (keel, other) => keel.logLines('KEEL0401').filter((l) => l.level === 40 && l.to === other.admin && /refuses this node's cluster token: cluster\.auth_token differs/.test(l.msg));
+  await eventually(() => warned(a, b).length > 0 && warned(b, a).length > 0, { timeout_ms: 20_000 });
+  t.pass(`each sender says the other refuses its token (leaders ${led.join(' ')})`);
+  await sleep(3_000);
+  t.ok(warned(a, b).length <= 2 && warned(b, a).length <= 2, `once a while, not at every retry (${warned(a, b).length} and ${warned(b, a).length} lines)`);
+});
