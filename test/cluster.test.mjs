@@ -426,9 +426,9 @@ t.test('a standby stopped (SIGTERM) while it takes the lead, its send to the log
 });
 
 /** Starts a node that must refuse to start; what it wrote, its fatal lines and how long it took. */
-async function refusedStart(t, env) {
+async function refusedStart(t, env, { dir } = {}) {
   const started = performance.now();
-  const err = await startKeel(t, { env: { KEEL_WORKER__PARTITIONS: '4', KEEL_CLUSTER__SESSION_TIMEOUT: '2s', ...env } }).then(
+  const err = await startKeel(t, { ...(dir !== undefined ? { dir } : {}), env: { KEEL_WORKER__PARTITIONS: '4', KEEL_CLUSTER__SESSION_TIMEOUT: '2s', ...env } }).then(
     () => undefined,
     (e) => e,
   );
@@ -503,4 +503,18 @@ t.test('a node whose cluster.spread_partitions differs from the running nodes\' 
   // Before, it joined: with a spreading node leading the group, the partitions it gave the other
   // were refused there with KEEL0803 for good.
   t.same((await admin(first, 'GET', '/cluster')).json.members, ['whole'], 'the running node is alone in the group');
+});
+
+t.test("a cluster node started on a store a single node wrote refuses to start (RT0002, naming the store) before it joins", async (t) => {
+  const dir = tempDir(t);
+  const single = await startKeel(t, { dir, env: { KEEL_WORKER__PARTITIONS: '4' } });
+  await register(single, endpoint);
+  for (let i = 0; i < 4; i++) t.equal((await ingress(single, `/Counter/single-${i}/add`, 1)).status, 200);
+  await single.stop();
+  const topic = `t${++topics}`;
+  const { fatal, output } = await refusedStart(t, { KEEL_CLUSTER__BROKERS: kafka.brokers.join(','), KEEL_CLUSTER__NODE_NAME: 'was-single', KEEL_CLUSTER__LOG_TOPIC: topic }, { dir });
+  t.equal(fatal.length, 1, 'one fatal line');
+  t.equal(fatal[0]?.code, 'RT0002', 'RT0002 (it was KEEL0802, "taking the lead failed", once chosen to lead)');
+  t.match(fatal[0]?.msg, `the worker store ${path.join(dir, 'data', 'worker')} was written by a single node`, 'naming the store');
+  t.notMatch(output, /this node leads|standing by/, 'it never joined the group');
 });

@@ -230,6 +230,20 @@ export class KafkaLog implements PartitionLog {
     this.seen = { ...cursor };
   }
 
+  /**
+   * Refuses a store that a single node wrote with its own log (RT0002): a cluster node's store is
+   * a copy of the Kafka logs, which it rebuilds into an empty store. Found at the start, before the
+   * node joins the group; the takeover found it only once the node was chosen to lead, and exited
+   * as a deposed node (KEEL0802).
+   */
+  static async refuseEmbeddedStore(db: Db, partitions: number, path: string): Promise<void> {
+    for (let p = 0; p < partitions; p++) {
+      const applied = await logTable.readApplied(db, p);
+      if (applied === 0 || (await logTable.readCursor(db, p)) !== undefined) continue;
+      throw new KeelError('RT0002', `the worker store ${path} was written by a single node (partition ${p} holds ${applied} commands of its own log), not as a copy of a cluster's Kafka logs: a cluster node starts on an empty store and rebuilds it from Kafka; move the store away or set worker.storage_db.path, or run it without [cluster]`);
+    }
+  }
+
   static async open(db: Db, partition: number, writer: GroupWriter, client: KafkaLogClient): Promise<KafkaLog> {
     await client.restoreIfBehind(db, partition);
     const applied = await logTable.readApplied(db, partition);
