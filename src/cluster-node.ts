@@ -20,6 +20,7 @@ import { ClusterMembership, type MembershipView, type NodeInfo } from './log/kaf
 import type { Route } from './forwarding.js';
 import { PeerClient } from './cluster-peers.js';
 import { DirectorySnapshotStore } from './storage/snapshots.js';
+import type { Db } from './storage/store.js';
 
 /** `active`: leads every partition; `leading`: some; `activating`: taking some over; `standby`: none. */
 type Role = 'standby' | 'activating' | 'active' | 'leading';
@@ -138,9 +139,11 @@ export class ClusterNode {
   }
 
   /** Creates the log topic when missing and joins the cluster's group (the metadata topic exists: the registry opened it). */
-  async start(): Promise<void> {
+  /** `store`: this node's copy of the logs, checked against them before the node joins. */
+  async start(store: { db: Db; path: string }): Promise<void> {
     await atBrokers(`join the cluster (topic ${this.log.settings.topic})`, this.log.settings.brokers, async () => {
       await this.log.ensureTopic();
+      await this.log.refuseForeignStore(store.db, store.path);
       await this.membership.start();
     });
   }

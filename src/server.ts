@@ -119,7 +119,7 @@ export class KeelServer {
         // Consumers start once the partitions have recovered: positions are read from them.
         subscriptions.start();
       } else {
-        await cluster.start();
+        await cluster.start({ db, path: config.worker.storage_db.path });
       }
       startInBackground(engine, metrics, logger);
       logReady(config, logger, phases_ms, pgsql, cluster);

@@ -23,9 +23,10 @@ const endpoint = await serveServices(t, [steps, counter, flow, waiter, ledger]);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** A Keel node of the cluster on `topic`, with its own (empty) directory; sessions of 2 s. */
-function node(t, name, topic, args = [], env = {}) {
+function node(t, name, topic, args = [], env = {}, dir = undefined) {
   return startKeel(t, {
     args,
+    ...(dir !== undefined ? { dir } : {}),
     env: {
       ...env,
       KEEL_CLUSTER__BROKERS: kafka.brokers.join(','),
@@ -517,4 +518,38 @@ t.test("a cluster node started on a store a single node wrote refuses to start (
   t.equal(fatal[0]?.code, 'RT0002', 'RT0002 (it was KEEL0802, "taking the lead failed", once chosen to lead)');
   t.match(fatal[0]?.msg, `the worker store ${path.join(dir, 'data', 'worker')} was written by a single node`, 'naming the store');
   t.notMatch(output, /this node leads|standing by/, 'it never joined the group');
+});
+
+t.test('a node refuses a store that copies another log (RT0002): another topic, or its own topic made again', async (t) => {
+  const copied = async (topic) => {
+    const dir = tempDir(t);
+    const k = await active(await node(t, 'copier', topic, [], {}, dir));
+    await register(k, endpoint);
+    for (let i = 0; i < 4; i++) t.equal((await call(k, `/Counter/copied-${i}/add`, 1)).status, 200);
+    await k.stop();
+    return dir;
+  };
+  const env = (topic) => ({ KEEL_CLUSTER__BROKERS: kafka.brokers.join(','), KEEL_CLUSTER__NODE_NAME: 'copier', KEEL_CLUSTER__LOG_TOPIC: topic, KEEL_CLUSTER__SPREAD_PARTITIONS: 'false' });
+  const store = (dir) => path.join(dir, 'data', 'worker');
+
+  const first = `t${++topics}`;
+  const dir = await copied(first);
+  const other = `t${++topics}`;
+  const renamed = await refusedStart(t, env(other), { dir });
+  t.equal(renamed.fatal[0]?.code, 'RT0002', 'another topic: RT0002');
+  t.match(renamed.fatal[0]?.msg, new RegExp(`the worker store ${store(dir).replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} is a copy of topic ${first} on Kafka cluster \\S+, and this node is set to topic ${other} on Kafka cluster`), 'naming both topics');
+
+  // The topic deleted and made again (as when the brokers lose their data): the store read further than it goes.
+  const again = `t${++topics}`;
+  const dir2 = await copied(again);
+  const { Kafka, logLevel } = (await import('kafkajs')).default;
+  const kadmin = new Kafka({ brokers: kafka.brokers, logLevel: logLevel.NOTHING }).admin();
+  await kadmin.connect();
+  await kadmin.deleteTopics({ topics: [again, `${again}-meta`] });
+  await kadmin.disconnect();
+  await sleep(2_000); // the brokers finish the deletion before the node makes the topics again
+  const remade = await refusedStart(t, env(again), { dir: dir2 });
+  t.equal(remade.fatal[0]?.code, 'RT0002', 'its own topic made again: RT0002');
+  t.match(remade.fatal[0]?.msg, new RegExp(`has read partition \\d+ of topic ${again} to offset \\d+, but the topic ends at offset 0: it is not the log this store copied`), 'naming the partition, the offsets and the topic');
+  t.notMatch(renamed.output + remade.output, /this node leads|standing by|KEEL0802/, 'neither joined the group nor got as far as leading');
 });

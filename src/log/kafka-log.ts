@@ -12,6 +12,8 @@
 //
 // The node's own store holds the partition's state, the last position applied and where in the
 // topic that position ends (offset, epoch): a restart or a new leader reads the topic from there.
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Admin, Kafka, Message, Producer } from 'kafkajs';
 import { connectProducer, KAFKA_RETRY, loadKafkajs, retryingRead } from './kafkajs.js';
 import { assert } from '../common/assert.js';
@@ -58,6 +60,26 @@ const MAX_BATCH_BYTES = 96 * 1024 * 1024;
 
 /** Where a node's copy of a partition stands in the topic: the next offset to read and the reader's epoch state there. */
 type Cursor = LogCursor;
+
+/** Beside a cluster node's store: which log it is a copy of. */
+const STORE_LOG_FILE = 'cluster-log';
+interface StoreLog {
+  kafka_cluster_id: string;
+  log_topic: string;
+}
+
+function readStoreLog(file: string): StoreLog | undefined {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+  const log = JSON.parse(text) as Partial<StoreLog>;
+  if (typeof log.kafka_cluster_id !== 'string' || typeof log.log_topic !== 'string') throw new KeelError('KEEL0015', `${file} does not say which log the store copies: ${text.slice(0, 200)}`);
+  return log as StoreLog;
+}
 
 /** A node's connection to the cluster's brokers, shared by its partitions' logs. */
 export class KafkaLogClient {
@@ -121,6 +143,33 @@ export class KafkaLogClient {
     if (count !== s.partitions) {
       throw new KeelError('RT0002', `worker.partitions is ${s.partitions}, but the cluster's log topic ${s.topic} has ${count} partitions: every node of a cluster needs worker.partitions equal to its log topic's partition count (one Kafka partition per Keel partition), or another cluster.log_topic`);
     }
+  }
+
+  /**
+   * Refuses (RT0002) a store that is no copy of this cluster's log, before the node joins: one a
+   * node of another topic or Kafka cluster wrote (`cluster-log` beside the store names both, written
+   * at a node's first start on it), or one that has read a partition further than its log now goes
+   * (the topic made again, the brokers' data lost). Read on, the node would fold another log's
+   * records into its copy; where the topic was shorter it exited once chosen to lead (KEEL0802, an
+   * offset out of range).
+   */
+  async refuseForeignStore(db: Db, path: string): Promise<void> {
+    const admin = await this.connectedAdmin();
+    const here: StoreLog = { kafka_cluster_id: (await retryingRead(() => admin.describeCluster())).clusterId, log_topic: this.settings.topic };
+    const file = join(path, STORE_LOG_FILE);
+    const known = readStoreLog(file);
+    if (known !== undefined && (known.kafka_cluster_id !== here.kafka_cluster_id || known.log_topic !== here.log_topic)) {
+      throw new KeelError('RT0002', `the worker store ${path} is a copy of topic ${known.log_topic} on Kafka cluster ${known.kafka_cluster_id}, and this node is set to topic ${here.log_topic} on Kafka cluster ${here.kafka_cluster_id}: start it on an empty store (it rebuilds from Kafka), or with the cluster it copied`);
+    }
+    const bounds = await this.logBounds();
+    for (let p = 0; p < this.settings.partitions; p++) {
+      const cursor = await logTable.readCursor(db, p);
+      const end = bounds[p]?.end ?? 0;
+      if (cursor !== undefined && cursor.offset > end) {
+        throw new KeelError('RT0002', `the worker store ${path} has read partition ${p} of topic ${here.log_topic} to offset ${cursor.offset}, but the topic ends at offset ${end}: it is not the log this store copied (the topic was made again, or the brokers lost their data); start the node on an empty store (it rebuilds from Kafka)`);
+      }
+    }
+    if (known === undefined) writeFileSync(file, `${JSON.stringify(here)}\n`);
   }
 
   /**
