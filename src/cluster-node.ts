@@ -138,8 +138,10 @@ export class ClusterNode {
     this.membership.onChange((view) => this.changed(view));
   }
 
-  /** Creates the log topic when missing and joins the cluster's group (the metadata topic exists: the registry opened it). */
-  /** `store`: this node's copy of the logs, checked against them before the node joins. */
+  /**
+   * Creates the log topic when missing, checks `store` (this node's copy of the logs) against
+   * them, and joins the cluster's group (the metadata topic exists: the registry opened it).
+   */
   async start(store: { db: Db; path: string }): Promise<void> {
     await atBrokers(`join the cluster (topic ${this.log.settings.topic})`, this.log.settings.brokers, async () => {
       await this.log.ensureTopic();

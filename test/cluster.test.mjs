@@ -453,15 +453,20 @@ t.test("a node that cannot reach its brokers at start says so (KEEL0801, naming 
   t.notMatch(output, /triggerUncaughtException|KafkaJSNonRetriableError/, 'no unhandled rejection');
 });
 
-t.test('a node whose worker.partitions differs from the log topic\'s partition count refuses to start (RT0002, naming both counts)', async (t) => {
+t.test("a node whose worker.partitions differs from the running nodes' or exceeds the log topic's partitions refuses to start (RT0002, naming both counts)", async (t) => {
   const topic = `t${++topics}`;
   const first = await node(t, 'four', topic);
   t.teardown(() => first.stop());
+  await active(first);
+  const expected = {
+    8: `worker.partitions is 8, but the cluster's log topic ${topic} has 4 partitions`,
+    2: `worker.partitions is 2 here but 4 on node 'four' (ingress ${first.ingress})`,
+  };
   for (const partitions of ['8', '2']) {
     const { fatal, output } = await refusedStart(t, { KEEL_CLUSTER__BROKERS: kafka.brokers.join(','), KEEL_CLUSTER__NODE_NAME: `n${partitions}`, KEEL_CLUSTER__LOG_TOPIC: topic, KEEL_WORKER__PARTITIONS: partitions });
     t.equal(fatal.length, 1, `${partitions} partitions: one fatal line`);
     t.equal(fatal[0]?.code, 'RT0002');
-    t.match(fatal[0]?.msg, `worker.partitions is ${partitions}, but the cluster's log topic ${topic} has 4 partitions`, 'naming both counts');
+    t.match(fatal[0]?.msg, expected[partitions], 'naming both counts');
     t.notMatch(output, /triggerUncaughtException/, 'no unhandled rejection');
   }
   // Before, the node of 2 joined beside the node of 4: the 4-partition node shared out partitions 2

@@ -71,4 +71,6 @@ t.test("a start step at the brokers: Kafka's failure becomes KEEL0801 naming the
   t.ok(err.cause instanceof KafkaJSNumberOfRetriesExceeded, "kafkajs's error kept as the cause");
   const own = new KeelError('META0018', 'another node changed the metadata');
   t.equal(await atBrokers('read', ['b:1'], () => Promise.reject(own)).catch((e) => e), own, "one of Keel's own errors passes as it is");
+  const local = Object.assign(new Error("EACCES: permission denied, open '/store/cluster-log.tmp'"), { code: 'EACCES', syscall: 'open' });
+  t.equal(await atBrokers('read', ['b:1'], () => Promise.reject(local)).catch((e) => e), local, 'and so does a local one (a file): it is no broker failure');
 });

@@ -12,7 +12,7 @@
 //
 // The node's own store holds the partition's state, the last position applied and where in the
 // topic that position ends (offset, epoch): a restart or a new leader reads the topic from there.
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Admin, Kafka, Message, Producer } from 'kafkajs';
 import { connectProducer, KAFKA_RETRY, loadKafkajs, retryingRead } from './kafkajs.js';
@@ -76,8 +76,13 @@ function readStoreLog(file: string): StoreLog | undefined {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw err;
   }
-  const log = JSON.parse(text) as Partial<StoreLog>;
-  if (typeof log.kafka_cluster_id !== 'string' || typeof log.log_topic !== 'string') throw new KeelError('KEEL0015', `${file} does not say which log the store copies: ${text.slice(0, 200)}`);
+  let log: Partial<StoreLog> | undefined;
+  try {
+    log = JSON.parse(text) as Partial<StoreLog>;
+  } catch {
+    log = undefined;
+  }
+  if (typeof log?.kafka_cluster_id !== 'string' || typeof log.log_topic !== 'string') throw new KeelError('KEEL0015', `${file} does not say which log the store copies: ${JSON.stringify(text.slice(0, 200))}`);
   return log as StoreLog;
 }
 
@@ -136,12 +141,11 @@ export class KafkaLogClient {
     // A node that found the topic just created by another (two started at once) may ask a broker
     // that does not know it yet (UNKNOWN_TOPIC_OR_PARTITION, retriable): it made such a node exit.
     const meta = await retryingRead(() => admin.fetchTopicMetadata({ topics: [s.topic] }));
-    // Every node maps keys to partitions by worker.partitions: two counts on one topic would put one
-    // key on two partitions, each led by its own node (a node of 2 beside one of 4 stood by for good,
-    // and the partitions only the other knew were left unled).
+    // A topic may have more partitions than Keel uses (made by hand, or grown), never fewer. That
+    // every node uses the same count is checked in the group (kafka-membership.ts, fitsGroup).
     const count = meta.topics[0]?.partitions.length ?? 0;
-    if (count !== s.partitions) {
-      throw new KeelError('RT0002', `worker.partitions is ${s.partitions}, but the cluster's log topic ${s.topic} has ${count} partitions: every node of a cluster needs worker.partitions equal to its log topic's partition count (one Kafka partition per Keel partition), or another cluster.log_topic`);
+    if (count < s.partitions) {
+      throw new KeelError('RT0002', `worker.partitions is ${s.partitions}, but the cluster's log topic ${s.topic} has ${count} partitions: give the topic at least as many (one Kafka partition per Keel partition), or another cluster.log_topic`);
     }
   }
 
@@ -169,7 +173,11 @@ export class KafkaLogClient {
         throw new KeelError('RT0002', `the worker store ${path} has read partition ${p} of topic ${here.log_topic} to offset ${cursor.offset}, but the topic ends at offset ${end}: it is not the log this store copied (the topic was made again, or the brokers lost their data); start the node on an empty store (it rebuilds from Kafka)`);
       }
     }
-    if (known === undefined) writeFileSync(file, `${JSON.stringify(here)}\n`);
+    if (known === undefined) {
+      // Whole or not at all: a torn file would refuse every later start.
+      writeFileSync(`${file}.tmp`, `${JSON.stringify(here)}\n`);
+      renameSync(`${file}.tmp`, file);
+    }
   }
 
   /**

@@ -13,8 +13,8 @@
 // (whose epochs are older) wins nothing back. A node that finds a partition it led assigned
 // elsewhere has been deposed from it, or is handing it over: the new leader's announcement makes
 // its later appends void (kafka-log.ts).
-import type { Consumer, Kafka } from 'kafkajs';
-import { loadKafkajs, retryingRead } from './kafkajs.js';
+import type { Admin, Consumer, GroupDescription, Kafka } from 'kafkajs';
+import { isTransientKafkaError, loadKafkajs, retryingRead } from './kafkajs.js';
 import { assert } from '../common/assert.js';
 import type { Logger } from '../common/logger.js';
 import { KeelError } from '../errors/index.js';
@@ -43,7 +43,8 @@ interface MemberData extends NodeInfo {
    * taking over: its announcement is not read back yet).
    */
   claims: Record<string, number>;
-  /** The node's cluster.spread_partitions (absent from the nodes of before it was sent). */
+  /** The node's worker.partitions and cluster.spread_partitions (absent from the nodes of before they were sent). */
+  partitions?: number;
   spread?: boolean;
 }
 
@@ -153,7 +154,7 @@ export class ClusterMembership {
   async start(): Promise<void> {
     await this.fitsGroup();
     const { AssignerProtocol } = loadKafkajs();
-    const encode = (): Buffer => AssignerProtocol.MemberMetadata.encode({ version: 1, topics: [this.topic], userData: Buffer.from(JSON.stringify({ ...this.self, claims: this.claims(), spread: this.spread })) });
+    const encode = (): Buffer => AssignerProtocol.MemberMetadata.encode({ version: 1, topics: [this.topic], userData: Buffer.from(JSON.stringify({ ...this.self, claims: this.claims(), partitions: this.partitions, spread: this.spread })) });
     const assigner = () => ({
       name: ASSIGNOR,
       version: 1,
@@ -210,31 +211,63 @@ export class ClusterMembership {
    *   and got 503. A member under this name at this node's own addresses is a run of this node that
    *   was killed (no other process holds its ports); one at other addresses may be too, so it is
    *   waited for to leave, a session and a little more;
-   * - a node runs with the other cluster.spread_partitions: a node that spreads beside one that
-   *   does not sent it the partitions the group gave it, which it refused (KEEL0803) for good.
+   * - another node runs with another worker.partitions or cluster.spread_partitions (refuseUnlike).
+   * A group that is rebalancing tells no member's data: it is looked at again until the deadline,
+   * then joined. One that cannot be read (its coordinator moving) is joined unchecked, as before.
    */
   private async fitsGroup(): Promise<void> {
     const admin = this.kafka.admin();
     await admin.connect();
     try {
       const deadline = performance.now() + this.session_timeout_ms + NAME_GRACE_MS;
-      for (let waited = false; ; waited = true) {
-        const { groups } = await retryingRead(() => admin.describeGroups([this.group]));
-        const members = (groups[0]?.members ?? []).map((m) => dataOf(m.memberMetadata)).filter((d): d is MemberData => d !== undefined);
-        const other = members.find((d) => d.spread !== undefined && d.spread !== this.spread);
-        if (other !== undefined) {
-          throw new KeelError('RT0002', `cluster.spread_partitions is ${this.spread} here but ${other.spread} on node '${other.node}' (ingress ${other.ingress}): every node of a cluster needs the same`);
-        }
+      for (let warned = false; ; ) {
+        const group = await this.describedGroup(admin);
+        if (group === undefined) return;
+        const members = group.members.map((m) => dataOf(m.memberMetadata)).filter((d): d is MemberData => d !== undefined);
+        // This node's own earlier run may have had other settings: only the other nodes count.
+        for (const d of members) if (d.node !== this.self.node) this.refuseUnlike(d);
         const twin = members.find((d) => d.node === this.self.node && (d.ingress !== this.self.ingress || d.admin !== this.self.admin));
-        if (twin === undefined) return;
+        const settled = group.state === 'Stable' || group.state === 'Empty' || group.state === 'Dead';
+        if (twin === undefined && settled) return;
         if (performance.now() >= deadline) {
+          if (twin === undefined) return;
           throw new KeelError('RT0002', `cluster.node_name '${this.self.node}' is taken: another node of the cluster runs under it (ingress ${twin.ingress}, admin ${twin.admin}); give each node a name of its own`);
         }
-        if (!waited) this.logger.warn({ code: 'RT0002', node: this.self.node, ingress: twin.ingress, wait_ms: Math.round(deadline - performance.now()) }, `a member of the cluster group runs under this node's name at other addresses; waiting for it to leave (a run of this node killed a moment ago does)`);
+        if (twin !== undefined && !warned) {
+          warned = true;
+          this.logger.warn({ code: 'RT0002', node: this.self.node, ingress: twin.ingress, wait_ms: Math.round(deadline - performance.now()) }, `a member of the cluster group runs under this node's name at other addresses; waiting for it to leave (a run of this node killed a moment ago does)`);
+        }
         await new Promise((r) => setTimeout(r, NAME_POLL_MS));
       }
     } finally {
       await admin.disconnect().catch(() => undefined);
+    }
+  }
+
+  /** The group as its coordinator describes it, or undefined (warned) while that passes Kafka trouble. */
+  private async describedGroup(admin: Admin): Promise<GroupDescription | undefined> {
+    try {
+      return (await retryingRead(() => admin.describeGroups([this.group]))).groups[0];
+    } catch (err) {
+      if (!isTransientKafkaError(err)) throw err;
+      this.logger.warn({ err, code: 'KEEL0801' }, 'cannot read the cluster group before joining it; joining without checking the other nodes');
+      return undefined;
+    }
+  }
+
+  /**
+   * Another node's settings that this one must share: worker.partitions (each maps keys to
+   * partitions by it: one key would be on two partitions, and the partitions only one knew unled)
+   * and cluster.spread_partitions (a node spreading beside one that does not sent it the partitions
+   * the group gave it, which it refused, KEEL0803, for good). Nodes from before they were told send neither.
+   */
+  private refuseUnlike(d: MemberData): void {
+    const at = `on node '${d.node}' (ingress ${d.ingress})`;
+    if (d.partitions !== undefined && d.partitions !== this.partitions) {
+      throw new KeelError('RT0002', `worker.partitions is ${this.partitions} here but ${d.partitions} ${at}: every node of a cluster needs the same`);
+    }
+    if (d.spread !== undefined && d.spread !== this.spread) {
+      throw new KeelError('RT0002', `cluster.spread_partitions is ${this.spread} here but ${d.spread} ${at}: every node of a cluster needs the same`);
     }
   }
 

@@ -72,7 +72,7 @@ export function rootCauseMessage(err: unknown): string {
 }
 
 /**
- * `work`, a step of a cluster node's start that needs the brokers; a failure of Kafka's (after
+ * `work`, a step of a cluster node's start that needs the brokers; a failure of kafkajs's (after
  * kafkajs's own retries, ~15 s) becomes KEEL0801 naming the step, the brokers and the cause, which
  * the server's start logs as its fatal line (it crashed with kafkajs's bare stack trace before).
  */
@@ -80,7 +80,8 @@ export async function atBrokers<T>(what: string, brokers: readonly string[], wor
   try {
     return await work();
   } catch (err) {
-    if (isKeelError(err)) throw err;
+    // Only Kafka's: an error of Keel's or a local one (a file, the store) is passed on as it is.
+    if (isKeelError(err) || !String((err as Error | undefined)?.name).startsWith('KafkaJS')) throw err;
     throw new KeelError('KEEL0801', `cannot ${what} on the Kafka brokers ${brokers.join(', ')} (cluster.brokers): ${rootCauseMessage(err)}`, { cause: err });
   }
 }
