@@ -17,6 +17,8 @@ const concurrency = { now: 0, most: 0 };
 /** When each attempt of Fan/slow entered its run (ms since the epoch); runs end once `slow.release()` is called. */
 const slowRuns = [];
 const slow = { gate: Promise.resolve(), release: () => {} };
+/** Fan/gate's callbacks by tag. */
+const started = new Map();
 
 const counter = restate.object({
   name: 'Counter',
@@ -50,6 +52,12 @@ const fan = restate.service({
         await slow.gate;
       });
       return 'slow';
+    },
+    /** Tells `started` its awakeable when it runs, and ends with what the awakeable is resolved with. */
+    gate: async (ctx, tag) => {
+      const a = ctx.awakeable();
+      started.get(tag)?.(a.id);
+      return a.promise;
     },
     hold: async (ctx) => {
       await ctx.run('hold', async () => {
@@ -137,6 +145,32 @@ t.test('admin actions reach the owning thread: cancel, purge, state, journal', a
   t.same(state, [{ service_key: 'k1', key: 'value', value_utf8: '5' }], 'object state from the thread that holds it');
   const missing = await adminCall(keel, 'PATCH', '/invocations/inv_1nope/cancel');
   t.ok(missing.status >= 400 && missing.status < 500, `a malformed id is refused (${missing.status})`);
+});
+
+t.test('a query sees a start its client has seen, though no request of the client made it (the thread posts it after its turn)', async (t) => {
+  const { keel } = await setup(t);
+  const rules = await adminCall(keel, 'PUT', '/limits/rules', [{ pattern: 'one', limits: { concurrency: 1 } }]);
+  t.equal(rules.status, 200, rules.text);
+  // One at a time in scope 'one': each starts when the one before completes, by the partition's
+  // own doing; its handler tells the test, which asks SQL at once.
+  const N = 60;
+  const ids = [];
+  const awakeable = Array.from({ length: N }, (_, i) => new Promise((resolve) => started.set(`g${i}`, resolve)));
+  for (let i = 0; i < N; i++) {
+    const sent = await ingress(keel, '/restate/scope/one/send/Fan/gate', `g${i}`);
+    t.equal(sent.status, 202, JSON.stringify(sent.body));
+    ids.push(sent.body.invocationId);
+  }
+  const seen = [];
+  for (let i = 0; i < N; i++) {
+    const a = await awakeable[i];
+    const [row] = await query(keel, `SELECT status FROM sys_invocation WHERE id = '${ids[i]}'`);
+    seen.push(row?.status ?? 'no row');
+    const resolved = await fetch(`${keel.ingress}/restate/awakeables/${a}/resolve`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '"go"' });
+    t.equal(resolved.status, 202);
+  }
+  const behind = seen.map((s, i) => [i, s]).filter(([, s]) => s !== 'running' && s !== 'suspended');
+  t.same(behind, [], `every started invocation is running or suspended in SQL (${N} asked)`);
 });
 
 t.test('a deployment limit holds for the process, not per thread', async (t) => {

@@ -81,6 +81,11 @@ export interface IntrospectionSource {
   invocationLines(): AsyncIterable<Uint8Array>;
   /** Calls `listener` with the statuses of every durable batch from now on; returns the stop function. */
   watchInvocations(listener: (changes: InvocationChanges) => void): () => void;
+  /**
+   * Resolves once every status change made durable before the call has reached the watchers;
+   * absent where they hear of each batch as it becomes durable (one thread).
+   */
+  settled?(): Promise<void>;
   /** The stored journal of an invocation, undecoded (empty when there is none). */
   journalEntries(id: string): Promise<RawJournalEntry[]>;
   /** The attempts of the invocation's `ctx.run` steps, when it is known here. */

@@ -30,6 +30,11 @@ export class ThreadedIntrospection implements IntrospectionSource {
     return this.threads.watch(listener);
   }
 
+  /** Each thread answers after the frames it queued before, its status changes among them (Serving.post). */
+  async settled(): Promise<void> {
+    await this.threads.callAll('settle', []);
+  }
+
   async journalEntries(id: string): Promise<RawJournalEntry[]> {
     const parsed = InvocationId.parse(id);
     return parsed === undefined ? [] : this.threads.callAt(parsed.partitionKey, 'journalEntries', [id]);

@@ -14,7 +14,7 @@ export const CALLS = [
   'attach', 'output', 'append', 'appendTo',
   'journalEntries', 'stepAttempts', 'manage', 'pauseFlowQueue', 'schedule', 'applySchedule', 'setState',
   'unfinishedPinnedTo', 'replayCandidates', 'partitions',
-  'setLimitRules', 'setStateTtls', 'metrics',
+  'setLimitRules', 'setStateTtls', 'metrics', 'settle',
 ] as const;
 export type CallName = (typeof CALLS)[number];
 

@@ -222,6 +222,7 @@ class Serving {
       case 'setLimitRules': return this.parts.worker.setLimitRules(args[0] as Parameters<Worker['setLimitRules']>[0]);
       case 'setStateTtls': return this.parts.worker.setStateTtls(args[0] as Parameters<Worker['setStateTtls']>[0], args[1] as { onlyWhereDiffers?: boolean });
       case 'metrics': return this.parts.metrics.collect();
+      case 'settle': return Promise.resolve(); // its answer follows the frames queued before it
     }
   }
 

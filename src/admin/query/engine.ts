@@ -461,25 +461,40 @@ export class QueryEngine {
         continue;
       }
       this.running.set(p.qid, p);
-      const ids = this.journalIdsOf(p.sql);
-      if (ids === undefined) this.dispatch(p);
-      else void this.readAhead(p, ids);
+      void this.prepare(p);
     }
     this.expireWaiting();
   }
 
   /**
-   * Reads the journals a query names, then sends it with them. The changes kept so far go first,
-   * so that the journals are at least as new as the statuses the query sees. A read that has not
-   * ended by the query's deadline is given up: the query goes without (and then times out).
+   * Waits until every status change made durable before the query came has reached the copy's
+   * feed (partition threads post theirs at the end of a turn: without this, a query could miss a
+   * change its client had already seen the effect of), then reads the journals the query names
+   * and sends it with them — the changes kept so far go first, so that the journals are at least
+   * as new as the statuses the query sees. A wait that has not ended by the query's deadline is
+   * given up: the query goes as it is (and then times out).
    */
-  private async readAhead(p: Pending, ids: string[]): Promise<void> {
-    this.flush();
+  private async prepare(p: Pending): Promise<void> {
+    const settled = this.source().settled?.();
+    if (settled !== undefined) await this.beforeDeadline(p, settled);
+    const ids = this.journalIdsOf(p.sql);
+    let journals: Journals | undefined;
+    if (ids !== undefined) {
+      this.flush();
+      journals = await this.beforeDeadline(p, this.readJournals(ids));
+    }
+    if (this.running.get(p.qid) === p) this.dispatch(p, journals);
+  }
+
+  /** `work`'s value, or undefined once the query's deadline passed or `work` failed. */
+  private async beforeDeadline<T>(p: Pending, work: Promise<T>): Promise<T | undefined> {
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<undefined>((resolve) => (timer = setTimeout(resolve, Math.max(0, p.deadline - Date.now()), undefined)));
-    const journals = await Promise.race([this.readJournals(ids), late]).catch(() => undefined);
-    clearTimeout(timer);
-    if (this.running.get(p.qid) === p) this.dispatch(p, journals);
+    try {
+      return await Promise.race([work, late]).catch(() => undefined);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   private dispatch(p: Pending, journals?: Journals): void {
