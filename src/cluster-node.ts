@@ -145,7 +145,7 @@ export class ClusterNode {
   async start(store: { db: Db; path: string }): Promise<void> {
     await atBrokers(`join the cluster (topic ${this.log.settings.topic})`, this.log.settings.brokers, async () => {
       await this.log.ensureTopic();
-      await this.log.refuseForeignStore(store.db, store.path);
+      await this.log.refuseStoreOfAnotherLog(store.db, store.path);
       await this.membership.start();
     });
   }

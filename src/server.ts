@@ -90,7 +90,6 @@ export class KeelServer {
       phase('store_opened');
       const opened = db;
       worker.useStore(opened);
-      if (config.cluster !== undefined) await KafkaLog.refuseEmbeddedStore(opened, config.worker.partitions, config.worker.storage_db.path);
       const openPartitions = partitionOpener(config, worker, opened, known, applySchedules);
       const cluster = config.cluster === undefined ? undefined : clusterNode(config, config.cluster, logger, metrics, opened, { ingress, admin }, routing, worker, {
         open: (log, partitions) => openPartitions(log, partitions),

@@ -544,6 +544,14 @@ t.test('a node refuses a store that copies another log (RT0002): another topic, 
   t.equal(renamed.fatal[0]?.code, 'RT0002', 'another topic: RT0002');
   t.match(renamed.fatal[0]?.msg, new RegExp(`the worker store ${store(dir).replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} is a copy of topic ${first} on Kafka cluster \\S+, and this node is set to topic ${other} on Kafka cluster`), 'naming both topics');
 
+  // The file that names the log torn (a disk that lost its last write): the store is not taken
+  // for a copy of whatever log the node is set to.
+  const named = path.join(store(dir), 'cluster-log');
+  fs.writeFileSync(named, fs.readFileSync(named, 'utf8').slice(0, 20));
+  const torn = await refusedStart(t, env(first), { dir });
+  t.equal(torn.fatal[0]?.code, 'KEEL0015', 'cluster-log torn: KEEL0015');
+  t.match(torn.fatal[0]?.msg, `${named} does not say which log the store copies`, 'naming the file');
+
   // The topic deleted and made again (as when the brokers lose their data): the store read further than it goes.
   const again = `t${++topics}`;
   const dir2 = await copied(again);
@@ -556,5 +564,5 @@ t.test('a node refuses a store that copies another log (RT0002): another topic, 
   const remade = await refusedStart(t, env(again), { dir: dir2 });
   t.equal(remade.fatal[0]?.code, 'RT0002', 'its own topic made again: RT0002');
   t.match(remade.fatal[0]?.msg, new RegExp(`has read partition \\d+ of topic ${again} to offset \\d+, but the topic ends at offset 0: it is not the log this store copied`), 'naming the partition, the offsets and the topic');
-  t.notMatch(renamed.output + remade.output, /this node leads|standing by|KEEL0802/, 'neither joined the group nor got as far as leading');
+  t.notMatch(renamed.output + torn.output + remade.output, /this node leads|standing by|KEEL0802/, 'none joined the group nor got as far as leading');
 });

@@ -151,13 +151,23 @@ export class KafkaLogClient {
 
   /**
    * Refuses (RT0002) a store that is no copy of this cluster's log, before the node joins: one a
+   * single node wrote with its own log (a cluster node rebuilds an empty store from Kafka), one a
    * node of another topic or Kafka cluster wrote (`cluster-log` beside the store names both, written
    * at a node's first start on it), or one that has read a partition further than its log now goes
    * (the topic made again, the brokers' data lost). Read on, the node would fold another log's
-   * records into its copy; where the topic was shorter it exited once chosen to lead (KEEL0802, an
-   * offset out of range).
+   * records into its copy, or exit once chosen to lead (KEEL0802: a position or offset that the
+   * log does not continue), after the group had rebalanced around it.
    */
-  async refuseForeignStore(db: Db, path: string): Promise<void> {
+  async refuseStoreOfAnotherLog(db: Db, path: string): Promise<void> {
+    const cursors: Array<{ offset: number } | undefined> = [];
+    for (let p = 0; p < this.settings.partitions; p++) {
+      const cursor = await logTable.readCursor(db, p);
+      const applied = await logTable.readApplied(db, p);
+      if (cursor === undefined && applied > 0) {
+        throw new KeelError('RT0002', `the worker store ${path} was written by a single node (partition ${p} holds ${applied} commands of its own log), not as a copy of a cluster's Kafka logs: a cluster node starts on an empty store and rebuilds it from Kafka; move the store away or set worker.storage_db.path, or run it without [cluster]`);
+      }
+      cursors.push(cursor);
+    }
     const admin = await this.connectedAdmin();
     const here: StoreLog = { kafka_cluster_id: (await retryingRead(() => admin.describeCluster())).clusterId, log_topic: this.settings.topic };
     const file = join(path, STORE_LOG_FILE);
@@ -166,8 +176,7 @@ export class KafkaLogClient {
       throw new KeelError('RT0002', `the worker store ${path} is a copy of topic ${known.log_topic} on Kafka cluster ${known.kafka_cluster_id}, and this node is set to topic ${here.log_topic} on Kafka cluster ${here.kafka_cluster_id}: start it on an empty store (it rebuilds from Kafka), or with the cluster it copied`);
     }
     const bounds = await this.logBounds();
-    for (let p = 0; p < this.settings.partitions; p++) {
-      const cursor = await logTable.readCursor(db, p);
+    for (const [p, cursor] of cursors.entries()) {
       const end = bounds[p]?.end ?? 0;
       if (cursor !== undefined && cursor.offset > end) {
         throw new KeelError('RT0002', `the worker store ${path} has read partition ${p} of topic ${here.log_topic} to offset ${cursor.offset}, but the topic ends at offset ${end}: it is not the log this store copied (the topic was made again, or the brokers lost their data); start the node on an empty store (it rebuilds from Kafka)`);
@@ -285,20 +294,6 @@ export class KafkaLog implements PartitionLog {
   ) {
     this.applied = { ...cursor };
     this.seen = { ...cursor };
-  }
-
-  /**
-   * Refuses a store that a single node wrote with its own log (RT0002): a cluster node's store is
-   * a copy of the Kafka logs, which it rebuilds into an empty store. Found at the start, before the
-   * node joins the group; the takeover found it only once the node was chosen to lead, and exited
-   * as a deposed node (KEEL0802).
-   */
-  static async refuseEmbeddedStore(db: Db, partitions: number, path: string): Promise<void> {
-    for (let p = 0; p < partitions; p++) {
-      const applied = await logTable.readApplied(db, p);
-      if (applied === 0 || (await logTable.readCursor(db, p)) !== undefined) continue;
-      throw new KeelError('RT0002', `the worker store ${path} was written by a single node (partition ${p} holds ${applied} commands of its own log), not as a copy of a cluster's Kafka logs: a cluster node starts on an empty store and rebuilds it from Kafka; move the store away or set worker.storage_db.path, or run it without [cluster]`);
-    }
   }
 
   static async open(db: Db, partition: number, writer: GroupWriter, client: KafkaLogClient): Promise<KafkaLog> {
