@@ -13,6 +13,7 @@
 // more, and it exits rather than trust anything it holds in memory. Its supervisor starts it
 // again, as a new member.
 import type { Logger } from './common/logger.js';
+import type { KeelError } from './errors/index.js';
 import { splitAddress, type ClusterConfig, type Config } from './config/index.js';
 import { KafkaLogClient } from './log/kafka-log.js';
 import { atBrokers, isTransientKafkaError } from './log/kafkajs.js';
@@ -52,6 +53,8 @@ export interface ClusterHooks {
   follow(log: KafkaLogClient, partitions: number[]): Promise<Follower[]>;
   /** This node was deposed while it led partitions: it must stop at once. */
   deposed(reason: string): void;
+  /** The cluster refuses this node (RT0002: another node runs under its name); it has left the group and must stop. */
+  refused(err: KeelError): void;
   /** The partitions that stopped on this node, and why. */
   stopped(): Array<{ partition: number; reason: string }>;
 }
@@ -136,6 +139,7 @@ export class ClusterNode {
     );
     this.membership = new ClusterMembership(this.log.kafka, `${cluster.log_topic}-nodes`, `${cluster.log_topic}-meta`, this.self, () => this.claims(), this.partitions, cluster.spread_partitions, cluster.session_timeout_ms, logger.child({ component: 'membership' }));
     this.membership.onChange((view) => this.changed(view));
+    this.membership.onRefusal((err) => this.hooks.refused(err));
   }
 
   /**

@@ -232,6 +232,10 @@ function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, met
     logger.fatal({ code: 'KEEL0802', node: cluster.node_name }, `this node stops: ${reason}`);
     process.exit(1);
   };
+  const refused = (err: KeelError): void => {
+    logger.fatal({ code: err.code, node: cluster.node_name }, `this node stops: ${err.message}`);
+    process.exit(1);
+  };
   const stopped = () => worker.failures().map((f) => ({ partition: f.partition, reason: f.reason }));
   const writer = new GroupWriter(db, storeWriteObserver(metrics));
   const follow = async (log: KafkaLogClient, followed: number[]): Promise<Follower[]> => {
@@ -241,7 +245,7 @@ function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, met
     const reads = (p: number) => ({ state: (state: PartitionState | undefined) => worker.setReplica(p, state), observe: (partition: number, writes: readonly StateWrite[]) => worker.observeBatch(partition, writes) });
     return logs.map((l) => new PartitionFollower(db, l, () => open(l.partition), cache_bytes, logger.child({ component: 'follower' }), reads(l.partition)));
   };
-  const node = new ClusterNode(config, cluster, logger.child({ component: 'cluster' }), { ...partitions, follow, deposed, stopped });
+  const node = new ClusterNode(config, cluster, logger.child({ component: 'cluster' }), { ...partitions, follow, deposed, refused, stopped });
   if (cluster.spread_partitions) {
     routing.ingress.elsewhere = (partition, req, reply) => forwardToLeader(req, reply, partition, node, node.peers, 'ingress', logger);
     routing.admin.elsewhere = (partition, req, reply) => forwardToLeader(req, reply, partition, node, node.peers, 'admin', logger);

@@ -1,6 +1,6 @@
 // Which member of the cluster's group leads which partitions (src/log/kafka-membership.ts).
 import t from 'tap';
-import { assignPartitions } from '../dist/log/kafka-membership.js';
+import { assignPartitions, laterTwins } from '../dist/log/kafka-membership.js';
 
 /** A member: its id, node name and the partitions it claims (partition → epoch held). */
 const m = (memberId, node, claims = {}) => ({ memberId, data: { node, ingress: '', admin: '', claims } });
@@ -42,4 +42,13 @@ t.test('spread: the partitions are shared out evenly, and stay where they are le
   const contested = assignPartitions([m('1', 'a', { 0: 4 }), m('2', 'b', { 0: 5 })], 2, true);
   t.same(shares(contested), { 1: [1], 2: [0] }, 'two claims of one partition: the later epoch keeps it');
   t.same(shares(assignPartitions([m('1', 'a'), m('2', 'b'), m('3', 'c')], 2, true)), { 1: [0], 2: [1], 3: [] }, 'more nodes than partitions: some stand by');
+});
+
+t.test('two nodes under one name: the one that started later is told apart, by every member alike', async (t) => {
+  const at = (memberId, node, ingress, started_at_ms) => ({ memberId, data: { node, ingress, admin: `${ingress}-admin`, claims: {}, started_at_ms } });
+  t.same([...laterTwins([at('m1', 'a', 'x', 200), at('m2', 'a', 'y', 100), at('m3', 'b', 'z', 50)])], ['m1'], 'the later start of the name');
+  t.same([...laterTwins([at('m2', 'a', 'y', 100), at('m1', 'a', 'x', 100)])], ['m2'], 'started in the same ms: the larger member id, in any order of the members');
+  t.same([...laterTwins([at('m1', 'a', 'x', 100), at('m2', 'a', 'x', 200)])], [], 'at the same addresses it is a killed run of the same node, not a twin');
+  t.same([...laterTwins([at('m1', 'a', 'x', 100), at('m2', 'a', 'y', 200), at('m3', 'a', 'z', 300)])], ['m2', 'm3'], 'three under one name: all but the first');
+  t.same([...laterTwins([at('m1', 'a', 'x', undefined), at('m2', 'a', 'y', 5)])], ['m2'], 'a node of before the start time was sent counts as started first');
 });

@@ -497,6 +497,30 @@ t.test("a node started under the name of a running node refuses to start (RT0002
   t.equal((await call(first, '/Counter/twin/add', 1)).status, 200, 'and answers');
 });
 
+t.test('two nodes started under one name at once: the later refuses (RT0002) once both are in the group, the other goes on alone', async (t) => {
+  const topic = `t${++topics}`;
+  // Both pass the start's check of the group: neither is in it yet.
+  const starts = await Promise.allSettled([node(t, 'gemini', topic), node(t, 'gemini', topic)]);
+  const ready = starts.filter((s) => s.status === 'fulfilled').map((s) => s.value);
+  const exitedEarly = starts.filter((s) => s.status === 'rejected').map((s) => s.reason.message);
+  const watched = ready.map((k) => Promise.race([k.exited.then((e) => ({ k, e })), sleep(15_000).then(() => undefined)]));
+  const exitedLater = (await Promise.all(watched)).filter((x) => x !== undefined);
+  t.equal(exitedEarly.length + exitedLater.length, 1, `exactly one of the two stopped (${exitedEarly.length} before it was ready, ${exitedLater.length} after)`);
+  const outputOf = exitedEarly[0] ?? exitedLater[0]?.k.output ?? '';
+  if (exitedLater[0] !== undefined) t.same(exitedLater[0].e, { code: 1, signal: null }, 'with status 1');
+  const fatal = outputOf.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l)).filter((l) => l.level === 60);
+  t.equal(fatal[0]?.code, 'RT0002', 'RT0002');
+  t.match(fatal[0]?.msg, /cluster\.node_name 'gemini' is taken: another node of the cluster (started under it first|runs under it) \(ingress http:/, `naming the name and the other node (${/started under it first/.test(fatal[0]?.msg) ? 'told apart in the group' : 'seen by the check before joining'})`);
+  const alone = ready.find((k) => !exitedLater.some((x) => x.k === k));
+  t.ok(alone, 'one goes on');
+  if (alone === undefined) return;
+  await active(alone);
+  await eventually(async () => (await admin(alone, 'GET', '/cluster')).json.members.length === 1, { timeout_ms: 15_000 });
+  t.same((await admin(alone, 'GET', '/cluster')).json.members, ['gemini'], 'alone in the group');
+  await register(alone, endpoint);
+  t.equal((await call(alone, '/Counter/gemini/add', 1)).status, 200, 'and answers');
+});
+
 t.test('a node whose cluster.spread_partitions differs from the running nodes\' refuses to start (RT0002, naming the other node)', async (t) => {
   const topic = `t${++topics}`;
   const first = await node(t, 'whole', topic);

@@ -46,6 +46,8 @@ interface MemberData extends NodeInfo {
   /** The node's worker.partitions and cluster.spread_partitions (absent from the nodes of before they were sent). */
   partitions?: number;
   spread?: boolean;
+  /** When the node's run started (Date.now()): of two under one name, the later leaves (laterTwins). */
+  started_at_ms?: number;
 }
 
 export interface Member {
@@ -66,6 +68,8 @@ const DESCRIBE_RETRY_MS = 200;
  */
 const NAME_GRACE_MS = 3_000;
 const NAME_POLL_MS = 500;
+/** How long a node refused by the group waits to leave it before it stops anyway (the group then waits out its session). */
+const LEAVE_WAIT_MS = 3_000;
 
 /**
  * Which member leads which partitions. Sticky: a partition stays with the member that claims it
@@ -121,10 +125,33 @@ export function assignPartitions(members: readonly Member[], partitions: number,
   return out;
 }
 
+/**
+ * The members that run under the name of one that started before them, at other addresses: two
+ * nodes started under one name at once both passed the check of the group before either had
+ * joined (fitsGroup). They get no partitions, and each leaves once it sees itself among them.
+ * A member under its own name at its own addresses is a killed run of it, not a twin. Ties of the
+ * start time go to the smaller member id, so that every member tells the same one apart.
+ */
+export function laterTwins(members: readonly Member[]): Set<string> {
+  const later = new Set<string>();
+  const before = (a: Member, b: Member): boolean => {
+    const [x, y] = [a.data.started_at_ms ?? 0, b.data.started_at_ms ?? 0];
+    return x < y || (x === y && a.memberId < b.memberId);
+  };
+  for (const m of members) {
+    const twin = members.find((o) => o !== m && o.data.node === m.data.node && (o.data.ingress !== m.data.ingress || o.data.admin !== m.data.admin) && before(o, m));
+    if (twin !== undefined) later.add(m.memberId);
+  }
+  return later;
+}
+
 export class ClusterMembership {
   private consumer: Consumer | undefined;
   private view: MembershipView = { member_id: undefined, assigned: [], leaders: [], members: [] };
   private readonly listeners = new Set<(view: MembershipView) => void>();
+  private readonly refusalListeners = new Set<(err: KeelError) => void>();
+  private readonly startedAt_ms = Date.now();
+  private refused = false;
   /** Joins seen, so the description of an older one does not overwrite a newer view. */
   private joins = 0;
 
@@ -151,18 +178,24 @@ export class ClusterMembership {
     return () => this.listeners.delete(listener);
   }
 
+  /** Hears, once, that the group refuses this node (RT0002: another node runs under its name); the node has left the group by then. */
+  onRefusal(listener: (err: KeelError) => void): void {
+    this.refusalListeners.add(listener);
+  }
+
   async start(): Promise<void> {
     await this.fitsGroup();
     const { AssignerProtocol } = loadKafkajs();
-    const encode = (): Buffer => AssignerProtocol.MemberMetadata.encode({ version: 1, topics: [this.topic], userData: Buffer.from(JSON.stringify({ ...this.self, claims: this.claims(), partitions: this.partitions, spread: this.spread })) });
+    const encode = (): Buffer => AssignerProtocol.MemberMetadata.encode({ version: 1, topics: [this.topic], userData: Buffer.from(JSON.stringify({ ...this.self, claims: this.claims(), partitions: this.partitions, spread: this.spread, started_at_ms: this.startedAt_ms })) });
     const assigner = () => ({
       name: ASSIGNOR,
       version: 1,
       protocol: () => ({ name: ASSIGNOR, metadata: encode() }),
       assign: async ({ members }: { members: Array<{ memberId: string; memberMetadata: Buffer }> }) => {
         // Only members of this kind share the partitions (another kind in the group gets none).
-        const decoded = members.map((m) => ({ memberId: m.memberId, data: dataOf(m.memberMetadata) }));
-        const assigned = assignPartitions(decoded.filter((m) => m.data !== undefined) as Member[], this.partitions, this.spread);
+        const decoded = members.map((m) => ({ memberId: m.memberId, data: dataOf(m.memberMetadata) })).filter((m): m is Member => m.data !== undefined);
+        const twins = laterTwins(decoded);
+        const assigned = assignPartitions(decoded.filter((m) => !twins.has(m.memberId)), this.partitions, this.spread);
         // Keel's partitions travel in the assignment's user data: no partition of the topic is consumed.
         return members.map((m) => ({
           memberId: m.memberId,
@@ -210,7 +243,8 @@ export class ClusterMembership {
    *   take the other's partitions for unled ones, and requests for them waited out the leader wait
    *   and got 503. A member under this name at this node's own addresses is a run of this node that
    *   was killed (no other process holds its ports); one at other addresses may be too, so it is
-   *   waited for to leave, a session and a little more;
+   *   waited for to leave, a session and a little more. Two started at once both pass this; the
+   *   group tells them apart once they are in it (laterTwins);
    * - another node runs with another worker.partitions or cluster.spread_partitions (refuseUnlike).
    * A group that is rebalancing tells no member's data: it is looked at again until the deadline,
    * then joined. One that cannot be read (its coordinator moving) is joined unchecked, as before.
@@ -288,11 +322,12 @@ export class ClusterMembership {
       });
       if (described?.state === 'Stable' && described.members.some((m) => m.memberId === memberId)) description = described;
     }
-    if (join !== this.joins) return; // a later join's view is on its way
+    if (join !== this.joins || this.refused) return; // a later join's view is on its way
     if (description === undefined) {
       this.logger.warn({ code: 'KEEL0801', tries: DESCRIBE_TRIES }, 'cannot read the cluster group\'s assignment; this node keeps what it leads until the next rebalance');
       return;
     }
+    if (await this.refusedAsTwin(description.members, memberId)) return;
     let assigned: number[] = [];
     const members: NodeInfo[] = [];
     const leaders: Array<NodeInfo | undefined> = Array.from({ length: this.partitions }, () => undefined);
@@ -309,6 +344,22 @@ export class ClusterMembership {
     const others = [...new Set(leaders.filter((l): l is NodeInfo => l !== undefined && l.node !== this.self.node).map((l) => l.node))];
     this.logger.info({ assigned: this.view.assigned, members: members.map((m) => m.node), other_leaders: others }, this.view.assigned.length > 0 ? `this node leads ${this.view.assigned.length} of ${this.partitions} partitions` : `standing by; ${others.join(', ') || 'no node'} leads the partitions`);
     for (const listener of this.listeners) listener(this.view);
+  }
+
+  /**
+   * Whether this node runs under the name of a member that started before it (laterTwins): then
+   * it leaves the group, so that the group rebalances without it at once, and tells the refusal.
+   */
+  private async refusedAsTwin(described: ReadonlyArray<{ memberId: string; memberMetadata: Buffer }>, memberId: string): Promise<boolean> {
+    const members = described.map((m) => ({ memberId: m.memberId, data: dataOf(m.memberMetadata) })).filter((m): m is Member => m.data !== undefined);
+    const twins = laterTwins(members);
+    if (!twins.has(memberId)) return false;
+    const first = members.find((m) => m.data.node === this.self.node && !twins.has(m.memberId));
+    this.refused = true;
+    const err = new KeelError('RT0002', `cluster.node_name '${this.self.node}' is taken: another node of the cluster started under it first (ingress ${first?.data.ingress ?? 'unknown'}, admin ${first?.data.admin ?? 'unknown'}); give each node a name of its own`);
+    await Promise.race([this.stop(), new Promise((r) => setTimeout(r, LEAVE_WAIT_MS).unref())]);
+    for (const listener of this.refusalListeners) listener(err);
+    return true;
   }
 }
 
