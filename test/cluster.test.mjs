@@ -535,6 +535,32 @@ t.test('a node whose cluster.spread_partitions differs from the running nodes\' 
   t.same((await admin(first, 'GET', '/cluster')).json.members, ['whole'], 'the running node is alone in the group');
 });
 
+t.test("a node SIGKILLed and started again at once with another cluster.spread_partitions is not refused for its own earlier run's setting", async (t) => {
+  const topic = `t${++topics}`;
+  // Mutated below: each launch of the node reads it again.
+  const env = {
+    KEEL_CLUSTER__BROKERS: kafka.brokers.join(','),
+    KEEL_CLUSTER__NODE_NAME: 'changer',
+    KEEL_CLUSTER__LOG_TOPIC: topic,
+    KEEL_CLUSTER__SESSION_TIMEOUT: '2s',
+    KEEL_CLUSTER__SPREAD_PARTITIONS: 'false',
+    KEEL_WORKER__PARTITIONS: '4',
+  };
+  const k = await active(await startKeel(t, { env }));
+  await register(k, endpoint);
+  t.equal((await call(k, '/Counter/changer/add', 1)).status, 200);
+  env.KEEL_CLUSTER__SPREAD_PARTITIONS = 'true';
+  const from = k.output.length;
+  // Its killed run is still a member of the group (for a session), telling spread_partitions false.
+  await k.restart();
+  const since = () => k.output.slice(from).split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+  t.same(since().filter((l) => l.code === 'RT0002'), [], 'no RT0002: the member under its name at its addresses is its own killed run');
+  await eventually(async () => (await admin(k, 'GET', '/cluster')).json?.members?.length === 1, { timeout_ms: 15_000 });
+  t.same((await admin(k, 'GET', '/cluster')).json.members, ['changer'], 'alone in the group once the killed run left it');
+  const added = await call(k, '/Counter/changer/add', 1);
+  t.same([added.status, added.body], [200, 2], 'and it goes on from its store');
+});
+
 t.test("a cluster node started on a store a single node wrote refuses to start (RT0002, naming the store) before it joins", async (t) => {
   const dir = tempDir(t);
   const single = await startKeel(t, { dir, env: { KEEL_WORKER__PARTITIONS: '4' } });
