@@ -228,14 +228,12 @@ async function buildServices(config: Config, logger: Logger, telemetry: Telemetr
  * where this node stands. A node deposed while it leads partitions exits (see cluster-node.ts).
  */
 function clusterNode(config: Config, cluster: ClusterConfig, logger: Logger, metrics: KeelMetrics, db: Db, servers: { ingress: FastifyInstance; admin: FastifyInstance }, routing: { ingress: PartitionRouting; admin: PartitionRouting }, worker: Worker, partitions: Pick<ClusterHooks, 'open' | 'close' | 'startWork'>): ClusterNode {
-  const deposed = (reason: string): void => {
-    logger.fatal({ code: 'KEEL0802', node: cluster.node_name }, `this node stops: ${reason}`);
+  const stop = (code: string, reason: string): void => {
+    logger.fatal({ code, node: cluster.node_name }, `this node stops: ${reason}`);
     process.exit(1);
   };
-  const refused = (err: KeelError): void => {
-    logger.fatal({ code: err.code, node: cluster.node_name }, `this node stops: ${err.message}`);
-    process.exit(1);
-  };
+  const deposed = (reason: string): void => stop('KEEL0802', reason);
+  const refused = (err: KeelError): void => stop(err.code, err.message);
   const stopped = () => worker.failures().map((f) => ({ partition: f.partition, reason: f.reason }));
   const writer = new GroupWriter(db, storeWriteObserver(metrics));
   const follow = async (log: KafkaLogClient, followed: number[]): Promise<Follower[]> => {

@@ -1,6 +1,6 @@
 // Which member of the cluster's group leads which partitions (src/log/kafka-membership.ts).
 import t from 'tap';
-import { assignPartitions, laterTwins } from '../dist/log/kafka-membership.js';
+import { assignMembers, assignPartitions, laterTwins } from '../dist/log/kafka-membership.js';
 
 /** A member: its id, node name and the partitions it claims (partition → epoch held). */
 const m = (memberId, node, claims = {}) => ({ memberId, data: { node, ingress: '', admin: '', claims } });
@@ -51,4 +51,10 @@ t.test('two nodes under one name: the one that started later is told apart, by e
   t.same([...laterTwins([at('m1', 'a', 'x', 100), at('m2', 'a', 'x', 200)])], [], 'at the same addresses it is a killed run of the same node, not a twin');
   t.same([...laterTwins([at('m1', 'a', 'x', 100), at('m2', 'a', 'y', 200), at('m3', 'a', 'z', 300)])], ['m2', 'm3'], 'three under one name: all but the first');
   t.same([...laterTwins([at('m1', 'a', 'x', undefined), at('m2', 'a', 'y', 5)])], ['m2'], 'a node of before the start time was sent counts as started first');
+  // The later twin leads nothing, though it claims every partition with the highest epoch.
+  const claiming = { ...at('m2', 'a', 'y', 200), data: { ...at('m2', 'a', 'y', 200).data, claims: { 0: 9, 1: 9 } } };
+  for (const spread of [false, true]) {
+    const assigned = assignMembers([at('m1', 'a', 'x', 100), claiming], 2, spread);
+    t.same([assigned.get('m1'), assigned.get('m2')], [[0, 1], undefined], `the later twin gets no partitions (spread: ${spread})`);
+  }
 });

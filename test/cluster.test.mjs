@@ -21,6 +21,8 @@ let topics = 0;
 const endpoint = await serveServices(t, [steps, counter, flow, waiter, ledger]);
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+/** A node's JSON log lines, parsed. */
+const jsonLines = (output) => output.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
 
 /** A Keel node of the cluster on `topic`, with its own (empty) directory; sessions of 2 s. */
 function node(t, name, topic, args = [], env = {}, dir = undefined) {
@@ -422,7 +424,7 @@ t.test('a standby stopped (SIGTERM) while it takes the lead, its send to the log
   t.ok(took_s < 15, 'promptly');
   t.ok(b.output.includes('failed: its producer is disconnecting'), 'the held send failed as the stop closed its producer');
   t.same(b.logLines('KEEL0802'), [], 'not deposed: no KEEL0802');
-  const fatal = b.output.split('\n').filter((l) => l.startsWith('{') && JSON.parse(l).level >= 60);
+  const fatal = jsonLines(b.output).filter((l) => l.level >= 60);
   t.same(fatal, [], 'no fatal line');
 });
 
@@ -437,8 +439,7 @@ async function refusedStart(t, env, { dir } = {}) {
   t.ok(err, `the node refused to start (${took_s.toFixed(1)} s)`);
   const output = err?.message ?? '';
   t.match(output, /exited early \(\{"code":1,"signal":null\}\)/, 'with status 1');
-  const lines = output.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
-  return { output, took_s, fatal: lines.filter((l) => l.level === 60) };
+  return { output, took_s, fatal: jsonLines(output).filter((l) => l.level === 60) };
 }
 
 // Before, both of these left the start as an unhandled rejection: kafkajs's bare stack trace on
@@ -487,8 +488,7 @@ t.test("a node started under the name of a running node refuses to start (RT0002
   t.equal(fatal.length, 1, 'one fatal line');
   t.equal(fatal[0]?.code, 'RT0002');
   t.match(fatal[0]?.msg, `cluster.node_name 'twin' is taken: another node of the cluster runs under it (ingress ${first.ingress}`, "naming the name and the other node's addresses");
-  const lines = output.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
-  t.ok(lines.some((l) => l.level === 40 && l.code === 'RT0002' && /waiting for it to leave/.test(l.msg)), 'it said first that it waits');
+  t.ok(jsonLines(output).some((l) => l.level === 40 && l.code === 'RT0002' && /waiting for it to leave/.test(l.msg)), 'it said first that it waits');
   // Before, both joined: each took the other's partitions for unled ones, and calls on them got
   // no answer for the leader wait.
   const view = (await admin(first, 'GET', '/cluster')).json;
@@ -508,7 +508,7 @@ t.test('two nodes started under one name at once: the later refuses (RT0002) onc
   t.equal(exitedEarly.length + exitedLater.length, 1, `exactly one of the two stopped (${exitedEarly.length} before it was ready, ${exitedLater.length} after)`);
   const outputOf = exitedEarly[0] ?? exitedLater[0]?.k.output ?? '';
   if (exitedLater[0] !== undefined) t.same(exitedLater[0].e, { code: 1, signal: null }, 'with status 1');
-  const fatal = outputOf.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l)).filter((l) => l.level === 60);
+  const fatal = jsonLines(outputOf).filter((l) => l.level === 60);
   t.equal(fatal[0]?.code, 'RT0002', 'RT0002');
   t.match(fatal[0]?.msg, /cluster\.node_name 'gemini' is taken: another node of the cluster (started under it first|runs under it) \(ingress http:/, `naming the name and the other node (${/started under it first/.test(fatal[0]?.msg) ? 'told apart in the group' : 'seen by the check before joining'})`);
   const alone = ready.find((k) => !exitedLater.some((x) => x.k === k));
@@ -553,7 +553,7 @@ t.test("a node SIGKILLed and started again at once with another cluster.spread_p
   const from = k.output.length;
   // Its killed run is still a member of the group (for a session), telling spread_partitions false.
   await k.restart();
-  const since = () => k.output.slice(from).split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+  const since = () => jsonLines(k.output.slice(from));
   t.same(since().filter((l) => l.code === 'RT0002'), [], 'no RT0002: the member under its name at its addresses is its own killed run');
   await eventually(async () => (await admin(k, 'GET', '/cluster')).json?.members?.length === 1, { timeout_ms: 15_000 });
   t.same((await admin(k, 'GET', '/cluster')).json.members, ['changer'], 'alone in the group once the killed run left it');

@@ -159,7 +159,7 @@ export class KafkaLogClient {
    * log does not continue), after the group had rebalanced around it.
    */
   async refuseStoreOfAnotherLog(db: Db, path: string): Promise<void> {
-    const cursors: Array<{ offset: number } | undefined> = [];
+    const cursors: Array<Cursor | undefined> = [];
     for (let p = 0; p < this.settings.partitions; p++) {
       const cursor = await logTable.readCursor(db, p);
       const applied = await logTable.readApplied(db, p);

@@ -139,10 +139,20 @@ export function laterTwins(members: readonly Member[]): Set<string> {
     return x < y || (x === y && a.memberId < b.memberId);
   };
   for (const m of members) {
-    const twin = members.find((o) => o !== m && o.data.node === m.data.node && (o.data.ingress !== m.data.ingress || o.data.admin !== m.data.admin) && before(o, m));
-    if (twin !== undefined) later.add(m.memberId);
+    if (members.some((o) => o !== m && isTwin(o.data, m.data) && before(o, m))) later.add(m.memberId);
   }
   return later;
+}
+
+/** Two nodes under one name at other addresses (at the same ones it is a run of one node killed, and the next). */
+function isTwin(a: NodeInfo, b: NodeInfo): boolean {
+  return a.node === b.node && (a.ingress !== b.ingress || a.admin !== b.admin);
+}
+
+/** The partitions of the members of Keel's kind (others get none), a later twin's (laterTwins) left out. */
+export function assignMembers(members: readonly Member[], partitions: number, spread: boolean): Map<string, number[]> {
+  const twins = laterTwins(members);
+  return assignPartitions(members.filter((m) => !twins.has(m.memberId)), partitions, spread);
 }
 
 export class ClusterMembership {
@@ -192,10 +202,7 @@ export class ClusterMembership {
       version: 1,
       protocol: () => ({ name: ASSIGNOR, metadata: encode() }),
       assign: async ({ members }: { members: Array<{ memberId: string; memberMetadata: Buffer }> }) => {
-        // Only members of this kind share the partitions (another kind in the group gets none).
-        const decoded = members.map((m) => ({ memberId: m.memberId, data: dataOf(m.memberMetadata) })).filter((m): m is Member => m.data !== undefined);
-        const twins = laterTwins(decoded);
-        const assigned = assignPartitions(decoded.filter((m) => !twins.has(m.memberId)), this.partitions, this.spread);
+        const assigned = assignMembers(keelMembers(members), this.partitions, this.spread);
         // Keel's partitions travel in the assignment's user data: no partition of the topic is consumed.
         return members.map((m) => ({
           memberId: m.memberId,
@@ -257,10 +264,10 @@ export class ClusterMembership {
       for (let warned = false; ; ) {
         const group = await this.describedGroup(admin);
         if (group === undefined) return;
-        const members = group.members.map((m) => dataOf(m.memberMetadata)).filter((d): d is MemberData => d !== undefined);
+        const members = keelMembers(group.members).map((m) => m.data);
         // This node's own earlier run may have had other settings: only the other nodes count.
         for (const d of members) if (d.node !== this.self.node) this.refuseUnlike(d);
-        const twin = members.find((d) => d.node === this.self.node && (d.ingress !== this.self.ingress || d.admin !== this.self.admin));
+        const twin = members.find((d) => isTwin(d, this.self));
         const settled = group.state === 'Stable' || group.state === 'Empty' || group.state === 'Dead';
         if (twin === undefined && settled) return;
         if (performance.now() >= deadline) {
@@ -351,7 +358,7 @@ export class ClusterMembership {
    * it leaves the group, so that the group rebalances without it at once, and tells the refusal.
    */
   private async refusedAsTwin(described: ReadonlyArray<{ memberId: string; memberMetadata: Buffer }>, memberId: string): Promise<boolean> {
-    const members = described.map((m) => ({ memberId: m.memberId, data: dataOf(m.memberMetadata) })).filter((m): m is Member => m.data !== undefined);
+    const members = keelMembers(described);
     const twins = laterTwins(members);
     if (!twins.has(memberId)) return false;
     const first = members.find((m) => m.data.node === this.self.node && !twins.has(m.memberId));
@@ -380,6 +387,11 @@ function partitionsOf(userData: Buffer | null | undefined): number[] {
   } catch {
     return [];
   }
+}
+
+/** The members of a group that are Keel nodes, with what each told. */
+function keelMembers(members: ReadonlyArray<{ memberId: string; memberMetadata: Buffer }>): Member[] {
+  return members.map((m) => ({ memberId: m.memberId, data: dataOf(m.memberMetadata) })).filter((m): m is Member => m.data !== undefined);
 }
 
 function dataOf(metadata: Buffer): MemberData | undefined {
